@@ -1,0 +1,10 @@
+"""Numba-jitted hot loops of pld (installed as ``pld.kernels``).
+
+Kernels take and return numpy arrays only; every function is compiled with
+``cache=True`` so a fresh process pays the JIT cost once per installation.
+"""
+
+from .discretize import optimistic_merge, pessimistic_spread
+from .hockey import hockey_stick_suffix, log_mgf_grid
+
+__all__ = ["optimistic_merge", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid"]

@@ -1,0 +1,41 @@
+"""pld: certified privacy-loss-distribution accounting.
+
+Every answer is an interval ``[lower, upper]`` that provably contains the true
+value: the upper end comes from a dominating discretisation, the lower end from
+a dominated one, and floating-point error of the FFT composition is bounded and
+added on the safe side.
+
+>>> import pld
+>>> d = pld.Gaussian(sigma=8.0).pld().self_compose(120)
+>>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
+"""
+
+from pld.mechanisms import (
+    ApproxDP,
+    DiscreteLaplace,
+    FromPMFs,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    PoissonSampled,
+    PureDP,
+    RandomizedResponse,
+)
+from pld.pld import PLD, GridTooLargeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PLD",
+    "GridTooLargeError",
+    "Mechanism",
+    "Gaussian",
+    "Laplace",
+    "RandomizedResponse",
+    "DiscreteLaplace",
+    "PureDP",
+    "ApproxDP",
+    "FromPMFs",
+    "PoissonSampled",
+    "__version__",
+]

@@ -1,0 +1,276 @@
+"""Mechanisms: immutable descriptions of what ran on the data.
+
+Each mechanism knows its *dominating pair* under add-or-remove adjacency for
+both directions (``remove``: P = output on D, Q = output on D minus a record;
+``add``: the roles reversed) and hands an exact :class:`~pld._models.LossModel`
+to the discretiser.  ``mechanism.pld()`` returns a :class:`pld.PLD`.
+
+Conventions: ``sigma`` / ``noise_multiplier`` is the noise standard deviation
+divided by the L2 sensitivity when ``sensitivity=1``; in general the Gaussian
+pair is ``N(sensitivity, sigma^2)`` vs ``N(0, sigma^2)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pld import _validate as v
+from pld._models import LaplaceBase, LossModel, NormalBase
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pld.pld import PLD
+
+_EMPTY = np.array([], dtype=float)
+
+
+class Mechanism:
+    """Base class.  Subclasses are frozen dataclasses."""
+
+    #: True if the remove and add directions have the same PLD.
+    symmetric: bool = True
+
+    def loss_model(self, direction: str) -> LossModel:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def pld(self, *, value_discretization_interval: float | None = None) -> "PLD":
+        """The privacy loss distribution of one run of this mechanism.
+
+        Parameters
+        ----------
+        value_discretization_interval : float, optional
+            Fixed grid spacing for experts; by default the spacing is chosen per
+            query so that the epsilon bracket is narrow.
+        """
+        from pld.pld import PLD
+
+        return PLD.from_mechanism(self, value_discretization_interval=value_discretization_interval)
+
+    # helpers ---------------------------------------------------------------
+    @staticmethod
+    def _check_direction(direction: str) -> None:
+        if direction not in ("remove", "add"):
+            raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}")
+
+
+def _atoms(x, lp, lq) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.asarray(x, float), np.asarray(lp, float), np.asarray(lq, float)
+
+
+@dataclass(frozen=True)
+class Gaussian(Mechanism):
+    """Gaussian mechanism: add ``N(0, sigma^2)`` noise to a query of L2 sensitivity ``sensitivity``.
+
+    The privacy loss is ``L ~ N(mu^2/2, mu^2)`` with ``mu = sensitivity / sigma``
+    (Balle & Wang, ICML 2018).
+    """
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", v.real("sigma", self.sigma, low=0.0, low_open=True))
+        object.__setattr__(self, "sensitivity", v.real("sensitivity", self.sensitivity, low=0.0, low_open=True))
+
+    @property
+    def mu(self) -> float:
+        return self.sensitivity / self.sigma
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        mu = self.mu
+        return LossModel(_EMPTY, _EMPTY, _EMPTY, NormalBase(mu * mu / 2, -mu * mu / 2, mu))
+
+
+@dataclass(frozen=True)
+class Laplace(Mechanism):
+    """Laplace mechanism with noise scale ``scale`` and L1 sensitivity ``sensitivity``.
+
+    With ``c = sensitivity/scale`` the loss is ``c`` w.p. 1/2, ``-c`` w.p.
+    ``e^{-c}/2`` and continuous on ``(-c, c)`` in between.
+    """
+
+    scale: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", v.real("scale", self.scale, low=0.0, low_open=True))
+        object.__setattr__(self, "sensitivity", v.real("sensitivity", self.sensitivity, low=0.0, low_open=True))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        c = self.sensitivity / self.scale
+        x, lp, lq = _atoms([c, -c], [math.log(0.5), math.log(0.5) - c], [math.log(0.5) - c, math.log(0.5)])
+        return LossModel(x, lp, lq, LaplaceBase(c))
+
+
+def _binary_pair(eps: float, log_keep: float = 0.0):
+    # P = (e^eps, 1)/(1 + e^eps), Q = (1, e^eps)/(1 + e^eps), times (1 - delta)
+    lz = -np.logaddexp(0.0, eps)
+    return [eps, -eps], [log_keep + eps + lz, log_keep + lz], [log_keep + lz, log_keep + eps + lz]
+
+
+@dataclass(frozen=True)
+class RandomizedResponse(Mechanism):
+    """Binary randomized response: report the true bit w.p. ``e^eps / (1 + e^eps)``."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        return LossModel(*_atoms(*_binary_pair(self.epsilon)))
+
+
+@dataclass(frozen=True)
+class PureDP(Mechanism):
+    """Any ``epsilon``-DP mechanism, through its worst-case pair (binary randomized response)."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        return LossModel(*_atoms(*_binary_pair(self.epsilon)))
+
+
+@dataclass(frozen=True)
+class ApproxDP(Mechanism):
+    """Any ``(epsilon, delta)``-DP mechanism, through its worst-case pair.
+
+    ``P = (delta, (1-delta) e^eps/(1+e^eps), (1-delta)/(1+e^eps), 0)`` and ``Q``
+    its mirror image (Kairouz, Oh & Viswanath, ICML 2015).
+    """
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0))
+        object.__setattr__(self, "delta", v.real("delta", self.delta, low=0.0, high=1.0, high_open=True))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        keep = math.log1p(-self.delta)
+        ld = math.log(self.delta) if self.delta > 0 else -math.inf
+        if self.epsilon == 0.0:
+            x, lp, lq = [0.0], [keep], [keep]
+        else:
+            x, lp, lq = _binary_pair(self.epsilon, keep)
+        x = [math.inf, *x, -math.inf]
+        lp = [ld, *lp, -math.inf]
+        lq = [-math.inf, *lq, ld]
+        return LossModel(*_atoms(x, lp, lq))
+
+
+@dataclass(frozen=True)
+class DiscreteLaplace(Mechanism):
+    """Discrete Laplace mechanism: integer noise with ``P(k) ∝ exp(-|k|/scale)``.
+
+    ``sensitivity`` is an integer; the loss takes the values ``(2k - s)/scale``
+    for ``k = 0..s`` (Ghazi et al., 2022, discrete mechanisms).
+    """
+
+    scale: float
+    sensitivity: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", v.real("scale", self.scale, low=0.0, low_open=True))
+        object.__setattr__(self, "sensitivity", v.integer("sensitivity", self.sensitivity, low=1, high=10**6))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        a, s = 1.0 / self.scale, self.sensitivity
+        lz = math.log(-math.expm1(-a)) - math.log1p(math.exp(-a))  # log normaliser
+        ltail = -math.log1p(math.exp(-a))  # log P(k >= s) under P = log 1/(1+e^{-a})
+        ks = np.arange(1, s)
+        x = np.concatenate(([s * a], (2 * ks - s) * a, [-s * a]))
+        lp = np.concatenate(([ltail], lz - a * (s - ks), [ltail - a * s]))
+        lq = np.concatenate(([ltail - a * s], lz - a * ks, [ltail]))
+        return LossModel(x, lp, lq)
+
+
+@dataclass(frozen=True)
+class FromPMFs(Mechanism):
+    """A dominating pair supplied as two probability vectors over the same outcomes.
+
+    ``p`` is the output law on the larger dataset and ``q`` on the smaller one;
+    the remove direction uses ``(p, q)`` and the add direction ``(q, p)``.
+    """
+
+    p: tuple
+    q: tuple
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        pa = _prob_vector("p", self.p)
+        qa = _prob_vector("q", self.q)
+        if pa.shape != qa.shape:
+            raise ValueError(f"p and q must have the same length, got {pa.size} and {qa.size}")
+        object.__setattr__(self, "p", tuple(pa.tolist()))
+        object.__setattr__(self, "q", tuple(qa.tolist()))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        pa, qa = np.array(self.p), np.array(self.q)
+        if direction == "add":
+            pa, qa = qa, pa
+        with np.errstate(divide="ignore"):
+            lp, lq = np.log(pa), np.log(qa)
+        with np.errstate(invalid="ignore"):
+            x = np.where(qa == 0, np.inf, np.where(pa == 0, -np.inf, lp - lq))
+        return LossModel(x, lp, lq)
+
+
+def _prob_vector(name: str, value) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of probabilities") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-d sequence of probabilities")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must contain finite probabilities in [0, 1]")
+    if abs(arr.sum() - 1.0) > 1e-9:
+        raise ValueError(f"{name} must sum to 1 (within 1e-9), got sum {arr.sum()!r}")
+    return arr / arr.sum()
+
+
+@dataclass(frozen=True)
+class PoissonSampled(Mechanism):
+    """``mechanism`` run on a Poisson subsample: each record kept w.p. ``sampling_rate``.
+
+    Accounted under add-or-remove adjacency with the two dominating pairs of
+    Zhu, Dong & Wang (AISTATS 2022): remove ``((1-q)Q + qP, Q)`` and add
+    ``(Q, (1-q)Q + qP)``, built from the base mechanism's remove pair
+    ``(P, Q)``.  The two directions differ for ``q < 1`` and both are composed.
+    """
+
+    mechanism: Mechanism
+    sampling_rate: float
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a pld mechanism, got {type(self.mechanism).__name__}")
+        q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
+        object.__setattr__(self, "sampling_rate", q)
+        object.__setattr__(self, "symmetric", q == 1.0 and self.mechanism.symmetric)
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        inner, q = self.mechanism, self.sampling_rate
+        while isinstance(inner, PoissonSampled):  # Poisson sampling twice is sampling at q1*q2
+            q *= inner.sampling_rate
+            inner = inner.mechanism
+        base = inner.loss_model("remove")
+        if base.sampling_rate != 1.0 or base.direction != "remove":
+            raise ValueError("the base mechanism of PoissonSampled must describe an unsampled pair")
+        return LossModel(base.atom_x, base.atom_log_p, base.atom_log_q, base.base, q, direction)
