@@ -22,6 +22,7 @@ from pld.mechanisms import (
     RandomizedResponse,
 )
 from pld.pld import PLD, GridTooLargeError
+from pld.dpsgd import dpsgd
 
 __version__ = "0.1.0"
 
@@ -37,5 +38,6 @@ __all__ = [
     "ApproxDP",
     "FromPMFs",
     "PoissonSampled",
+    "dpsgd",
     "__version__",
 ]

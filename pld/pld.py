@@ -46,6 +46,8 @@ EPS_ATOL = 1e-6
 _LOG_ETA = math.log(1e-16)
 #: largest number of grid points in any one array (memory cap, ~64 MB per array)
 MAX_GRID_POINTS = 1 << 23
+#: a composed result used once (heterogeneous composition) is coarsened above this
+LEVEL_POINTS = 1 << 16
 
 
 _DEBUG = False
@@ -154,19 +156,19 @@ class PLD:
         e, scalar = v.real_array("epsilon", epsilon)
         if np.any(np.isinf(e)):
             raise ValueError("epsilon must be finite")
-        lo = np.empty(e.shape)
-        hi = np.empty(e.shape)
         flat = e.ravel()
-        lam_of = np.array([self._tilt_for_eps(float(x)) for x in flat])
-        out_lo = np.empty(flat.shape)
-        out_hi = np.empty(flat.shape)
-        for lam in np.unique(lam_of):
-            sel = lam_of == lam
-            h = self._spacing_for(lam, ("eps", float(np.median(flat[sel]))))
-            l_, h_ = self._delta_at(flat[sel], h, lam)
-            out_lo[sel], out_hi[sel] = l_, h_
-        lo[...] = out_lo.reshape(e.shape)
-        hi[...] = out_hi.reshape(e.shape)
+        lo = np.zeros(flat.shape)
+        hi = np.zeros(flat.shape)
+        for d in self._directions():
+            lam_of = np.array([self._tilt_for_eps(d, float(x)) for x in flat])
+            for lam in np.unique(lam_of):
+                sel = lam_of == lam
+                h = self._spacing_for(d, lam, ("eps", float(np.median(flat[sel]))))
+                pess, opt = self._materialize(d, h, lam)
+                hi[sel] = np.maximum(hi[sel], pess.delta(flat[sel]))
+                lo[sel] = np.maximum(lo[sel], opt.delta(flat[sel]))
+        hi = np.maximum(hi, lo).reshape(e.shape)
+        lo = lo.reshape(e.shape)
         if scalar:
             return float(lo), float(hi)
         return lo, hi
@@ -180,18 +182,43 @@ class PLD:
         """Per-direction brackets and numerical settings behind ``epsilon_bounds(delta)``."""
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         lo, hi = self._epsilon_bounds_one(delta)
-        lam = self._tilt_for_delta(delta)
-        h = self._spacing_for(lam, ("delta", delta))
-        out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta,
-               "grid_spacing": h, "tilt": lam, "directions": {}}
+        out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "directions": {}}
         for d in self._directions():
+            lam = self._tilt_for_delta(d, delta)
+            h = self._spacing_for(d, lam, ("delta", delta))
             pess, opt = self._materialize(d, h, lam)
             out["directions"][d] = {
                 "epsilon_lower": opt.epsilon(delta), "epsilon_upper": pess.epsilon(delta),
+                "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
+                "grid_spacing_first_step": h, "grid_spacing_final": pess.h, "tilt": lam,
                 "grid_points": pess.size, "fft_error_bound": pess.err,
-                "infinity_mass_upper": pess.inf_mass, "loss_window": (pess.k0 * h, (pess.k0 + pess.size - 1) * h),
+                "infinity_mass_upper": pess.inf_mass,
+                "loss_window": (pess.k0 * pess.h, (pess.k0 + pess.size - 1) * pess.h),
             }
         return out
+
+    def distribution(self, direction: str = "remove", side: str = "upper", *,
+                     delta: float = 1e-6) -> tuple[np.ndarray, np.ndarray, float]:
+        """The discretised PLD behind the answers at ``delta``.
+
+        Returns ``(losses, masses, infinity_mass)`` of the dominating
+        (``side="upper"``) or dominated (``side="lower"``) grid PLD of one
+        direction, untilted: ``masses[i]`` is the P-probability of loss
+        ``losses[i]``.  Masses below the floating-point range are 0.
+        """
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}")
+        if side not in ("upper", "lower"):
+            raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
+        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        d = direction if direction in self._directions() else "remove"
+        lam = self._tilt_for_delta(d, delta)
+        h = self._spacing_for(d, lam, ("delta", delta))
+        pess, opt = self._materialize(d, h, lam)
+        g = pess if side == "upper" else opt
+        with np.errstate(under="ignore", over="ignore"):
+            masses = np.exp(g.log_masses())
+        return g.losses(), masses, float(g.inf_mass)
 
     # -------------------------------------------------------- internals
     def _directions(self) -> tuple[str, ...]:
@@ -205,72 +232,71 @@ class PLD:
                 self._explore_cache[direction] = c
             return c
 
-    def _tilt_for_delta(self, delta: float) -> float:
-        lam = max(w.tilt_for_delta(self._exploration(d), delta)[0] for d in self._directions())
-        return w.quantize_tilt(lam)
+    # The Chernoff-optimal tilt lifts the tail at the query to the top of the
+    # tilted law, far more than FFT round-off needs, and for heavy-tailed
+    # (subsampled) losses it makes the tilted law, hence the grid, very wide.
+    # A fraction of it keeps the tail well above round-off (for a Gaussian-like
+    # loss it multiplies the tail by about delta^{-2 k + k^2}) with narrow windows.
+    _TILT_FRACTION = 0.3
 
-    def _tilt_for_eps(self, eps: float) -> float:
-        lam = max(w.tilt_for_epsilon(self._exploration(d), eps) for d in self._directions())
-        return w.quantize_tilt(lam)
+    def _tilt_for_delta(self, direction: str, delta: float) -> float:
+        lam = w.tilt_for_delta(self._exploration(direction), delta)[0]
+        return w.quantize_tilt(self._TILT_FRACTION * lam)
+
+    def _tilt_for_eps(self, direction: str, eps: float) -> float:
+        lam = w.tilt_for_epsilon(self._exploration(direction), eps)
+        return w.quantize_tilt(self._TILT_FRACTION * lam)
 
     def _epsilon_bounds_one(self, delta: float) -> tuple[float, float]:
-        lam = self._tilt_for_delta(delta)
-        key = ("delta", delta)
-        h = self._spacing_for(lam, key)
-        return self._eps_at(delta, h, lam)
-
-    def _eps_at(self, delta: float, h: float, lam: float) -> tuple[float, float]:
         lo = hi = 0.0
         for d in self._directions():
+            lam = self._tilt_for_delta(d, delta)
+            h = self._spacing_for(d, lam, ("delta", delta))
             pess, opt = self._materialize(d, h, lam)
             hi = max(hi, pess.epsilon(delta))
             lo = max(lo, opt.epsilon(delta))
         return lo, max(hi, lo)
 
-    def _delta_at(self, eps: np.ndarray, h: float, lam: float):
-        lo = np.zeros(eps.shape)
-        hi = np.zeros(eps.shape)
-        for d in self._directions():
-            pess, opt = self._materialize(d, h, lam)
-            hi = np.maximum(hi, pess.delta(eps))
-            lo = np.maximum(lo, opt.delta(eps))
-        return lo, np.maximum(hi, lo)
+    def _spacing_for(self, direction: str, lam: float, query: tuple) -> float:
+        """Grid spacing for a query: initial estimate, then refine until narrow.
 
-    def _spacing_for(self, lam: float, query: tuple) -> float:
-        """Grid spacing for a query: initial estimate, then refine until narrow."""
+        The bias of both discretisations is second order in the spacing, so a
+        bracket ``r`` times too wide is fixed by a spacing ``sqrt(r)`` times finer.
+        """
         if self._h_fixed is not None:
             return self._h_fixed
+        key = (direction, lam)
         with self._lock:
-            memo = self._h_memo.get(lam)
-        h = memo if memo is not None else self._initial_spacing(query)
+            memo = self._h_memo.get(key)
+        h = memo if memo is not None else self._initial_spacing(direction, query)
         for _ in range(4):
-            width, target, value = self._width(query, h, lam)
+            width, target, value = self._width(direction, query, h, lam)
             if _DEBUG:
-                print(f"[pld] h={h:.3g} lam={lam:.3g} width={width:.3g} target={target:.3g}")
+                print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} target={target:.3g}")
             if width <= target or not math.isfinite(value):
                 break
             ratio = math.sqrt(target / width) * 0.8
-            h_new = h * min(0.9, max(0.25, ratio))
-            if self._grid_points(h_new, lam) > MAX_GRID_POINTS:
+            h_new = _round_spacing(h * min(0.9, max(0.25, ratio)))
+            if self._grid_points(direction, h_new, lam) > MAX_GRID_POINTS:
                 break
-            h = _round_spacing(h_new)
+            h = h_new
         with self._lock:
             if memo is None or h < memo:
-                self._h_memo[lam] = h
+                self._h_memo[key] = h
         return h
 
-    def _width(self, query: tuple, h: float, lam: float) -> tuple[float, float, float]:
+    def _width(self, direction: str, query: tuple, h: float, lam: float) -> tuple[float, float, float]:
         kind, val = query
+        pess, opt = self._materialize(direction, h, lam)
         if kind == "delta":
-            lo, hi = self._eps_at(val, h, lam)
+            lo, hi = opt.epsilon(val), pess.epsilon(val)
             return hi - lo, EPS_RTOL * hi + EPS_ATOL, hi
-        lo, hi = self._delta_at(np.array([val]), h, lam)
-        lo, hi = float(lo[0]), float(hi[0])
+        lo, hi = float(opt.delta(val)[0]), float(pess.delta(val)[0])
         # a delta bracket as narrow, relatively, as the epsilon bracket target
         return hi - lo, 1e-3 * hi + 1e-300, hi
 
-    def _initial_spacing(self, query: tuple) -> float:
-        comps = [self._exploration(d) for d in self._directions()]
+    def _initial_spacing(self, direction: str, query: tuple) -> float:
+        comps = [self._exploration(direction)]
         c = comps[0]
         m, sd = c.mean_sd()
         steps = max(1, c.steps())
@@ -294,14 +320,14 @@ class PLD:
         # resolution floor set by the memory cap
         return _round_spacing(h)
 
-    def _grid_points(self, h: float, lam: float) -> int:
+    def _grid_points(self, direction: str, h: float, lam: float) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
 
         Levels are coarsened to at most ``LEVEL_POINTS``; the single-step grids
         are the only arrays whose size follows ``h``.
         """
         n = LEVEL_POINTS
-        for d in self._directions():
+        for d in (direction,):
             comp = self._exploration(d)
             steps = comp.steps()
             for ex, _ in comp.parts:
@@ -316,7 +342,7 @@ class PLD:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
-        n_final = self._grid_points(h, lam)
+        n_final = self._grid_points(direction, h, lam)
         if n_final > MAX_GRID_POINTS:
             raise GridTooLargeError(
                 f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
@@ -356,11 +382,27 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
 
     A window for ``c`` composed steps allows tilted mass ``eta * c / total_steps``
     outside it, since its truncation error is repeated ``total_steps / c`` times.
-    Grids are coarsened (spacing doubled) whenever a level holds more than
-    ``LEVEL_POINTS`` points, so every FFT stays small however large ``count`` is.
+
+    Evolving discretisation: the level holding ``c`` steps is re-gridded to a
+    doubled spacing when that is cheap in accuracy.  A re-grid at spacing
+    ``h'`` biases the loss by about ``h'^2/4`` and is repeated ``count / c``
+    times, so it is allowed while ``(count/c) h'^2 / 4`` stays below
+    ``1/log2(count)`` of the first discretisation's bias ``count * b(h)``
+    (``b`` = variance the spread adds per step).  Far from the first levels the
+    spacing then grows like ``sqrt(c)``, as the composed law widens, and every
+    FFT stays about the same size however large ``count`` is.
     """
     def win(c: int) -> tuple[float, float]:
         return w.window(w.Composite([(ex, c)]), lam, _LOG_ETA - math.log(total_steps / c))
+
+    levels = max(1.0, math.log2(count))
+    per_step_bias = max(ex.added_variance(h), h * h / 6)
+
+    def fit(g: GridPLD, c: int) -> GridPLD:
+        h_allowed = math.sqrt(4.0 * c * per_step_bias / levels)
+        while g.size > MIN_LEVEL_POINTS and 2 * g.h <= h_allowed:
+            g = g.coarsen()
+        return g
 
     lo, hi = win(1)
     lo = max(lo, ex.loss_min)
@@ -370,7 +412,7 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     base = discretize(model, h, k_lo, k_hi, lam, pessimistic)
     result = None
     result_count = 0
-    cur, cur_count = _fit(base), 1
+    cur, cur_count = base, 1
     remaining = count
     while True:
         if remaining & 1:
@@ -379,20 +421,21 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
             else:
                 result_count += cur_count
                 a, b = _same_grid(result, cur)
-                result = _fit(_truncate(a.convolve(b), win(result_count)))
+                result = fit(_truncate(a.convolve(b), win(result_count)), result_count)
         remaining >>= 1
         if not remaining:
             break
         cur_count *= 2
-        cur = _fit(_truncate(cur.convolve(cur), win(cur_count)))
+        cur = fit(_truncate(cur.convolve(cur), win(cur_count)), cur_count)
     return result
 
 
-#: a level is coarsened when it holds more points than this
-LEVEL_POINTS = 1 << 14
+#: levels at most this large are never re-gridded (no time to gain)
+MIN_LEVEL_POINTS = 1 << 12
 
 
 def _fit(g: GridPLD) -> GridPLD:
+    """Cap a final (multiplicity one) result at ``LEVEL_POINTS`` points."""
     while g.size > LEVEL_POINTS:
         g = g.coarsen()
     return g
