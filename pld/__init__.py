@@ -20,9 +20,12 @@ from pld.mechanisms import (
     PoissonSampled,
     PureDP,
     RandomizedResponse,
+    SampledWithoutReplacement,
 )
 from pld.pld import PLD, GridTooLargeError
-from pld.dpsgd import dpsgd
+from pld.dpsgd import dpsgd, dpsgd_schedule
+from pld.accountant import Accountant
+from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
 
 __version__ = "0.1.0"
 
@@ -38,6 +41,12 @@ __all__ = [
     "ApproxDP",
     "FromPMFs",
     "PoissonSampled",
+    "SampledWithoutReplacement",
     "dpsgd",
+    "dpsgd_schedule",
+    "Accountant",
+    "calibrate_noise",
+    "calibrate_steps",
+    "calibrate_sampling_rate",
     "__version__",
 ]

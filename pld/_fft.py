@@ -33,7 +33,10 @@ _U = 2.0 ** -53
 _C_ERR = 8.0
 _lock = threading.Lock()
 _plans: dict[int, tuple] = {}
-_MAX_PLANS = 16
+#: plans (with their aligned buffers) are kept for sizes up to this, and at
+#: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft
+_MAX_PLAN_SIZE = 1 << 21
+_PLAN_BYTES = 256 << 20
 
 
 def fft_backend() -> str:
@@ -45,7 +48,7 @@ def _plan(n: int):
     with _lock:
         plan = _plans.get(n)
         if plan is None:
-            if len(_plans) >= _MAX_PLANS:
+            while _plans and 40 * (n + sum(_plans)) > _PLAN_BYTES:
                 _plans.pop(next(iter(_plans)))
             a = pyfftw.empty_aligned(n, dtype="float64")
             f = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
@@ -94,9 +97,9 @@ def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
         bound = (min(na, nb) + 2) * _U * float(np.linalg.norm(np.abs(a), 2) * np.abs(b).sum())
         return c, bound
     n = scipy.fft.next_fast_len(na + nb - 1, real=True)
-    if _HAVE_PYFFTW:
+    if _HAVE_PYFFTW and n <= _MAX_PLAN_SIZE:
         c = _conv_pyfftw(a, b, n, same)
-    else:  # pragma: no cover
+    else:
         c = _conv_scipy(a, b, n, same)
     a1, b1 = float(np.abs(a).sum()), float(np.abs(b).sum())
     a2 = float(np.linalg.norm(a))

@@ -1,22 +1,100 @@
-"""DP-SGD accounting entry points."""
+"""DP-SGD accounting entry points.
+
+``noise_multiplier`` is the Gaussian noise standard deviation divided by the
+clipping norm (the L2 bound on one example's clipped gradient).
+
+Two sampling schemes, each with its own adjacency:
+
+* ``"poisson"``: every example joins a batch independently with probability
+  ``sampling_rate``; add-or-remove adjacency, both directions composed
+  (:class:`pld.PoissonSampled`).
+* ``"without_replacement"``: fixed batches of ``sampling_rate * n`` distinct
+  examples; substitute adjacency (:class:`pld.SampledWithoutReplacement`).
+"""
 
 from __future__ import annotations
 
 from pld import _validate as v
-from pld.mechanisms import Gaussian, PoissonSampled
+from pld.mechanisms import Gaussian, Mechanism, PoissonSampled, SampledWithoutReplacement
 from pld.pld import PLD
+
+SAMPLING_SCHEMES = ("poisson", "without_replacement")
+
+#: largest number of steps accepted in one call (the engine composes by repeated squaring)
+MAX_STEPS = 10**12
+
+
+def _check_sampling(sampling) -> str:
+    if not isinstance(sampling, str):
+        raise TypeError(f"sampling must be a string, one of {SAMPLING_SCHEMES}, got {type(sampling).__name__}")
+    if sampling not in SAMPLING_SCHEMES:
+        raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}, got {sampling!r}")
+    return sampling
+
+
+def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: str = "poisson") -> Mechanism:
+    """The mechanism of one DP-SGD step (validated)."""
+    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+    sampling = _check_sampling(sampling)
+    if sampling == "poisson":
+        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
+    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
 
 
 def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
-    """PLD of ``steps`` DP-SGD steps with Poisson sampling at ``sampling_rate``.
+    """PLD of ``steps`` DP-SGD steps.
 
-    ``noise_multiplier`` is the Gaussian noise standard deviation divided by the
-    clipping norm (the L2 sensitivity of one example's clipped gradient).
-    Accounted under add-or-remove adjacency, both directions composed.
+    Parameters
+    ----------
+    noise_multiplier : float
+        Noise standard deviation over the clipping norm, in ``(0, inf)``.
+    sampling_rate : float
+        Poisson rate, or batch size over dataset size, in ``(0, 1]``.
+    steps : int
+        Number of steps, in ``[1, 1e12]``.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme (and with it the adjacency, see the module docstring).
     """
-    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
-    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    steps = v.integer("steps", steps, low=1, high=10**12)
-    if sampling != "poisson":
-        raise ValueError(f"sampling must be 'poisson', got {sampling!r}")
-    return PoissonSampled(Gaussian(noise_multiplier), sampling_rate).pld().self_compose(steps)
+    mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)
+    steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
+    return PLD.from_mechanism(mech, count=steps)
+
+
+def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
+    """PLD of a DP-SGD run whose noise and sampling rate change over phases.
+
+    Parameters
+    ----------
+    phases : sequence of ``(noise_multiplier, sampling_rate, steps)``
+        Consecutive phases; phases with the same ``(noise_multiplier,
+        sampling_rate)`` are merged (composition is commutative), the rest are
+        composed heterogeneously.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme of every phase.
+    """
+    sampling = _check_sampling(sampling)
+    if isinstance(phases, (str, bytes)) or not hasattr(phases, "__iter__"):
+        raise TypeError("phases must be a sequence of (noise_multiplier, sampling_rate, steps) tuples")
+    components: list[tuple[Mechanism, int]] = []
+    index: dict[Mechanism, int] = {}
+    for i, phase in enumerate(phases):
+        try:
+            sigma, q, steps = phase
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"phases[{i}] must be a (noise_multiplier, sampling_rate, steps) tuple, got {phase!r}") from None
+        try:
+            mech = dpsgd_mechanism(sigma, q, sampling=sampling)
+            steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"phases[{i}]: {exc}") from None
+        if mech in index:
+            j = index[mech]
+            components[j] = (mech, components[j][1] + steps)
+        else:
+            index[mech] = len(components)
+            components.append((mech, steps))
+    if not components:
+        raise ValueError("phases must contain at least one (noise_multiplier, sampling_rate, steps) phase")
+    return PLD(components)

@@ -88,6 +88,11 @@ class GridPLD:
         bound = _mgf_bound_from(lm, loss) if pessimistic else None
         return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound)
 
+    def without_error(self) -> "GridPLD":
+        """The same grid with the round-off term dropped (diagnostics only: not certified)."""
+        return GridPLD(self.h, self.k0, self.p, self.lam, self.log_scale, self.inf_mass, 0.0,
+                       self.pessimistic, self.log_mgf_bound)
+
     @property
     def size(self) -> int:
         return int(self.p.size)
@@ -329,8 +334,8 @@ class GridPLD:
 
 
 #: Chernoff parameters at which pessimistic PLDs carry an MGF bound
-THETA = np.concatenate((-np.logspace(-3, 4, 36)[::-1], [0.0], np.logspace(-3, 4, 36)))
-_I0 = 36
+THETA = np.concatenate((-np.logspace(-3, 7, 51)[::-1], [0.0], np.logspace(-3, 7, 51)))
+_I0 = 51
 
 
 def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray) -> np.ndarray:

@@ -274,3 +274,51 @@ class PoissonSampled(Mechanism):
         if base.sampling_rate != 1.0 or base.direction != "remove":
             raise ValueError("the base mechanism of PoissonSampled must describe an unsampled pair")
         return LossModel(base.atom_x, base.atom_log_p, base.atom_log_q, base.base, q, direction)
+
+
+@dataclass(frozen=True)
+class SampledWithoutReplacement(Mechanism):
+    """``mechanism`` run on a fixed-size batch drawn without replacement.
+
+    The batch holds a fraction ``sampling_rate`` (``m / n``) of the dataset.
+    Sampling without replacement pairs with *substitute* adjacency (the dataset
+    size is public; a neighbour replaces one record), never with add-or-remove.
+
+    Only the Gaussian base is supported.  ``Gaussian(sigma, sensitivity)`` is
+    described as everywhere in pld: ``sensitivity`` bounds one record's
+    contribution (DP-SGD's clipping norm), so replacing a record moves the query
+    by up to ``2 * sensitivity`` and the base tradeoff function is
+    ``G_mu`` with ``mu = 2 * sensitivity / sigma``.  The subsampled mechanism is
+    ``C_q(G_mu)``-DP with ``C_q(f) = min(f_q, f_q^{-1})**`` and
+    ``f_q = q f + (1 - q) Id`` (Dong, Roth & Su 2022, Thm 4.2); its dominating
+    pair is symmetric (see
+    :class:`pld._models.SymmetrizedSubsampledGaussianModel`), so the two
+    directions coincide.  For ``sampling_rate = 1`` it is the Gaussian mechanism
+    with sensitivity ``2 * sensitivity``.
+
+    Note that the three-point pair ``(q N(1) + (1-q) N(0), q N(-1) + (1-q) N(0))``
+    is *not* a dominating pair here: datasets whose other records share the
+    gradient of one of the two swapped records realise the pair
+    ``((1-q) N(0) + q N(2), N(0))``, whose hockey-stick divergence is larger.
+    """
+
+    mechanism: Mechanism
+    sampling_rate: float
+    symmetric: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a pld mechanism, got {type(self.mechanism).__name__}")
+        if not isinstance(self.mechanism, Gaussian):
+            raise TypeError(
+                "mechanism of SampledWithoutReplacement must be a pld.Gaussian: the substitute-adjacency "
+                f"dominating pair is implemented for the Gaussian base only, got {type(self.mechanism).__name__}")
+        q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
+        object.__setattr__(self, "sampling_rate", q)
+
+    def loss_model(self, direction: str = "remove"):
+        from pld._models import SymmetrizedSubsampledGaussianModel
+
+        self._check_direction(direction)  # both directions share the symmetric pair
+        g = self.mechanism
+        return SymmetrizedSubsampledGaussianModel(2.0 * g.sensitivity / g.sigma, self.sampling_rate)

@@ -44,8 +44,9 @@ EPS_RTOL = 1e-4
 EPS_ATOL = 1e-6
 #: log of the tilted mass allowed outside a truncation window, per truncation
 _LOG_ETA = math.log(1e-16)
-#: largest number of grid points in any one array (memory cap, ~64 MB per array)
-MAX_GRID_POINTS = 1 << 23
+#: largest number of grid points in any one array (memory cap: ~16 MB per array,
+#: a few hundred MB at peak with the discretiser's temporaries)
+MAX_GRID_POINTS = 1 << 21
 #: a composed result used once (heterogeneous composition) is coarsened above this
 LEVEL_POINTS = 1 << 16
 
@@ -160,11 +161,10 @@ class PLD:
         lo = np.zeros(flat.shape)
         hi = np.zeros(flat.shape)
         for d in self._directions():
-            lam_of = np.array([self._tilt_for_eps(d, float(x)) for x in flat])
-            for lam in np.unique(lam_of):
-                sel = lam_of == lam
-                h = self._spacing_for(d, lam, ("eps", float(np.median(flat[sel]))))
-                pess, opt = self._materialize(d, h, lam)
+            bucket = np.array([w.quantize_tilt(self._tilt_star(d, ("eps", float(x)))) for x in flat])
+            for b in np.unique(bucket):
+                sel = bucket == b
+                pess, opt = self._materialize(d, *self._settings(d, ("eps", float(np.median(flat[sel])))))
                 hi[sel] = np.maximum(hi[sel], pess.delta(flat[sel]))
                 lo[sel] = np.maximum(lo[sel], opt.delta(flat[sel]))
         hi = np.maximum(hi, lo).reshape(e.shape)
@@ -184,9 +184,8 @@ class PLD:
         lo, hi = self._epsilon_bounds_one(delta)
         out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "directions": {}}
         for d in self._directions():
-            lam = self._tilt_for_delta(d, delta)
-            h = self._spacing_for(d, lam, ("delta", delta))
-            pess, opt = self._materialize(d, h, lam)
+            h, lam, log_eta = self._settings(d, ("delta", delta))
+            pess, opt = self._materialize(d, h, lam, log_eta)
             out["directions"][d] = {
                 "epsilon_lower": opt.epsilon(delta), "epsilon_upper": pess.epsilon(delta),
                 "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
@@ -212,9 +211,7 @@ class PLD:
             raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         d = direction if direction in self._directions() else "remove"
-        lam = self._tilt_for_delta(d, delta)
-        h = self._spacing_for(d, lam, ("delta", delta))
-        pess, opt = self._materialize(d, h, lam)
+        pess, opt = self._materialize(d, *self._settings(d, ("delta", delta)))
         g = pess if side == "upper" else opt
         with np.errstate(under="ignore", over="ignore"):
             masses = np.exp(g.log_masses())
@@ -232,68 +229,109 @@ class PLD:
                 self._explore_cache[direction] = c
             return c
 
-    # The Chernoff-optimal tilt lifts the tail at the query to the top of the
-    # tilted law, far more than FFT round-off needs, and for heavy-tailed
-    # (subsampled) losses it makes the tilted law, hence the grid, very wide.
-    # A fraction of it keeps the tail well above round-off (for a Gaussian-like
-    # loss it multiplies the tail by about delta^{-2 k + k^2}) with narrow windows.
+    # The Chernoff-optimal tilt lam* lifts the tail at the query to the top of
+    # the tilted law.  That is more than FFT round-off needs, and for
+    # heavy-tailed (subsampled) losses it makes the tilted law, hence the grid,
+    # very wide.  We start from a fraction of it (for a Gaussian-like loss the
+    # tail is still lifted by about delta^{-1/2}) and raise it only when the
+    # round-off term is what keeps the bracket wide.
     _TILT_FRACTION = 0.3
 
-    def _tilt_for_delta(self, direction: str, delta: float) -> float:
-        lam = w.tilt_for_delta(self._exploration(direction), delta)[0]
-        return w.quantize_tilt(self._TILT_FRACTION * lam)
-
-    def _tilt_for_eps(self, direction: str, eps: float) -> float:
-        lam = w.tilt_for_epsilon(self._exploration(direction), eps)
-        return w.quantize_tilt(self._TILT_FRACTION * lam)
+    def _tilt_star(self, direction: str, query: tuple) -> float:
+        comp = self._exploration(direction)
+        if query[0] == "delta":
+            return w.tilt_for_delta(comp, query[1])[0]
+        return w.tilt_for_epsilon(comp, query[1])
 
     def _epsilon_bounds_one(self, delta: float) -> tuple[float, float]:
         lo = hi = 0.0
         for d in self._directions():
-            lam = self._tilt_for_delta(d, delta)
-            h = self._spacing_for(d, lam, ("delta", delta))
-            pess, opt = self._materialize(d, h, lam)
+            pess, opt = self._materialize(d, *self._settings(d, ("delta", delta)))
             hi = max(hi, pess.epsilon(delta))
             lo = max(lo, opt.epsilon(delta))
         return lo, max(hi, lo)
 
-    def _spacing_for(self, direction: str, lam: float, query: tuple) -> float:
-        """Grid spacing for a query: initial estimate, then refine until narrow.
+    def _settings(self, direction: str, query: tuple) -> tuple[float, float]:
+        """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         The bias of both discretisations is second order in the spacing, so a
-        bracket ``r`` times too wide is fixed by a spacing ``sqrt(r)`` times finer.
+        bracket ``r`` times too wide from discretisation is fixed by a spacing
+        ``sqrt(r)`` times finer; a bracket kept wide by the round-off term is
+        fixed by a stronger tilt.  Settings are remembered per direction and
+        tilt bucket, so later queries nearby cost one cached evaluation.
         """
+        lam_star = self._tilt_star(direction, query)
+        lam = w.quantize_tilt(self._TILT_FRACTION * lam_star)
+        log_eta = self._log_eta(direction, query)
         if self._h_fixed is not None:
-            return self._h_fixed
-        key = (direction, lam)
+            return self._h_fixed, lam, log_eta
+        key = (direction, w.quantize_tilt(lam_star), log_eta)
         with self._lock:
             memo = self._h_memo.get(key)
-        h = memo if memo is not None else self._initial_spacing(direction, query)
-        for _ in range(4):
-            width, target, value = self._width(direction, query, h, lam)
+        if memo is not None:
+            h, lam = memo
+        else:
+            h = self._initial_spacing(direction, query)
+            while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+                h = _round_spacing(h * 2.0)
+        for _ in range(6):
+            width, target, value, err_part = self._width(direction, query, h, lam, log_eta)
             if _DEBUG:
-                print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} target={target:.3g}")
+                print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} "
+                      f"round-off part={err_part:.3g} target={target:.3g}")
             if width <= target or not math.isfinite(value):
                 break
-            ratio = math.sqrt(target / width) * 0.8
+            if err_part > 0.3 * width and lam < lam_star:
+                # a stronger tilt, unless it widens the tilted law too much
+                # (heavy tails: the grid would explode for little gain)
+                lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
+                comp = self._exploration(direction)
+                lo0, hi0 = w.window(comp, lam, log_eta)
+                lo1, hi1 = w.window(comp, lam_new, log_eta)
+                if hi1 - lo1 <= 4.0 * (hi0 - lo0):
+                    lam = lam_new
+                    continue
+                if width - err_part <= target:
+                    break  # nothing left that a finer grid would fix
+            ratio = math.sqrt(target / max(width - err_part, 1e-300)) * 0.8
             h_new = _round_spacing(h * min(0.9, max(0.25, ratio)))
-            if self._grid_points(direction, h_new, lam) > MAX_GRID_POINTS:
+            if self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
                 break
             h = h_new
         with self._lock:
-            if memo is None or h < memo:
-                self._h_memo[key] = h
-        return h
+            if memo is None or h < memo[0]:
+                self._h_memo[key] = (h, lam)
+        return h, lam, log_eta
 
-    def _width(self, direction: str, query: tuple, h: float, lam: float) -> tuple[float, float, float]:
+    def _log_eta(self, direction: str, query: tuple) -> float:
+        """Tilted mass allowed outside each truncation window, relative to the query.
+
+        Truncated mass lands on the safe side but widens the bracket; keeping
+        it 1e-8 below the delta at stake makes that invisible.  Quantised so
+        nearby queries share materialisations.
+        """
+        if query[0] == "delta":
+            log_delta = math.log(query[1])
+        else:
+            comp = self._exploration(direction)
+            lam = w.tilt_for_epsilon(comp, query[1])
+            log_delta = float(comp.psi(lam)[0]) - lam * query[1]
+        v_ = min(_LOG_ETA, log_delta - 18.0)
+        return 5.0 * math.floor(v_ / 5.0)
+
+    def _width(self, direction: str, query: tuple, h: float, lam: float, log_eta: float):
+        """``(width, target, value, round-off part of width)`` of one direction's bracket."""
         kind, val = query
-        pess, opt = self._materialize(direction, h, lam)
+        pess, opt = self._materialize(direction, h, lam, log_eta)
+        pz, oz = pess.without_error(), opt.without_error()
         if kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)
-            return hi - lo, EPS_RTOL * hi + EPS_ATOL, hi
+            part = max(0.0, hi - pz.epsilon(val)) + max(0.0, oz.epsilon(val) - lo)
+            return hi - lo, EPS_RTOL * hi + EPS_ATOL, hi, part
         lo, hi = float(opt.delta(val)[0]), float(pess.delta(val)[0])
+        part = max(0.0, hi - float(pz.delta(val)[0])) + max(0.0, float(oz.delta(val)[0]) - lo)
         # a delta bracket as narrow, relatively, as the epsilon bracket target
-        return hi - lo, 1e-3 * hi + 1e-300, hi
+        return hi - lo, 1e-3 * hi + 1e-300, hi, part
 
     def _initial_spacing(self, direction: str, query: tuple) -> float:
         comps = [self._exploration(direction)]
@@ -320,7 +358,7 @@ class PLD:
         # resolution floor set by the memory cap
         return _round_spacing(h)
 
-    def _grid_points(self, direction: str, h: float, lam: float) -> int:
+    def _grid_points(self, direction: str, h: float, lam: float, log_eta: float = _LOG_ETA) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
 
         Levels are coarsened to at most ``LEVEL_POINTS``; the single-step grids
@@ -331,18 +369,19 @@ class PLD:
             comp = self._exploration(d)
             steps = comp.steps()
             for ex, _ in comp.parts:
-                lo, hi = w.window(w.Composite([(ex, 1)]), lam, _LOG_ETA - math.log(steps))
+                lo, hi = w.window(w.Composite([(ex, 1)]), lam, log_eta - math.log(steps))
                 lo, hi = max(lo, ex.loss_min), min(hi, ex.loss_max)
                 n = max(n, int((hi - lo) / h) + 2)
         return n
 
-    def _materialize(self, direction: str, h: float, lam: float) -> tuple[GridPLD, GridPLD]:
-        key = (direction, h, lam)
+    def _materialize(self, direction: str, h: float, lam: float,
+                     log_eta: float = _LOG_ETA) -> tuple[GridPLD, GridPLD]:
+        key = (direction, h, lam, log_eta)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
-        n_final = self._grid_points(direction, h, lam)
+        n_final = self._grid_points(direction, h, lam, log_eta)
         if n_final > MAX_GRID_POINTS:
             raise GridTooLargeError(
                 f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
@@ -352,10 +391,10 @@ class PLD:
             total = None
             comp = self._exploration(direction)
             steps = comp.steps()
-            final_window = w.window(comp, lam, _LOG_ETA)
+            final_window = w.window(comp, lam, log_eta)
             for (mech, count), (ex, _) in zip(self._components, comp.parts):
                 model = mech.loss_model(direction)
-                g = _self_compose(model, ex, count, h, lam, pessimistic, steps)
+                g = _self_compose(model, ex, count, h, lam, pessimistic, steps, log_eta)
                 if total is None:
                     total = g
                 else:
@@ -377,7 +416,7 @@ def _round_spacing(h: float) -> float:
 
 
 def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
-                  pessimistic: bool, total_steps: int) -> GridPLD:
+                  pessimistic: bool, total_steps: int, log_eta: float = _LOG_ETA) -> GridPLD:
     """``count``-fold composition by repeated squaring with windowed truncation.
 
     A window for ``c`` composed steps allows tilted mass ``eta * c / total_steps``
@@ -393,14 +432,16 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     FFT stays about the same size however large ``count`` is.
     """
     def win(c: int) -> tuple[float, float]:
-        return w.window(w.Composite([(ex, c)]), lam, _LOG_ETA - math.log(total_steps / c))
+        return w.window(w.Composite([(ex, c)]), lam, log_eta - math.log(total_steps / c))
 
     levels = max(1.0, math.log2(count))
     per_step_bias = max(ex.added_variance(h), h * h / 6)
 
     def fit(g: GridPLD, c: int) -> GridPLD:
         h_allowed = math.sqrt(4.0 * c * per_step_bias / levels)
-        while g.size > MIN_LEVEL_POINTS and 2 * g.h <= h_allowed:
+        # the memory cap wins over accuracy: a coarser grid stays certified,
+        # the bracket just widens
+        while g.size > MAX_GRID_POINTS or (g.size > MIN_LEVEL_POINTS and 2 * g.h <= h_allowed):
             g = g.coarsen()
         return g
 

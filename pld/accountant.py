@@ -1,0 +1,224 @@
+"""A running privacy accountant for training loops.
+
+>>> import pld
+>>> acc = pld.Accountant()
+>>> for _ in range(1000):
+...     acc.step(noise_multiplier=1.0, sampling_rate=0.01)
+>>> lo, hi = acc.epsilon_bounds(1e-5)        # doctest: +SKIP
+
+The accountant keeps the history of what ran as ``(mechanism, count)`` pairs
+(consecutive identical records are merged), composes it into a :class:`pld.PLD`
+on demand and caches query results until the next record.  Its state is a
+plain JSON-serialisable dict, so a run that is checkpointed and resumed keeps
+one privacy budget across restarts.  All methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+
+from pld import _validate as v
+from pld import mechanisms as _mechanisms
+from pld.dpsgd import _check_sampling, dpsgd_mechanism
+from pld.mechanisms import Mechanism
+from pld.pld import PLD
+
+STATE_FORMAT = "pld.Accountant"
+STATE_VERSION = 1
+
+
+class Accountant:
+    """Accumulates mechanisms and answers certified (epsilon, delta) queries.
+
+    Parameters
+    ----------
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme used by :meth:`step` (and with it the adjacency).
+    """
+
+    def __init__(self, *, sampling: str = "poisson"):
+        self._sampling = _check_sampling(sampling)
+        self._lock = threading.RLock()
+        self._history: list[tuple[Mechanism, int]] = []
+        self._steps = 0
+        self._version = 0
+        self._pld: PLD | None = None
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------- record
+    @property
+    def sampling(self) -> str:
+        return self._sampling
+
+    def step(self, *, noise_multiplier: float, sampling_rate: float, count: int = 1) -> None:
+        """Record ``count`` DP-SGD steps (Gaussian noise, subsampled as ``sampling``)."""
+        mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=self._sampling)
+        self.record(mech, count)
+
+    def record(self, mechanism: Mechanism, count: int = 1) -> None:
+        """Record ``count`` runs of ``mechanism`` on the same data."""
+        if not isinstance(mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a pld mechanism, got {type(mechanism).__name__}")
+        count = v.integer("count", count, low=1, high=10**12)
+        with self._lock:
+            if self._history and self._history[-1][0] == mechanism:
+                self._history[-1] = (mechanism, self._history[-1][1] + count)
+            else:
+                self._history.append((mechanism, count))
+            self._steps += count
+            self._version += 1
+            self._pld = None
+            self._cache = {}
+
+    @property
+    def steps(self) -> int:
+        """Total number of recorded runs (sum of the counts)."""
+        with self._lock:
+            return self._steps
+
+    @property
+    def history(self) -> list[tuple[Mechanism, int]]:
+        """``[(mechanism, count), ...]`` in recording order (a copy)."""
+        with self._lock:
+            return list(self._history)
+
+    def pld(self) -> PLD:
+        """The composed :class:`pld.PLD` of everything recorded so far."""
+        with self._lock:
+            if not self._history:
+                raise ValueError("nothing has been recorded yet: call step() or record() first")
+            if self._pld is None:
+                self._pld = PLD(tuple(self._history))
+            return self._pld
+
+    # ------------------------------------------------------------ queries
+    def _query(self, key: tuple, compute):
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            version = self._version
+            d = self.pld() if self._history else None
+        value = compute(d)  # outside the lock: PLD is thread-safe, recording may go on
+        with self._lock:
+            if self._version == version:
+                self._cache[key] = value
+        return value
+
+    def epsilon_bounds(self, delta: float) -> tuple[float, float]:
+        """Certified ``(lower, upper)`` on epsilon at ``delta`` for everything recorded."""
+        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        return self._query(("eps", delta), lambda d: (0.0, 0.0) if d is None else d.epsilon_bounds(delta))
+
+    def epsilon(self, delta: float) -> float:
+        """Certified epsilon at ``delta`` (the upper end of :meth:`epsilon_bounds`)."""
+        return self.epsilon_bounds(delta)[1]
+
+    def delta_bounds(self, epsilon: float) -> tuple[float, float]:
+        """Certified ``(lower, upper)`` on delta at ``epsilon``."""
+        epsilon = v.real("epsilon", epsilon)
+        return self._query(("delta", epsilon), lambda d: (0.0, 0.0) if d is None else d.delta_bounds(epsilon))
+
+    def delta(self, epsilon: float) -> float:
+        """Certified delta at ``epsilon`` (the upper end of :meth:`delta_bounds`)."""
+        return self.delta_bounds(epsilon)[1]
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return f"Accountant(sampling={self._sampling!r}, steps={self._steps}, records={len(self._history)})"
+
+    # -------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """JSON-serialisable state: format, version, sampling and history."""
+        with self._lock:
+            return {
+                "format": STATE_FORMAT,
+                "version": STATE_VERSION,
+                "sampling": self._sampling,
+                "steps": self._steps,
+                "history": [{"mechanism": mechanism_to_dict(m), "count": int(k)} for m, k in self._history],
+            }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Accountant":
+        """Rebuild an accountant from :meth:`state_dict` output."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from Accountant.state_dict(), got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"state['format'] must be {STATE_FORMAT!r}, got {state.get('format')!r}")
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(f"state['version'] {version!r} is not supported (this pld reads version {STATE_VERSION})")
+        acc = cls(sampling=state.get("sampling", "poisson"))
+        history = state.get("history")
+        if not isinstance(history, list):
+            raise TypeError("state['history'] must be a list of {'mechanism': ..., 'count': ...} entries")
+        for i, entry in enumerate(history):
+            if not isinstance(entry, dict) or "mechanism" not in entry or "count" not in entry:
+                raise ValueError(f"state['history'][{i}] must be a dict with 'mechanism' and 'count'")
+            acc.record(mechanism_from_dict(entry["mechanism"]), entry["count"])
+        if "steps" in state and state["steps"] != acc._steps:
+            raise ValueError(f"state['steps'] = {state['steps']!r} does not match the history ({acc._steps} steps)")
+        return acc
+
+
+# ------------------------------------------------------- (de)serialisation
+def _registry() -> dict[str, type]:
+    out = {}
+    for name in dir(_mechanisms):
+        obj = getattr(_mechanisms, name)
+        if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism \
+                and dataclasses.is_dataclass(obj):
+            out[obj.__name__] = obj
+    return out
+
+
+def _encode(value):
+    if isinstance(value, Mechanism):
+        return mechanism_to_dict(value)
+    if isinstance(value, (tuple, list)):
+        return [_encode(x) for x in value]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot serialise non-finite field value {value!r}")
+        return value
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if hasattr(value, "item"):  # numpy scalar
+        return _encode(value.item())
+    raise TypeError(f"cannot serialise field value of type {type(value).__name__}")
+
+
+def _decode(value):
+    if isinstance(value, dict) and "type" in value:
+        return mechanism_from_dict(value)
+    if isinstance(value, list):
+        return tuple(_decode(x) for x in value)
+    return value
+
+
+def mechanism_to_dict(mechanism: Mechanism) -> dict:
+    """``{"type": class name, "fields": {...}}``; nested mechanisms are nested dicts."""
+    if not isinstance(mechanism, Mechanism) or not dataclasses.is_dataclass(mechanism):
+        raise TypeError(f"cannot serialise {type(mechanism).__name__}: not a pld mechanism dataclass")
+    name = type(mechanism).__name__
+    if _registry().get(name) is not type(mechanism):
+        raise TypeError(f"cannot serialise {name}: only mechanisms defined in pld.mechanisms are supported")
+    fields = {f.name: _encode(getattr(mechanism, f.name)) for f in dataclasses.fields(mechanism) if f.init}
+    return {"type": name, "fields": fields}
+
+
+def mechanism_from_dict(d: dict) -> Mechanism:
+    """Inverse of :func:`mechanism_to_dict` (only classes of :mod:`pld.mechanisms`)."""
+    if not isinstance(d, dict) or "type" not in d or not isinstance(d.get("fields", {}), dict):
+        raise ValueError(f"a serialised mechanism must be {{'type': ..., 'fields': {{...}}}}, got {d!r}")
+    cls = _registry().get(d["type"])
+    if cls is None:
+        raise ValueError(f"unknown mechanism type {d['type']!r}; known: {sorted(_registry())}")
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    fields = d.get("fields", {})
+    unknown = set(fields) - names
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)} for mechanism {d['type']}")
+    return cls(**{k: _decode(val) for k, val in fields.items()})
