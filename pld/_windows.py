@@ -62,6 +62,25 @@ class Exploration:
         m = float(np.dot(w, self.loss))
         return m, float(np.dot(w, (self.loss - m) ** 2))
 
+    #: set by explore() for models made of atoms only
+    atoms_only: bool = False
+
+    def quantum(self) -> float | None:
+        """Largest ``u`` with every finite loss an integer multiple of ``u``, or None.
+
+        Only for models made of atoms (randomized response, discrete Laplace,
+        pure/approximate DP pairs): on a grid whose spacing divides ``u`` the
+        discretisation is exact on both sides.
+        """
+        if not self.atoms_only:
+            return None
+        fin = np.abs(self.loss[np.isfinite(self.loss) & (self.loss != 0)])
+        if fin.size == 0:
+            return None
+        u = float(fin.min())
+        r = fin / u
+        return u if np.all(np.abs(r - np.round(r)) <= 1e-9 * np.maximum(1.0, r)) else None
+
     def added_variance(self, h: float) -> float:
         """Variance a spread onto a grid of spacing ``h`` adds per step (``E[u (h - u)]``)."""
         u = np.mod(self.loss, h)
@@ -88,7 +107,9 @@ def explore(model: LossModel, cells: int = 2000) -> Exploration:
     lo, hi = model.loss_range()
     lo = min(lo, float(L.min()))
     hi = max(hi, float(L.max()))
-    return Exploration(L, P, lo, hi)
+    ex = Exploration(L, P, lo, hi)
+    object.__setattr__(ex, "atoms_only", model.base is None)
+    return ex
 
 
 class Composite:
@@ -112,20 +133,45 @@ class Composite:
             v += k * vi
         return m, math.sqrt(max(v, 0.0))
 
-    def support(self) -> tuple[float, float]:
-        lo = sum(k * ex.loss_min for ex, k in self.parts)
-        hi = sum(k * ex.loss_max for ex, k in self.parts)
+    def support(self, h: float = 0.0) -> tuple[float, float]:
+        """Range of the composed loss; ``h`` widens each step by one grid cell,
+        where a dominating spread may put mass."""
+        lo = sum(k * (ex.loss_min - h) for ex, k in self.parts)
+        hi = sum(k * (ex.loss_max + h) for ex, k in self.parts)
         return lo, hi
+
+    def quantum(self) -> float | None:
+        """Common loss quantum of all parts (see :meth:`Exploration.quantum`)."""
+        atom_parts = [ex for ex, _ in self.parts if ex.atoms_only]
+        us = [ex.quantum() for ex in atom_parts]
+        if not us or any(u is None for u in us):
+            return None
+        u0 = min(us)
+        for u in us:
+            r = u / u0
+            if abs(r - round(r)) > 1e-9 * r:
+                return None
+        return u0
 
     def steps(self) -> int:
         return sum(k for _, k in self.parts)
 
     def added_variance(self, h: float) -> float:
-        return sum(k * ex.added_variance(h) for ex, k in self.parts)
+        """Per-composition variance a spread adds; atoms-only parts count as exact
+        when the grid is aligned to their quantum."""
+        aligned = self.quantum() is not None
+        return sum(k * ex.added_variance(h) for ex, k in self.parts if not (aligned and ex.atoms_only))
+
+    @property
+    def all_atoms(self) -> bool:
+        return all(ex.atoms_only for ex, _ in self.parts)
 
 
-def window(comp: Composite, lam: float, log_eta: float) -> tuple[float, float]:
-    """Loss window outside which the tilted law has mass below ``e^{log_eta}`` per side."""
+def window(comp: Composite, lam: float, log_eta: float, h: float = 0.0) -> tuple[float, float]:
+    """Loss window outside which the tilted law has mass below ``e^{log_eta}`` per side.
+
+    Never wider than the support of the composed loss on a grid of spacing ``h``.
+    """
     th = _THETAS
     psi_l = 0.0
     psi_up = np.zeros(th.size)
@@ -148,7 +194,15 @@ def window(comp: Composite, lam: float, log_eta: float) -> tuple[float, float]:
         with np.errstate(over="ignore", invalid="ignore"):
             lo_b = np.nanmax((log_eta + psi_l - psi_neg) / (th + lam))
         lo = min(lo, lo_b)
-    s_lo, s_hi = comp.support()
+    s_lo, s_hi = comp.support(h)
+    e_lo, e_hi = comp.support()
+    # where the bound reaches the end of a bounded support, keep the whole
+    # support of the grid: a dominating spread pushes the extreme atoms up to
+    # one cell per step beyond the exact support, and that mass is not small
+    if up >= e_hi:
+        up = s_hi
+    if lo <= e_lo:
+        lo = s_lo
     lo = max(lo, s_lo)
     hi = min(up, s_hi)
     if not math.isfinite(lo):
@@ -158,9 +212,23 @@ def window(comp: Composite, lam: float, log_eta: float) -> tuple[float, float]:
     return float(lo), float(max(hi, lo))
 
 
+def _tilt_cap(comp: Composite) -> float:
+    """Largest useful tilt: ``30 / sd(L)``.
+
+    For a Gaussian-like loss the Chernoff-optimal tilt is ``z / sd`` with
+    ``z < 10`` down to delta = 1e-20; for a bounded loss (randomized response)
+    the optimum runs off to infinity, where the tilted law is a point mass at
+    the largest loss and the grid arithmetic under/overflows.
+    """
+    _, sd = comp.mean_sd()
+    return 30.0 / max(sd, 1e-12)
+
+
 def tilt_for_delta(comp: Composite, delta: float) -> tuple[float, float]:
-    """``(lam, eps_chernoff)`` minimising ``(psi(lam) + log(1/delta)) / lam``."""
-    th = _THETAS
+    """``(lam, eps_chernoff)`` minimising ``(psi(lam) + log(1/delta)) / lam``, ``lam <= 30/sd``."""
+    th = _THETAS[_THETAS <= _tilt_cap(comp)]
+    if th.size == 0:
+        th = _THETAS[:1]
     vals = (comp.psi(th) - math.log(delta)) / th
     i = int(np.argmin(vals))
     return float(th[i]), float(vals[i])
@@ -168,7 +236,7 @@ def tilt_for_delta(comp: Composite, delta: float) -> tuple[float, float]:
 
 def tilt_for_epsilon(comp: Composite, epsilon: float) -> float:
     """``lam`` minimising the Chernoff bound ``psi(lam) - lam * epsilon`` (``lam >= 0``)."""
-    th = np.concatenate(([0.0], _THETAS))
+    th = np.concatenate(([0.0], _THETAS[_THETAS <= _tilt_cap(comp)]))
     vals = comp.psi(th) - th * epsilon
     return float(th[int(np.argmin(vals))])
 

@@ -88,6 +88,17 @@ class GridPLD:
         bound = _mgf_bound_from(lm, loss) if pessimistic else None
         return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound)
 
+    def _finite_mass_upper(self) -> float:
+        if self.log_mgf_bound is not None:
+            return math.exp(min(700.0, float(self.log_mgf_bound[_I0])))
+        return _MASS_CAP
+
+    def _finite_mass_lower(self) -> float:
+        low = np.maximum(self.p - self.err, 0.0)
+        with np.errstate(over="ignore", under="ignore"):
+            w = np.exp(np.minimum(self.log_scale - self.lam * self.losses(), 700.0))
+        return min(1.0, float(np.dot(low, w)) * (1.0 - 1e-12))
+
     def without_error(self) -> "GridPLD":
         """The same grid with the round-off term dropped (diagnostics only: not certified)."""
         return GridPLD(self.h, self.k0, self.p, self.lam, self.log_scale, self.inf_mass, 0.0,
@@ -124,10 +135,16 @@ class GridPLD:
             raise FloatingPointError("composition lost all mass; increase the window or check inputs")
         c /= tot
         err /= tot
-        if self.pessimistic:
-            inf_mass = min(1.0, (self.inf_mass + other.inf_mass) * _MASS_CAP)
+        # P(L = inf) of the composition: ia (fb + ib) + fa ib, with fa, fb the
+        # finite masses (bounded above from the MGF bound at theta = 0 on the
+        # dominating side, below from the grid on the dominated side)
+        ia, ib = self.inf_mass, other.inf_mass
+        if ia == 0.0 and ib == 0.0:
+            inf_mass = 0.0
+        elif self.pessimistic:
+            inf_mass = min(1.0, ia * (other._finite_mass_upper() + ib) + self._finite_mass_upper() * ib)
         else:
-            inf_mass = self.inf_mass + other.inf_mass - self.inf_mass * other.inf_mass
+            inf_mass = min(1.0, ia * (other._finite_mass_lower() + ib) + self._finite_mass_lower() * ib)
         bound = None
         if self.log_mgf_bound is not None and other.log_mgf_bound is not None:
             bound = self.log_mgf_bound + other.log_mgf_bound  # MGFs multiply
@@ -254,8 +271,8 @@ class GridPLD:
             n = self.p.size
             m = np.arange(n + 1)
             if self.lam > 0:
-                r = math.exp(-2.0 * self.lam * self.h)
-                g = -np.expm1((n - m) * math.log(r)) / (-math.expm1(math.log(r)))
+                t = -2.0 * self.lam * self.h  # log of the geometric ratio
+                g = -np.expm1((n - m) * t) / (-math.expm1(t))
             else:
                 g = (n - m).astype(float)
             cache = (sa, sb, np.sqrt(g) * self.err)

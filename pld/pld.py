@@ -294,7 +294,7 @@ class PLD:
                 if width - err_part <= target:
                     break  # nothing left that a finer grid would fix
             ratio = math.sqrt(target / max(width - err_part, 1e-300)) * 0.8
-            h_new = _round_spacing(h * min(0.9, max(0.25, ratio)))
+            h_new = self._align(direction, _round_spacing(h * min(0.9, max(0.25, ratio))))
             if self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
                 break
             h = h_new
@@ -333,11 +333,19 @@ class PLD:
         # a delta bracket as narrow, relatively, as the epsilon bracket target
         return hi - lo, 1e-3 * hi + 1e-300, hi, part
 
+    def _align(self, direction: str, h: float) -> float:
+        """Snap ``h`` to ``u / k`` when every loss is a multiple of a quantum ``u``."""
+        u = self._exploration(direction).quantum()
+        if u is None:
+            return h
+        return u / max(1, math.ceil(u / h - 1e-9))
+
     def _initial_spacing(self, direction: str, query: tuple) -> float:
-        comps = [self._exploration(direction)]
-        c = comps[0]
-        m, sd = c.mean_sd()
-        steps = max(1, c.steps())
+        comp = self._exploration(direction)
+        if comp.all_atoms and comp.quantum() is not None:
+            # atoms on grid points: both discretisations are exact at h = u
+            return comp.quantum()
+        m, sd = comp.mean_sd()
         sd = max(sd, 1e-12)
         if query[0] == "delta":
             z = math.sqrt(2 * max(1.0, -math.log(query[1])))
@@ -350,13 +358,10 @@ class PLD:
         h = sd
         # largest h (on a halving ladder) whose added variance keeps the bias small
         for _ in range(80):
-            added = max(cc.added_variance(h) for cc in comps)
-            if sens * added <= tol:
+            if sens * comp.added_variance(h) <= tol:
                 break
             h /= 2
-        h = min(h, sd / 4)
-        # resolution floor set by the memory cap
-        return _round_spacing(h)
+        return self._align(direction, _round_spacing(min(h, sd / 4)))
 
     def _grid_points(self, direction: str, h: float, lam: float, log_eta: float = _LOG_ETA) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
@@ -391,7 +396,7 @@ class PLD:
             total = None
             comp = self._exploration(direction)
             steps = comp.steps()
-            final_window = w.window(comp, lam, log_eta)
+            final_window = w.window(comp, lam, log_eta, h)
             for (mech, count), (ex, _) in zip(self._components, comp.parts):
                 model = mech.loss_model(direction)
                 g = _self_compose(model, ex, count, h, lam, pessimistic, steps, log_eta)
@@ -432,7 +437,7 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     FFT stays about the same size however large ``count`` is.
     """
     def win(c: int) -> tuple[float, float]:
-        return w.window(w.Composite([(ex, c)]), lam, log_eta - math.log(total_steps / c))
+        return w.window(w.Composite([(ex, c)]), lam, log_eta - math.log(total_steps / c), h)
 
     levels = max(1.0, math.log2(count))
     per_step_bias = max(ex.added_variance(h), h * h / 6)
