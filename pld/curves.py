@@ -1,0 +1,764 @@
+"""Curves read off a privacy loss distribution: RDP, privacy-loss tail, f-DP.
+
+A :class:`pld.PLD` answers ``(epsilon, delta)`` questions with certified
+brackets.  The same discretised distributions carry more: the Renyi
+divergences (moments of the loss), the tail ``P(L > eps)`` of the loss, and the
+hypothesis-testing trade-off curve.  This module reads them off the grids the
+engine returns from :meth:`pld.PLD.distribution`, and states for every function
+which end of the returned bracket is certified and why.
+
+Where the grids come from
+-------------------------
+For each direction of add-or-remove adjacency (``remove``, ``add``) the engine
+holds two discretisations of the composed privacy loss (tuned for a query
+``delta``; see :meth:`pld.PLD.distribution`):
+
+* the *dominating* grid (``side="upper"``): a pair whose hockey-stick curve
+  is above the true one for every real ``eps`` (connect-the-dots, Doroshenko
+  et al., PETS 2022; truncated mass moved up or to ``+inf``);
+* the *dominated* grid (``side="lower"``): a post-processing of the true pair
+  (outputs merged into buckets, bucket losses rounded down, mass outside the
+  window dropped), so its hockey-stick curve is below the true one.
+
+Round-off.  The engine bounds the FFT round-off of its composition in the l2
+norm of the *tilted* mass vector.  :meth:`pld.PLD.distribution` does not return
+that bound; this module takes it from :meth:`pld.PLD.explain`
+(``fft_error_bound`` and ``tilt`` of the direction), which reports it for the
+dominating side, and applies it, doubled, to both sides (the dominated side's
+own bound is the smaller one in every case we checked, but the public API does
+not report it).  Every bracket below therefore holds *given the engine's
+reported round-off bound*.
+
+References
+----------
+.. [BW18] B. Balle and Y.-X. Wang. "Improving the Gaussian mechanism for
+   differential privacy." ICML 2018.
+.. [Mir17] I. Mironov. "Renyi differential privacy." CSF 2017.
+.. [DRS22] J. Dong, A. Roth and W. Su. "Gaussian differential privacy."
+   JRSS-B 84(1), 2022 (f-DP; Prop. 2.12: (eps, delta(eps))-DP for all eps
+   <=> f-DP; Def. 2.4: mu-GDP).
+.. [ZDW22] Y. Zhu, J. Dong and Y.-X. Wang. "Optimal accounting of
+   differential privacy via characteristic function." AISTATS 2022
+   (dominating pairs, both directions of add-or-remove adjacency).
+.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar and P. Manurangsi.
+   "Connect the dots: tighter discrete approximations of privacy loss
+   distributions." PETS 2022.
+.. [SV16] I. Sason and S. Verdu. "f-divergence inequalities." IEEE Trans.
+   Inf. Theory 62(11), 2016 (data processing for f- and Renyi divergences).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special
+
+from pld import exact as _exact
+
+__all__ = [
+    "rdp_from_pld",
+    "tail_epsilon",
+    "tail_delta",
+    "delta_curve",
+    "tradeoff",
+    "gaussian_tradeoff",
+    "gaussian_mu",
+]
+
+#: safety factor on the engine's reported round-off bound (see module docstring)
+_ROUND_OFF_FACTOR = 2.0
+#: relative slack for this module's own floating-point sums
+_REL_SLACK = 1e-12
+#: chord widths (in eps) tried by the tail bounds, relative to the grid spacing
+_CHORD_STEPS = np.geomspace(0.5, 4000.0, 72)
+
+
+# ---------------------------------------------------------------------------
+# grid sides
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Side:
+    """One discretised side of one direction, ready for vectorised queries.
+
+    ``losses`` is the uniform grid, ``log_mass`` the untilted log P-masses,
+    ``inf_mass`` the P-mass at ``+inf``; ``log_err`` is the log of the
+    round-off bound (l2, tilted units) and ``log_scale``/``lam`` untilt it.
+    """
+
+    losses: np.ndarray
+    log_mass: np.ndarray
+    inf_mass: float
+    upper: bool
+    lam: float
+    log_scale: float
+    log_err: float
+
+    @classmethod
+    def build(cls, pld_obj, direction: str, side: str, delta: float, info: dict) -> "_Side":
+        losses, masses, inf_mass = pld_obj.distribution(direction, side, delta=delta)
+        losses = np.asarray(losses, dtype=np.float64)
+        masses = np.asarray(masses, dtype=np.float64)
+        if losses.size < 2:
+            raise ValueError("the engine returned a grid with fewer than two points")
+        if side == "upper":
+            # the round-off bound below must describe this very grid
+            lo_w, hi_w = info.get("loss_window", (losses[0], losses[-1]))
+            tol = 1e-9 * max(1.0, abs(lo_w), abs(hi_w))
+            if abs(losses[0] - lo_w) > tol or abs(losses[-1] - hi_w) > tol:
+                raise RuntimeError("PLD.explain() and PLD.distribution() describe different grids; "
+                                   "cannot attach the engine's round-off bound")
+        with np.errstate(divide="ignore"):
+            log_mass = np.log(np.maximum(masses, 0.0))
+        lam = float(info["tilt"])
+        err = float(info["fft_error_bound"]) * _ROUND_OFF_FACTOR
+        log_scale = float(special.logsumexp(log_mass + lam * losses)) if losses.size else 0.0
+        log_err = math.log(err) if err > 0 else -math.inf
+        return cls(losses, log_mass, float(inf_mass), side == "upper", lam, log_scale, log_err)
+
+    # -- cached suffix sums ---------------------------------------------------
+    def _suffix(self):
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            l, lm = self.losses, self.log_mass
+            n = l.size
+            mass = np.exp(lm)
+            # A_k = sum_{i>=k} m_i ; B_k = sum_{i>=k} m_i e^{l_k - l_i}
+            a = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))
+            with np.errstate(invalid="ignore"):
+                log_b_rev = np.logaddexp.accumulate((lm - l)[::-1])[::-1]
+                b = np.exp(np.minimum(log_b_rev + l, 0.0))
+            b = np.concatenate((b, [0.0]))
+            # W_k = err * sqrt(sum_{i>=k} (e^{log_scale - lam l_i})^2): round-off allowance
+            log_w = 0.5 * np.logaddexp.accumulate((-2.0 * self.lam * l)[::-1])[::-1] + self.log_scale + self.log_err
+            with np.errstate(over="ignore"):
+                w = np.concatenate((np.exp(np.minimum(log_w, 700.0)), [0.0]))
+            cache = (a, b, w)
+            object.__setattr__(self, "_cache", cache)
+        return cache
+
+    def delta(self, eps: np.ndarray) -> np.ndarray:
+        """Bound on the hockey-stick divergence of this direction at ``eps`` (any reals)."""
+        eps = np.asarray(eps, dtype=np.float64)
+        a, b, w = self._suffix()
+        l = self.losses
+        n = l.size
+        k = np.searchsorted(l, eps, side="right")  # first grid point with loss > eps
+        lk = np.where(k < n, l[np.minimum(k, n - 1)], np.inf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            fac = np.exp(np.minimum(eps - lk, 0.0))
+            core = a[k] - fac * b[k]
+        slack = _REL_SLACK * a[k]
+        if self.upper:
+            val = np.maximum(core, 0.0) + slack + w[k]
+            val = val + self.inf_mass * (1.0 + _REL_SLACK)
+        else:
+            val = np.maximum(core - slack - w[k], 0.0) + self.inf_mass
+        return np.clip(val, 0.0, 1.0)
+
+    def log_moment(self, theta: np.ndarray, certified: bool = True) -> np.ndarray:
+        """Bound on ``log E_P[e^{theta L}]`` over the finite part of the grid.
+
+        Dominated side: a certified lower bound on the moment of the dominated
+        pair.  Dropping terms only lowers a sum of non-negative terms, so the
+        bound is the best over prefixes ``{l_i <= l_k}`` of (grid sum minus the
+        round-off allowance ``err * ||weights||_2`` of that prefix); this keeps
+        the tiny, round-off-dominated masses at the top of the window from
+        swamping the bound at large ``theta``.
+
+        Dominating side: the grid sum plus the round-off allowance of the whole
+        grid (an upper bound on the finite part only; the caller handles the
+        ``+inf`` atom).  ``certified=False`` returns the plain grid sum.
+        """
+        th = np.atleast_1d(np.asarray(theta, dtype=np.float64))
+        l, lm = self.losses, self.log_mass
+        terms = lm[None, :] + th[:, None] * l[None, :]
+        if self.upper or not certified:
+            main = special.logsumexp(terms, axis=1)
+            if not certified:
+                return main
+            log_r = self.log_err + self.log_scale + 0.5 * special.logsumexp(
+                2.0 * (th[:, None] - self.lam) * l[None, :], axis=1)
+            return np.logaddexp(main, log_r) + _REL_SLACK
+        with np.errstate(invalid="ignore"):
+            main = np.logaddexp.accumulate(terms, axis=1)
+            log_r = self.log_err + self.log_scale + 0.5 * np.logaddexp.accumulate(
+                2.0 * (th[:, None] - self.lam) * l[None, :], axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = np.where(log_r < main, main + np.log1p(-np.exp(np.minimum(log_r - main, 0.0))), -np.inf)
+        return np.max(bound, axis=1) - _REL_SLACK
+
+    def tail_grid(self, eps: np.ndarray) -> np.ndarray:
+        """``P(L > eps)`` of this grid itself (an estimate, not a bound)."""
+        a, _, _ = self._suffix()
+        k = np.searchsorted(self.losses, np.asarray(eps, dtype=np.float64), side="right")
+        return a[k] + self.inf_mass
+
+
+@dataclass(frozen=True, eq=False)
+class _Direction:
+    name: str
+    upper: _Side
+    lower: _Side
+
+    @property
+    def h(self) -> float:
+        l = self.upper.losses
+        return float(l[1] - l[0]) if l.size > 1 else 1.0
+
+
+def _check_delta(delta: float) -> float:
+    d = float(delta)
+    if not (0.0 < d < 1.0):
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    return d
+
+
+def _directions(pld_obj, delta: float) -> list[_Direction]:
+    """Both sides of every direction the PLD distinguishes, from the public API."""
+    delta = _check_delta(delta)
+    info = pld_obj.explain(delta)["directions"]
+    out = []
+    for name, d_info in info.items():
+        up = _Side.build(pld_obj, name, "upper", delta, d_info)
+        lo = _Side.build(pld_obj, name, "lower", delta, d_info)
+        out.append(_Direction(name, up, lo))
+    return out
+
+
+def _as_float_array(name: str, value) -> tuple[np.ndarray, bool]:
+    scalar = np.ndim(value) == 0
+    arr = np.asarray(value, dtype=np.float64)
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} must not contain NaN")
+    return arr, scalar
+
+
+# ---------------------------------------------------------------------------
+# delta(eps) curve
+# ---------------------------------------------------------------------------
+
+
+def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
+    """Certified bracket on the privacy profile ``delta(eps)`` from one pair of grids.
+
+    Evaluates the hockey-stick divergence of the dominated and dominating grids
+    (max over the two directions of add-or-remove adjacency) at any number of
+    ``epsilons`` at no extra composition cost, unlike
+    :meth:`pld.PLD.delta_bounds`, which tunes (and may build) a grid per
+    query.  Accuracy is best near the epsilon the grids were tuned for
+    (``epsilon(delta)``); the bracket is valid everywhere.
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+        The composition.
+    epsilons : float or array_like
+        Real values (negative allowed).
+    delta : float, default 1e-6
+        Query that selects the grids (see :meth:`pld.PLD.distribution`).
+
+    Returns
+    -------
+    (lower, upper) : floats or ndarrays
+        ``lower <= delta(eps) <= upper``: the upper end is certified by
+        domination, the lower end by post-processing, each given the engine's
+        round-off bound (module docstring).
+    """
+    eps, scalar = _as_float_array("epsilons", epsilons)
+    if np.isinf(eps).any():
+        raise ValueError("epsilons must be finite")
+    dirs = _directions(pld_obj, delta)
+    lo = np.zeros(eps.shape)
+    hi = np.zeros(eps.shape)
+    for d in dirs:
+        lo = np.maximum(lo, d.lower.delta(eps))
+        hi = np.maximum(hi, d.upper.delta(eps))
+    hi = np.maximum(hi, lo)
+    if scalar:
+        return float(lo), float(hi)
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------
+# 1. RDP from a PLD
+# ---------------------------------------------------------------------------
+
+
+def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False):
+    """Renyi divergences of the composition, read off its discretised PLDs.
+
+    For a pair ``(P, Q)`` with privacy loss ``L = log P/Q`` (law under ``P``)
+
+    .. math::
+
+        D_\\alpha(P\\|Q) = \\frac{1}{\\alpha-1}\\log \\mathbb{E}_P\\big[e^{(\\alpha-1)L}\\big],
+        \\qquad \\alpha > 1
+
+    (Mironov 2017 [Mir17]_), so the moments of the two grids bracket the RDP
+    curve.  Both directions of add-or-remove adjacency are computed and the
+    maximum is taken (the ``add`` direction's ``P`` is the other neighbour, so
+    its moment gives ``D_alpha`` of the reversed pair).
+
+    Which side is certified, and why:
+
+    * **lower** -- certified.  The dominated grid is a post-processing of the
+      true pair (outputs merged into buckets, which can only lower the Renyi
+      divergence by the data-processing inequality [SV16]_; bucket losses
+      rounded *down* and mass outside the window dropped, which can only lower
+      ``E_P[e^{(alpha-1)L}]`` further).  The engine's round-off bound is
+      subtracted.
+    * **upper** -- certified but usually infinite.  The dominating grid's
+      hockey-stick curve is above the true one for every real ``eps``, so by
+      Blackwell's theorem the true pair is a post-processing of it and its
+      Renyi divergence is an upper bound.  But the engine moves the truncated
+      upper tail to ``+inf`` (a point mass where ``Q = 0``), and any such mass
+      makes ``D_alpha = inf`` for every ``alpha > 1``.  For a mechanism with an
+      unbounded loss (Gaussian, subsampled Gaussian) the upper end is therefore
+      ``inf``; a finite certified RDP needs a tail bound from the mechanism
+      itself, which :mod:`pld.rdp` provides in closed form.
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+        The composition.
+    orders : float or array_like
+        Renyi orders, finite and ``> 1``.
+    delta : float, default 1e-6
+        Query that selects the grids (tilt and window); smaller ``delta`` gives
+        a wider window, hence tighter lower bounds at large orders.
+    details : bool, default False
+        Also return a dict with the per-direction values and infinity masses.
+
+    Returns
+    -------
+    (lower, upper) : floats or ndarrays shaped like ``orders``
+        ``lower <= D_alpha <= upper`` for the worst-case ordered pair.
+
+    Examples
+    --------
+    >>> import numpy as np, pld
+    >>> from pld.curves import rdp_from_pld
+    >>> g = pld.Gaussian(8.0).pld().self_compose(120)
+    >>> lo, hi = rdp_from_pld(g, [2.0, 4.0])      # closed form: alpha * 120 / 128
+    >>> bool(np.all(lo <= np.array([2.0, 4.0]) * 120 / 128))
+    True
+    """
+    a, scalar = _as_float_array("orders", orders)
+    if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
+        raise ValueError("orders must be finite and > 1")
+    flat = a.ravel()
+    theta = flat - 1.0
+    lo = np.zeros(flat.shape)
+    hi = np.zeros(flat.shape)
+    per_dir = {}
+    for d in _directions(pld_obj, delta):
+        lo_d = np.maximum(d.lower.log_moment(theta) / theta, 0.0)
+        if d.upper.inf_mass > 0.0:
+            hi_d = np.full(flat.shape, np.inf)
+        else:
+            hi_d = np.maximum(d.upper.log_moment(theta, certified=True) / theta, 0.0)
+        lo = np.maximum(lo, lo_d)
+        hi = np.maximum(hi, hi_d)
+        per_dir[d.name] = {"lower": lo_d.reshape(a.shape), "upper": hi_d.reshape(a.shape),
+                           "infinity_mass_upper": d.upper.inf_mass,
+                           "infinity_mass_lower": d.lower.inf_mass}
+    hi = np.maximum(hi, lo)
+    if scalar:
+        res = (float(lo[0]), float(hi[0]))
+    else:
+        res = (lo.reshape(a.shape), hi.reshape(a.shape))
+    if details:
+        info = {"orders": a, "lower": res[0], "upper": res[1], "directions": per_dir, "delta": float(delta)}
+        return res[0], res[1], info
+    return res
+
+
+# ---------------------------------------------------------------------------
+# 2. privacy-loss tail
+# ---------------------------------------------------------------------------
+
+
+def _tail_bounds(d: _Direction, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified ``(lower, upper)`` on ``P(L > eps)`` for one direction (chord bounds)."""
+    eps = np.asarray(eps, dtype=np.float64).ravel()
+    s = (_CHORD_STEPS * d.h)[None, :]
+    e = eps[:, None]
+    d_lo = d.lower.delta(eps)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        up = (d.upper.delta(e - s) - np.exp(-s) * d_lo) / (-np.expm1(-s))
+        lo = (np.exp(s) * d_lo - d.upper.delta(e + s)) / np.expm1(s)
+    upper = np.minimum(np.nanmin(up, axis=1), 1.0)
+    lower = np.maximum(np.nanmax(lo, axis=1), d_lo[:, 0])
+    upper = np.maximum(upper, d_lo[:, 0])  # P(L > eps) >= delta(eps) in any case
+    return np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)
+
+
+def tail_delta(pld_obj, epsilon, delta: float = 1e-6):
+    """Certified bracket on the privacy-loss tail ``P(L > eps)``.
+
+    The tail of the loss is not monotone under domination (connect-the-dots
+    moves part of an atom *down*, so the dominating grid's tail can be below
+    the true tail, and merging can move it either way), so neither grid's own
+    tail is a bound.  It is, however, a functional of the hockey-stick curve:
+    with ``D(g) = delta(log g)``, convex in ``g = e^eps`` (DESIGN.md),
+
+    .. math::
+
+        P(L > \\varepsilon) = D(g) - g\\,D'_+(g),
+
+    the intercept at ``g = 0`` of the tangent to ``D`` at ``g`` (the inf-mass
+    counts as loss ``+inf``).  Convexity bounds the tangent by the chords to
+    either side, and the certified brackets on ``D`` (module docstring) give,
+    for every ``s > 0``,
+
+    .. math::
+
+        \\frac{e^{s}\\delta_{lo}(\\varepsilon) - \\delta_{up}(\\varepsilon+s)}{e^{s}-1}
+        \\;\\le\\; P(L > \\varepsilon) \\;\\le\\;
+        \\frac{\\delta_{up}(\\varepsilon-s) - e^{-s}\\delta_{lo}(\\varepsilon)}{1-e^{-s}}.
+
+    The best ``s`` over a geometric set is taken.  Both ends are certified
+    (given the engine's round-off bound); the width is set by the width of the
+    delta bracket, roughly its square root.
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+    epsilon : float or array_like
+        Real values.
+    delta : float, default 1e-6
+        Query that selects the grids.
+
+    Returns
+    -------
+    (lower, upper)
+        Bracket on ``max`` over the directions of ``P(L > eps)``.
+    """
+    eps, scalar = _as_float_array("epsilon", epsilon)
+    if np.isinf(eps).any():
+        raise ValueError("epsilon must be finite")
+    lo = np.zeros(eps.size)
+    hi = np.zeros(eps.size)
+    for d in _directions(pld_obj, delta):
+        l_d, u_d = _tail_bounds(d, eps.ravel())
+        lo = np.maximum(lo, l_d)
+        hi = np.maximum(hi, u_d)
+    if scalar:
+        return float(lo[0]), float(hi[0])
+    return lo.reshape(eps.shape), hi.reshape(eps.shape)
+
+
+def _first_satisfying(fn, grid: np.ndarray, iters: int = 48) -> float:
+    """Smallest point of ``grid`` where ``fn`` holds, refined by bisection to the left.
+
+    ``fn`` is vectorised and returns booleans.  The returned point always
+    satisfies ``fn`` (verified), so a certificate attached to ``fn`` holds there.
+    Returns ``inf`` if no grid point satisfies it.
+    """
+    ok = fn(grid)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return math.inf
+    j = int(idx[0])
+    if j == 0:
+        return float(grid[0])
+    bad, good = float(grid[j - 1]), float(grid[j])
+    for _ in range(iters):
+        mid = 0.5 * (bad + good)
+        if mid <= bad or mid >= good:
+            break
+        if bool(fn(np.array([mid]))[0]):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _last_violating(fn, grid: np.ndarray, iters: int = 48) -> float:
+    """Largest point (bisection-refined) where the vectorised predicate ``fn`` holds.
+
+    Returns ``-inf`` if none does; the returned point is verified.
+    """
+    ok = fn(grid)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return -math.inf
+    j = int(idx[-1])
+    if j == grid.size - 1:
+        return float(grid[-1])
+    good, bad = float(grid[j]), float(grid[j + 1])
+    for _ in range(iters):
+        mid = 0.5 * (bad + good)
+        if mid <= good or mid >= bad:
+            break
+        if bool(fn(np.array([mid]))[0]):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def tail_epsilon(pld_obj, delta: float, *, details: bool = False):
+    """Privacy-loss-tail epsilon: smallest ``eps >= 0`` with ``P(L > eps) <= delta``.
+
+    The seed lab's "tail epsilon": a *sufficient* check for
+    ``(eps, delta)``-DP (``delta(eps) <= P(L > eps)``), not a tight one.  Under
+    add-or-remove adjacency the check must hold in both directions, so the
+    larger of the two directions' values is reported.
+
+    Certified: both ends, given the engine's round-off bound.  The tail
+    functional is *not* monotone under domination, so the grids' own tails are
+    not bounds (they are returned, with ``details=True``, as ``estimate``);
+    instead the bracket on ``P(L > eps)`` of :func:`tail_delta` (chord bounds
+    on the convex hockey-stick curve) is inverted:
+
+    * ``upper`` is a point where the certified upper bound on the tail is
+      ``<= delta`` (verified at that point), so the true tail epsilon is at
+      most ``upper``;
+    * ``lower`` is a point where the certified lower bound on the tail is
+      ``> delta``, so the true tail epsilon is above it.
+
+    For the Gaussian mechanism compare with
+    :func:`pld.exact.privacy_loss_tail_epsilon_gaussian`
+    (``mu^2/2 - mu Phi^{-1}(delta)``).  The bracket is wider than the
+    ``epsilon_bounds`` bracket (about the square root of the delta bracket's
+    relative width, i.e. a few 1e-3 in eps).
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+    delta : float
+        Target in ``(0, 1)``; it also selects the grids.
+    details : bool, default False
+        Also return a dict with per-direction brackets and grid estimates.
+
+    Returns
+    -------
+    (lower, upper) : floats
+    """
+    delta = _check_delta(delta)
+    res_lo = res_hi = 0.0
+    per_dir = {}
+    for d in _directions(pld_obj, delta):
+        l = d.upper.losses
+        s_max = float(_CHORD_STEPS[-1] * d.h)
+        grid = np.concatenate(([0.0], l[l > 0.0], l[-1] + np.linspace(0.0, s_max, 8)[1:]))
+        grid = np.unique(grid)
+
+        def up_ok(x, d=d):
+            return _tail_bounds(d, x)[1] <= delta
+
+        def lo_bad(x, d=d):
+            return _tail_bounds(d, x)[0] > delta
+
+        hi_d = _first_satisfying(up_ok, grid)
+        if d.lower.inf_mass > delta:
+            lo_d = math.inf
+        else:
+            lo_d = _last_violating(lo_bad, grid)
+            lo_d = 0.0 if lo_d == -math.inf else lo_d
+        lo_d = min(lo_d, hi_d)
+        # estimate from the grid's own tail (not a bound)
+        est = _first_satisfying(lambda x, d=d: d.lower.tail_grid(x) <= delta, grid)
+        per_dir[d.name] = {"lower": lo_d, "upper": hi_d, "estimate": est}
+        res_lo = max(res_lo, lo_d)
+        res_hi = max(res_hi, hi_d)
+    if details:
+        return res_lo, res_hi, {"directions": per_dir, "delta": delta}
+    return res_lo, res_hi
+
+
+# ---------------------------------------------------------------------------
+# 3. f-DP trade-off curve and Gaussian-DP summary
+# ---------------------------------------------------------------------------
+
+
+def tradeoff(pld_obj, alphas, delta: float = 1e-6, *, num_eps: int = 4001):
+    """Bracket on the f-DP trade-off curve ``beta(alpha)`` implied by the privacy profile.
+
+    A mechanism that is ``(eps, delta(eps))``-DP for every ``eps >= 0`` is
+    ``f``-DP with (Dong, Roth & Su [DRS22]_, Prop. 2.12)
+
+    .. math::
+
+        f(\\alpha) = \\sup_{\\varepsilon \\ge 0} \\max\\big(0,\\;
+            1 - \\delta(\\varepsilon) - e^{\\varepsilon}\\alpha,\\;
+            e^{-\\varepsilon}(1 - \\delta(\\varepsilon) - \\alpha)\\big),
+
+    the smallest type II error ``beta`` any test of "record in" vs "record
+    out" can have at type I error ``alpha`` (the second term is the other
+    ordering of the neighbours).  For a symmetric mechanism such as the
+    Gaussian this is its exact trade-off curve.  ``delta(eps)`` here is the
+    maximum over the two directions.
+
+    Which side is certified, and why:
+
+    * **beta_lower** -- certified.  Each term is non-increasing in ``delta``,
+      so using the certified *upper* bound on ``delta(eps)`` gives, at every
+      ``eps``, a trade-off function the mechanism provably satisfies; a
+      supremum over finitely many ``eps`` is still one.  So every test at level
+      ``alpha`` has type II error at least ``beta_lower(alpha)``: the
+      adversary's best test is at most that good.
+    * **beta_upper** -- certified upper bound on the profile's ``f``: on each
+      cell ``[e_i, e_{i+1}]`` of the evaluation grid ``delta(eps) >=
+      delta_lower(e_{i+1})`` and ``e^{eps} >= e^{e_i}``, which bounds the
+      supremum over the whole cell; beyond the grid the
+      ``e^{-eps}(1 - alpha)`` term is bounded at the last point.
+
+    Both are non-increasing in ``alpha`` and lie in ``[0, 1 - alpha]``.
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+    alphas : float or array_like
+        Type I errors in ``[0, 1]``.
+    delta : float, default 1e-6
+        Query that selects the grids.
+    num_eps : int, default 4001
+        Points of the ``eps`` grid (uniform on ``[0, largest grid loss]``).
+
+    Returns
+    -------
+    (beta_lower, beta_upper)
+    """
+    al, scalar = _as_float_array("alphas", alphas)
+    if np.any(al < 0.0) or np.any(al > 1.0):
+        raise ValueError("alphas must lie in [0, 1]")
+    dirs = _directions(pld_obj, delta)
+    e_end = max(float(d.upper.losses[-1]) for d in dirs)
+    e_end = max(e_end, 1e-6)
+    eps = np.linspace(0.0, e_end, int(num_eps))
+    d_up = np.zeros(eps.shape)
+    d_lo = np.zeros(eps.shape)
+    for d in dirs:
+        d_up = np.maximum(d_up, d.upper.delta(eps))
+        d_lo = np.maximum(d_lo, d.lower.delta(eps))
+    inf_lo = max(d.lower.inf_mass for d in dirs)
+    flat = al.ravel()
+    b_lo = np.zeros(flat.shape)
+    b_hi = np.zeros(flat.shape)
+    ee = np.exp(eps)
+    ei = np.exp(-eps)
+    # cells [eps_i, eps_{i+1}]: delta >= d_lo[i+1]
+    cell_d = d_lo[1:]
+    cell_e = ee[:-1]
+    cell_ei = ei[:-1]
+    for start in range(0, flat.size, 256):
+        a = flat[start:start + 256][:, None]
+        t1 = 1.0 - d_up[None, :] - ee[None, :] * a
+        t2 = ei[None, :] * (1.0 - d_up[None, :] - a)
+        b_lo[start:start + 256] = np.max(np.maximum(t1, t2), axis=1)
+        u1 = 1.0 - cell_d[None, :] - cell_e[None, :] * a
+        u2 = cell_ei[None, :] * (1.0 - cell_d[None, :] - a)
+        hi = np.max(np.maximum(u1, u2), axis=1)
+        tail = np.maximum(1.0 - inf_lo - ee[-1] * a[:, 0], ei[-1] * (1.0 - inf_lo - a[:, 0]))
+        b_hi[start:start + 256] = np.maximum(hi, tail)
+    cap = 1.0 - flat
+    b_lo = np.clip(b_lo, 0.0, cap)
+    b_hi = np.clip(b_hi, 0.0, cap)
+    if scalar:
+        return float(b_lo[0]), float(b_hi[0])
+    return b_lo.reshape(al.shape), b_hi.reshape(al.shape)
+
+
+def gaussian_tradeoff(alphas, mu: float):
+    """Trade-off curve of ``mu``-GDP: ``G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu)`` [DRS22]_."""
+    a = np.asarray(alphas, dtype=np.float64)
+    out = special.ndtr(-special.ndtri(a) - float(mu))
+    return float(out) if np.ndim(alphas) == 0 else out
+
+
+def _mu_for(eps: float, delta: float) -> float:
+    """The ``mu`` whose Gaussian profile passes through ``(eps, delta)``.
+
+    ``delta_mu(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` is
+    increasing in ``mu`` [BW18]_, so the root is unique.
+    """
+    if not math.isfinite(eps):
+        return math.inf
+    log_d = math.log(delta)
+
+    def f(m: float) -> float:
+        v = float(_exact.gaussian_delta(eps, m))
+        return (math.log(v) if v > 0 else -1e4) - log_d
+
+    lo, hi = 1e-8, 1.0
+    while f(hi) < 0:
+        hi *= 2.0
+        if hi > 1e6:
+            return math.inf
+    if f(lo) > 0:
+        return lo
+    return float(optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13))
+
+
+def _epsilon_bracket_from_grids(dirs: list[_Direction], delta: float) -> tuple[float, float]:
+    lo = hi = 0.0
+    for d in dirs:
+        l = d.upper.losses
+        grid = np.unique(np.concatenate(([0.0], l[l > 0.0], [l[-1] + d.h])))
+        hi = max(hi, _first_satisfying(lambda x, d=d: d.upper.delta(x) <= delta, grid))
+        v = _last_violating(lambda x, d=d: d.lower.delta(x) > delta, grid)
+        lo = max(lo, 0.0 if v == -math.inf else v)
+    return lo, max(lo, hi)
+
+
+def gaussian_mu(pld_obj, deltas=(1e-2, 1e-4, 1e-6, 1e-8), *, delta: float = 1e-6,
+                details: bool = False):
+    """Gaussian-DP parameter ``mu`` that best summarises the composition.
+
+    ``mu``-GDP has the privacy profile (Dong, Roth & Su [DRS22]_, Cor. 2.13)
+
+    .. math::
+
+        \\delta(\\varepsilon) = \\Phi\\Big(-\\frac{\\varepsilon}{\\mu} + \\frac{\\mu}{2}\\Big)
+            - e^{\\varepsilon}\\,\\Phi\\Big(-\\frac{\\varepsilon}{\\mu} - \\frac{\\mu}{2}\\Big).
+
+    For each target in ``deltas`` the certified epsilon bracket is read off the
+    grids and the ``mu`` whose profile passes through its midpoint is solved for
+    (the profile is increasing in ``mu``); the returned ``mu`` is the median of
+    those values.  For a PLD that *is* Gaussian (``T`` Gaussian releases:
+    ``mu = sqrt(T)/sigma``) all of them agree to the bracket width; a large
+    spread (``details=True``) says the PLD is not Gaussian (e.g. DP-SGD at
+    small sampling rates, whose loss is skewed).
+
+    This is a **summary, not a certificate**: the mechanism is not claimed to
+    be ``mu``-GDP.  (Each per-delta ``[mu_lower, mu_upper]`` is certified in
+    the narrow sense that the mechanism's epsilon at that delta equals the
+    ``mu``-Gaussian's for some ``mu`` in it.)
+
+    Parameters
+    ----------
+    pld_obj : pld.PLD
+    deltas : sequence of float
+        Targets at which the profiles are matched.
+    delta : float, default 1e-6
+        Query that selects the grids.
+    details : bool, default False
+        Also return a dict with the per-delta values and their spread.
+
+    Returns
+    -------
+    float, or (float, dict) with ``details=True``
+    """
+    ds = [_check_delta(x) for x in np.atleast_1d(np.asarray(deltas, dtype=np.float64))]
+    if not ds:
+        raise ValueError("deltas must not be empty")
+    dirs = _directions(pld_obj, delta)
+    rows = []
+    for dv in ds:
+        e_lo, e_hi = _epsilon_bracket_from_grids(dirs, dv)
+        m_lo, m_hi = _mu_for(e_lo, dv), _mu_for(e_hi, dv)
+        m_mid = _mu_for(0.5 * (e_lo + e_hi), dv)
+        rows.append({"delta": dv, "epsilon_lower": e_lo, "epsilon_upper": e_hi,
+                     "mu_lower": m_lo, "mu_upper": m_hi, "mu": m_mid})
+    mids = np.array([r["mu"] for r in rows])
+    mu = float(np.median(mids))
+    if details:
+        return mu, {"per_delta": rows, "spread": float(np.max(mids) - np.min(mids)),
+                    "relative_spread": float((np.max(mids) - np.min(mids)) / mu) if mu > 0 else 0.0}
+    return mu
