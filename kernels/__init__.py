@@ -5,6 +5,6 @@ Kernels take and return numpy arrays only; every function is compiled with
 """
 
 from .discretize import optimistic_merge, pessimistic_spread
-from .hockey import hockey_stick_suffix, log_mgf_grid
+from .hockey import hockey_stick_suffix, l1_l2_norms, log_mgf_grid
 
-__all__ = ["optimistic_merge", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid"]
+__all__ = ["optimistic_merge", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid", "l1_l2_norms"]

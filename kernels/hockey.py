@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True)
@@ -31,7 +31,7 @@ def hockey_stick_suffix(p, lam, h):
     return sa, sb
 
 
-@njit(cache=True, parallel=False)
+@njit(cache=True, parallel=True)
 def log_mgf_grid(log_mass, l0, h, thetas):
     """``log sum_i exp(log_mass_i + theta (l0 + i h))`` for every ``theta``.
 
@@ -40,7 +40,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     """
     n = log_mass.shape[0]
     out = np.empty(thetas.shape[0])
-    for k in range(thetas.shape[0]):
+    for k in prange(thetas.shape[0]):
         th = thetas[k]
         m = -np.inf
         s = 0.0
@@ -56,3 +56,15 @@ def log_mgf_grid(log_mass, l0, h, thetas):
                 s += math.exp(x - m)
         out[k] = m + math.log(s) if m > -np.inf else -np.inf
     return out
+
+
+@njit(cache=True)
+def l1_l2_norms(a):
+    """``(sum |a_i|, sqrt(sum a_i^2))`` in one pass (no BLAS threads)."""
+    s1 = 0.0
+    s2 = 0.0
+    for i in range(a.shape[0]):
+        x = a[i]
+        s1 += abs(x)
+        s2 += x * x
+    return s1, math.sqrt(s2)

@@ -22,6 +22,8 @@ import threading
 import numpy as np
 import scipy.fft
 
+from pld.kernels import l1_l2_norms
+
 try:  # pragma: no cover - exercised when pyfftw is installed
     import pyfftw
 
@@ -84,6 +86,15 @@ def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
     return scipy.fft.irfft(fa * fb, n)[: a.size + b.size - 1]
 
 
+def _canonical_size(m: int) -> int:
+    """Smallest ``2^k`` or ``3 * 2^k`` >= m: few distinct sizes, so plans are reused
+    across levels and queries (at most 33% padding, 17% on average)."""
+    k = max(0, (m - 1).bit_length())
+    p2 = 1 << k
+    p3 = 3 << max(0, k - 2)
+    return p3 if m <= p3 < p2 else p2
+
+
 def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     """Return ``(a * b, bound)`` where ``bound`` bounds the l2 round-off error.
 
@@ -96,13 +107,12 @@ def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
         c = np.convolve(a, b)
         bound = (min(na, nb) + 2) * _U * float(np.linalg.norm(np.abs(a), 2) * np.abs(b).sum())
         return c, bound
-    n = scipy.fft.next_fast_len(na + nb - 1, real=True)
+    n = _canonical_size(na + nb - 1)
     if _HAVE_PYFFTW and n <= _MAX_PLAN_SIZE:
         c = _conv_pyfftw(a, b, n, same)
     else:
         c = _conv_scipy(a, b, n, same)
-    a1, b1 = float(np.abs(a).sum()), float(np.abs(b).sum())
-    a2 = float(np.linalg.norm(a))
-    b2 = a2 if same else float(np.linalg.norm(b))
+    a1, a2 = l1_l2_norms(a)
+    b1, b2 = (a1, a2) if same else l1_l2_norms(b)
     bound = _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
     return c, bound

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pld import _fft
-from pld.kernels import hockey_stick_suffix, log_mgf_grid
+from pld.kernels import hockey_stick_suffix, l1_l2_norms, log_mgf_grid
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
 # exceed one by the slack the discretiser adds on the safe side).
@@ -84,7 +84,7 @@ class GridPLD:
             p /= tot
             s += math.log(tot)
         # rounding of exp/log: a few ulps per entry, i.e. relative to p itself
-        err = 4.0 * 2.0 ** -53 * float(np.linalg.norm(p))
+        err = 4.0 * 2.0 ** -53 * l1_l2_norms(p)[1]
         bound = _mgf_bound_from(lm, loss) if pessimistic else None
         return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound)
 
@@ -127,8 +127,8 @@ class GridPLD:
             raise ValueError("can only convolve grid PLDs with equal spacing, tilt and side")
         a, b = self.p, other.p
         c, fft_err = _fft.convolve(a, b) if other is not self else _fft.convolve(a, a)
-        a1 = float(np.abs(a).sum()) + math.sqrt(a.size) * self.err
-        b1 = float(np.abs(b).sum()) + math.sqrt(b.size) * other.err
+        a1 = l1_l2_norms(a)[0] + math.sqrt(a.size) * self.err
+        b1 = (a1 if other is self else l1_l2_norms(b)[0] + math.sqrt(b.size) * other.err)
         err = self.err * b1 + other.err * a1 + fft_err
         tot = float(c.sum())
         if not (tot > 0 and math.isfinite(tot)):
@@ -174,23 +174,27 @@ class GridPLD:
                 tail = self.p[i1 + 1:]
                 ltail = (self.k0 + i1 + 1 + np.arange(tail.size)) * self.h
                 w = self.log_scale - self.lam * ltail  # log of untilting factor
-                moved = _bounded_sum(tail, w, self.err)
-                if bound is not None:  # Chernoff: P(L >= t) <= M(theta) e^{-theta t}
-                    moved = min(moved, _chernoff(bound, ltail[0], upper=True))
+                # Chernoff, P(L >= t) <= M(theta) e^{-theta t}, is usually tiny by
+                # the window's design; the direct sum helps only when it is not
+                moved = _chernoff(bound, ltail[0], upper=True) if bound is not None else math.inf
+                if moved > 1e-60:
+                    moved = min(moved, _bounded_sum(tail, w, self.err))
                 inf_mass = min(1.0, inf_mass + moved)
             if i0 > 0:
                 head = self.p[:i0]
                 llo = (self.k0 + i0) * self.h
                 lhead = (self.k0 + np.arange(i0)) * self.h
                 # untilted mass below, then tilted at llo
-                moved = _bounded_sum(head, self.log_scale - self.lam * lhead, self.err)
                 if bound is not None:
-                    moved = min(moved, _chernoff(bound, lhead[-1], upper=False),
+                    moved = min(_chernoff(bound, lhead[-1], upper=False),
                                 math.exp(min(700.0, float(bound[_I0]))))
                 else:
-                    moved = min(moved, _MASS_CAP)
+                    moved = _MASS_CAP
+                tilt_up = math.exp(min(700.0, self.lam * llo - self.log_scale))
+                if moved * tilt_up > 1e-60:
+                    moved = min(moved, _bounded_sum(head, self.log_scale - self.lam * lhead, self.err))
                 if moved > 0:
-                    keep[0] += moved * math.exp(min(700.0, self.lam * llo - self.log_scale))
+                    keep[0] += moved * tilt_up
                     if bound is not None:  # the moved mass now sits at llo: M(theta) grows for theta > 0
                         bound = bound.copy()
                         pos = THETA > 0
@@ -227,7 +231,7 @@ class GridPLD:
             out[1:] += wb * odd
             out[:-1] += wa * odd
             norm_r = math.sqrt(max(1.0, wa + wb) * (1.0 + wa + wb))
-            err = self.err * norm_r + 4.0 * 2.0 ** -53 * float(np.linalg.norm(out))
+            err = self.err * norm_r + 4.0 * 2.0 ** -53 * l1_l2_norms(out)[1]
             bound = self.log_mgf_bound
             if bound is not None:
                 # an odd point at l_J + h splits into (a, b) at (l_J, l_J + 2h) with
@@ -364,8 +368,8 @@ class GridPLD:
 
 
 #: Chernoff parameters at which pessimistic PLDs carry an MGF bound
-THETA = np.concatenate((-np.logspace(-3, 7, 51)[::-1], [0.0], np.logspace(-3, 7, 51)))
-_I0 = 51
+THETA = np.concatenate((-np.logspace(-3, 7, 31)[::-1], [0.0], np.logspace(-3, 7, 31)))
+_I0 = 31
 
 
 def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray) -> np.ndarray:

@@ -164,7 +164,9 @@ class PLD:
             bucket = np.array([w.quantize_tilt(self._tilt_star(d, ("eps", float(x)))) for x in flat])
             for b in np.unique(bucket):
                 sel = bucket == b
-                pess, opt = self._materialize(d, *self._settings(d, ("eps", float(np.median(flat[sel])))))
+                floor = float(np.min(lo[sel])) if d != self._directions()[0] else -math.inf
+                pess, opt = self._materialize(
+                    d, *self._settings(d, ("eps", float(np.median(flat[sel]))), floor=floor))
                 hi[sel] = np.maximum(hi[sel], pess.delta(flat[sel]))
                 lo[sel] = np.maximum(lo[sel], opt.delta(flat[sel]))
         hi = np.maximum(hi, lo).reshape(e.shape)
@@ -243,15 +245,24 @@ class PLD:
             return w.tilt_for_delta(comp, query[1])[0]
         return w.tilt_for_epsilon(comp, query[1])
 
+    def _ordered_directions(self, delta: float) -> list[str]:
+        """Directions, the one with the larger (Chernoff-estimated) epsilon first."""
+        dirs = list(self._directions())
+        if len(dirs) > 1:
+            dirs.sort(key=lambda d: -w.tilt_for_delta(self._exploration(d), delta)[1])
+        return dirs
+
     def _epsilon_bounds_one(self, delta: float) -> tuple[float, float]:
         lo = hi = 0.0
-        for d in self._directions():
-            pess, opt = self._materialize(d, *self._settings(d, ("delta", delta)))
+        for d in self._ordered_directions(delta):
+            # floor=lo: a direction whose upper end stays below the bracket found
+            # so far cannot move either end of max(...), so it needs no refining
+            pess, opt = self._materialize(d, *self._settings(d, ("delta", delta), floor=lo))
             hi = max(hi, pess.epsilon(delta))
             lo = max(lo, opt.epsilon(delta))
         return lo, max(hi, lo)
 
-    def _settings(self, direction: str, query: tuple) -> tuple[float, float]:
+    def _settings(self, direction: str, query: tuple, floor: float = -math.inf) -> tuple[float, float, float]:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         The bias of both discretisations is second order in the spacing, so a
@@ -279,7 +290,7 @@ class PLD:
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
-            if width <= target or not math.isfinite(value):
+            if width <= target or not math.isfinite(value) or value <= floor:
                 break
             if err_part > 0.3 * width and lam < lam_star:
                 # a stronger tilt, unless it widens the tilted law too much
