@@ -26,6 +26,7 @@ from pld.pld import PLD, GridTooLargeError
 from pld.dpsgd import dpsgd, dpsgd_schedule
 from pld.accountant import Accountant
 from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
+from pld.io import load, save
 
 __version__ = "0.1.0"
 
@@ -48,5 +49,7 @@ __all__ = [
     "calibrate_noise",
     "calibrate_steps",
     "calibrate_sampling_rate",
+    "save",
+    "load",
     "__version__",
 ]

@@ -4,7 +4,8 @@ A saved PLD is a compressed ``.npz`` archive (no pickles) holding
 
 * ``metadata``: UTF-8 JSON with the format name, format version, the pld
   version that wrote it, and the composition itself: a list of components
-  ``{"mechanism": {"class": ..., "fields": {...}}, "count": k}``;
+  ``{"mechanism": {"type": class name, "fields": {...}}, "count": k}`` (the
+  same mechanism encoding as :class:`pld.Accountant` state);
 * for inspection and other tools, the dominating (``upper``) and dominated
   (``lower``) grids of each direction at one query ``delta`` (default 1e-5):
   arrays ``{direction}_{side}_losses`` and ``{direction}_{side}_masses``
@@ -70,7 +71,7 @@ def _encode_value(name: str, value):
 
 
 def mechanism_to_dict(mechanism) -> dict:
-    """``{"class": name, "fields": {...}}`` from a mechanism's dataclass init fields."""
+    """``{"type": class name, "fields": {...}}`` from a mechanism's dataclass init fields."""
     from pld.mechanisms import Mechanism
 
     if not isinstance(mechanism, Mechanism) or not dataclasses.is_dataclass(mechanism):
@@ -80,7 +81,7 @@ def mechanism_to_dict(mechanism) -> dict:
         raise TypeError(f"cannot save {cls.__name__}: only mechanisms defined in pld.mechanisms can be saved")
     fields = {f.name: _encode_value(f"{cls.__name__}.{f.name}", getattr(mechanism, f.name))
               for f in dataclasses.fields(mechanism) if f.init}
-    return {"class": cls.__name__, "fields": fields}
+    return {"type": cls.__name__, "fields": fields}
 
 
 def _decode_value(path: str, value):
@@ -95,9 +96,9 @@ def _decode_value(path: str, value):
 
 def mechanism_from_dict(data, *, path: str = "mechanism"):
     """Inverse of :func:`mechanism_to_dict`; only classes of :mod:`pld.mechanisms`."""
-    if not isinstance(data, dict) or set(data) != {"class", "fields"}:
-        raise ValueError(f"{path}: expected {{'class': ..., 'fields': {{...}}}}")
-    name, fields = data["class"], data["fields"]
+    if not isinstance(data, dict) or set(data) != {"type", "fields"}:
+        raise ValueError(f"{path}: expected {{'type': ..., 'fields': {{...}}}}")
+    name, fields = data["type"], data["fields"]
     classes = _known_classes()
     if not isinstance(name, str) or name not in classes:
         raise ValueError(f"{path}: unknown mechanism class {name!r} (known: {', '.join(sorted(classes))})")
@@ -133,11 +134,8 @@ def _metadata(pld_obj, delta: float | None) -> dict:
 
 
 def _fixed_spacing(pld_obj):
-    for name in ("value_discretization_interval", "_h_fixed"):
-        h = getattr(pld_obj, name, None)
-        if h is not None and not callable(h):
-            return float(h)
-    return None
+    h = pld_obj.value_discretization_interval
+    return None if h is None else float(h)
 
 
 def _arrays(pld_obj, meta: dict, delta: float) -> dict:
@@ -191,6 +189,7 @@ def write_atomic(path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -198,6 +197,26 @@ def write_atomic(path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    global _UMASK
+    if _UMASK is None:
+        try:  # read the process umask from /proc when possible (no race)
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("Umask:"):
+                        _UMASK = int(line.split()[1], 8)
+                        break
+        except OSError:
+            pass
+        if _UMASK is None:
+            _UMASK = os.umask(0o022)
+            os.umask(_UMASK)
+    return _UMASK
+
+
+_UMASK = None
 
 
 # ------------------------------------------------------------------ load
@@ -222,6 +241,8 @@ def _read(source, *, arrays: bool):
                 if "metadata" not in names:
                     raise ValueError("no metadata entry")
                 raw = z["metadata"]
+                if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 1:
+                    raise ValueError("metadata has the wrong type")
                 out = {}
                 if arrays:  # reading every member checks every CRC
                     for n in names:
@@ -229,8 +250,6 @@ def _read(source, *, arrays: bool):
                             out[n] = np.asarray(z[n])
         except Exception as exc:  # BadZipFile, zlib.error, EOFError, ValueError, ... on foreign/corrupt data
             raise ValueError(f"not a pld file: {label} ({_reason(exc)})") from None
-    if raw.dtype != np.uint8 or raw.ndim != 1:
-        raise ValueError(f"not a pld file: {label} (metadata has the wrong type)")
     try:
         meta = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -103,6 +103,11 @@ class PLD:
         return self._components
 
     @property
+    def value_discretization_interval(self) -> float | None:
+        """The fixed grid spacing an expert passed, or None (chosen per query)."""
+        return self._h_fixed
+
+    @property
     def steps(self) -> int:
         return sum(k for _, k in self._components)
 

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-__all__ = ["plot_delta_curve", "plot_distribution", "plot_tradeoff", "plot_report",
+__all__ = ["plot_delta_curve", "plot_distribution", "plot_tradeoff", "plot_report", "render_report",
            "tradeoff_from_delta", "tradeoff", "delta_curve", "check_plot_path", "PlotError"]
 
 
@@ -67,32 +67,38 @@ def _new_figure(ncols: int = 1, width: float = 6.0, height: float = 4.2):
     return fig, axes
 
 
+def _render(fig, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=120)
+    return buf.getvalue()
+
+
 def _save(fig, path) -> str:
     from pld.io import write_atomic
 
     fmt = check_plot_path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=120)
-    write_atomic(path, buf.getvalue())
+    write_atomic(path, _render(fig, fmt))
     return os.fspath(path)
 
 
 # ---------------------------------------------------------------- curves
-def delta_curve(pld_obj, epsilons) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(epsilons, delta_lower, delta_upper)`` from ``pld_obj.delta_bounds``."""
+def delta_curve(pld_obj, epsilons, *, delta: float = 1e-5, tuned: bool = False):
+    """``(epsilons, delta_lower, delta_upper)``: see :func:`pld.report.delta_profile`."""
+    from pld.report import delta_profile
+
     eps = np.asarray(epsilons, dtype=float)
-    lo, hi = pld_obj.delta_bounds(eps)
-    return eps, np.asarray(lo, float), np.asarray(hi, float)
+    lo, hi, _ = delta_profile(pld_obj, eps, delta, tuned=tuned)
+    return eps, lo, hi
 
 
 def tradeoff_from_delta(epsilons, deltas, alphas) -> np.ndarray:
     """f-DP trade-off ``beta(alpha)`` implied by (epsilon, delta(epsilon))-DP at each epsilon.
 
     Each pair gives the lower bound ``max(0, 1 - delta - e^eps alpha,
-    e^-eps (1 - delta - alpha))`` on the type-II error; their maximum over the
-    epsilons given is a valid trade-off curve (a coarse epsilon grid only
-    makes it more conservative).  Use upper bounds on delta for a certified
-    curve.  Clipped to [0, 1].
+    e^-eps (1 - delta - alpha))`` on the type-II error (Dong, Roth & Su 2022,
+    Prop. 2.12); their maximum over the epsilons given is a valid trade-off
+    curve (a coarse epsilon grid only makes it more conservative).  Use upper
+    bounds on delta for a certified curve.  Clipped to [0, 1 - alpha].
     """
     eps = np.asarray(epsilons, float).reshape(-1, 1)
     dl = np.asarray(deltas, float).reshape(-1, 1)
@@ -102,25 +108,34 @@ def tradeoff_from_delta(epsilons, deltas, alphas) -> np.ndarray:
         b2 = np.exp(-eps) * (1.0 - dl - a)
     b1 = np.where(np.isfinite(b1), b1, 0.0)
     beta = np.max(np.maximum(b1, b2), axis=0)
-    return np.clip(beta, 0.0, 1.0)
+    return np.clip(beta, 0.0, np.clip(1.0 - a.ravel(), 0.0, 1.0))
 
 
-def tradeoff(pld_obj, alphas, *, epsilons=None, curve=None) -> np.ndarray:
-    """Trade-off curve of ``pld_obj``: ``pld.curves.tradeoff`` if the engine has it,
-    else :func:`tradeoff_from_delta` on the certified upper delta(epsilon) curve
-    (``curve = (epsilons, delta_lower, delta_upper)`` reuses one already computed)."""
+def tradeoff(pld_obj, alphas, *, delta: float = 1e-5, curve=None):
+    """``(beta_lower, beta_upper)`` on the f-DP trade-off curve of ``pld_obj``.
+
+    ``beta_lower`` is certified (every test at level alpha has type II error at
+    least that).  Uses :func:`pld.curves.tradeoff` when the engine has it;
+    otherwise :func:`tradeoff_from_delta` on the certified upper delta(epsilon)
+    curve (``curve = (epsilons, delta_lower, delta_upper)`` reuses one already
+    computed), with ``beta_upper`` from the lower delta curve (not a bound then,
+    only an indication).
+    """
+    al = np.asarray(alphas, float)
     try:
-        from pld.curves import tradeoff as engine_tradeoff  # type: ignore[import-not-found]
+        from pld.curves import tradeoff as engine_tradeoff
     except ImportError:
         engine_tradeoff = None
     if engine_tradeoff is not None:
-        return np.asarray(engine_tradeoff(pld_obj, np.asarray(alphas, float)), float)
+        out = engine_tradeoff(pld_obj, al, delta=delta)
+        if isinstance(out, tuple) and len(out) == 2:
+            return np.asarray(out[0], float), np.asarray(out[1], float)
+        out = np.asarray(out, float)
+        return out, out
     if curve is None:
-        if epsilons is None:
-            epsilons = np.linspace(0.0, 4.0, 17)
-        curve = delta_curve(pld_obj, epsilons)
-    eps, _, hi = curve
-    return tradeoff_from_delta(eps, hi, alphas)
+        curve = delta_curve(pld_obj, np.linspace(0.0, 8.0, 33), delta=delta)
+    eps, lo, hi = curve
+    return tradeoff_from_delta(eps, hi, al), tradeoff_from_delta(eps, lo, al)
 
 
 # ----------------------------------------------------------------- drawing
@@ -177,7 +192,9 @@ def _draw_distribution(ax, pld_obj, delta: float) -> None:
     ax.legend(fontsize="small")
 
 
-def _draw_tradeoff(ax, alphas, beta, label="certified trade-off f(alpha)") -> None:
+def _draw_tradeoff(ax, alphas, beta, beta_upper=None, label="certified trade-off f(alpha)") -> None:
+    if beta_upper is not None and np.any(beta_upper > beta):
+        ax.fill_between(alphas, beta, beta_upper, color="tab:green", alpha=0.3, label="bracket")
     ax.plot(alphas, beta, color="tab:green", lw=1.5, label=label)
     ax.plot([0, 1], [1, 0], color="tab:gray", lw=0.8, ls=":", label="perfect privacy (1 - alpha)")
     ax.set_xlim(0, 1)
@@ -193,13 +210,14 @@ def _draw_tradeoff(ax, alphas, beta, label="certified trade-off f(alpha)") -> No
 # ------------------------------------------------------------- public API
 def plot_delta_curve(path, *, pld=None, epsilons=None, curve=None, target_delta=None,
                      target_epsilon=None, title=None) -> str:
-    """Plot delta(epsilon) with its certified band.  Give ``pld`` and ``epsilons``,
-    or a precomputed ``curve = (epsilons, delta_lower, delta_upper)``."""
+    """Plot delta(epsilon) with its certified band.  Give ``pld`` and ``epsilons``
+    (grids tuned at ``target_delta``, default 1e-5), or a precomputed
+    ``curve = (epsilons, delta_lower, delta_upper)``."""
     check_plot_path(path)
     if curve is None:
         if pld is None or epsilons is None:
             raise ValueError("give either curve=(eps, lo, hi) or pld= and epsilons=")
-        curve = delta_curve(pld, epsilons)
+        curve = delta_curve(pld, epsilons, delta=target_delta or 1e-5)
     eps, lo, hi = (np.asarray(x, float) for x in curve)
     fig, (ax,) = _new_figure()
     _draw_delta(ax, eps, lo, hi, target_delta, target_epsilon, title)
@@ -214,35 +232,51 @@ def plot_distribution(path, pld, *, delta: float = 1e-5) -> str:
     return _save(fig, path)
 
 
-def plot_tradeoff(path, *, pld=None, curve=None, alphas=None) -> str:
+def plot_tradeoff(path, *, pld=None, curve=None, delta: float = 1e-5, alphas=None) -> str:
     """Plot the f-DP trade-off curve (from ``pld`` or a precomputed delta curve)."""
     check_plot_path(path)
     alphas = np.linspace(0.0, 1.0, 201) if alphas is None else np.asarray(alphas, float)
-    if curve is not None:
-        beta = tradeoff_from_delta(curve[0], curve[2], alphas)
-    elif pld is not None:
-        beta = tradeoff(pld, alphas)
+    if pld is not None:
+        b_lo, b_hi = tradeoff(pld, alphas, delta=delta, curve=curve)
+    elif curve is not None:
+        b_lo, b_hi = tradeoff_from_delta(curve[0], curve[2], alphas), None
     else:
         raise ValueError("give pld= or curve=(eps, lo, hi)")
     fig, (ax,) = _new_figure()
-    _draw_tradeoff(ax, alphas, beta)
+    _draw_tradeoff(ax, alphas, b_lo, b_hi)
     return _save(fig, path)
 
 
-def plot_report(path, pld, *, curve, delta: float, epsilon: float | None = None, title: str | None = None) -> str:
-    """Three panels: delta(epsilon) curve, PLD histogram, trade-off curve."""
-    check_plot_path(path)
+def plot_report(path, pld, *, delta: float, curve=None, epsilon: float | None = None,
+                title: str | None = None) -> str:
+    """Three panels: delta(epsilon) curve, PLD histogram, trade-off curve.
+
+    ``curve = (epsilons, delta_lower, delta_upper)``; by default 41 epsilons
+    from 0 to 1.6 x epsilon(delta) read off the grids tuned at ``delta``.
+    """
+    from pld.io import write_atomic
+
+    fmt = check_plot_path(path)
+    write_atomic(path, render_report(pld, fmt=fmt, delta=delta, curve=curve, epsilon=epsilon, title=title))
+    return os.fspath(path)
+
+
+def render_report(pld, *, fmt: str = "png", delta: float, curve=None, epsilon: float | None = None,
+                  title: str | None = None) -> bytes:
+    """The :func:`plot_report` figure as image bytes (nothing written)."""
+    _mpl()
+    if epsilon is None:
+        epsilon = pld.epsilon(delta)
+    if curve is None:
+        top = max(1.6 * epsilon, 0.5) if math.isfinite(epsilon) else 10.0
+        curve = delta_curve(pld, np.linspace(0.0, top, 41), delta=delta)
     eps, lo, hi = (np.asarray(x, float) for x in curve)
     alphas = np.linspace(0.0, 1.0, 201)
-    try:
-        from pld.curves import tradeoff as _engine  # type: ignore[import-not-found]  # noqa: F401
-        beta = tradeoff(pld, alphas)
-    except ImportError:
-        beta = tradeoff_from_delta(eps, hi, alphas)
+    b_lo, b_hi = tradeoff(pld, alphas, delta=delta, curve=(eps, lo, hi))
     fig, axes = _new_figure(3, width=5.2, height=4.6)
     _draw_delta(axes[0], eps, lo, hi, delta, epsilon)
     _draw_distribution(axes[1], pld, delta)
-    _draw_tradeoff(axes[2], alphas, beta)
+    _draw_tradeoff(axes[2], alphas, b_lo, b_hi)
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return _render(fig, fmt)

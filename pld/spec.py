@@ -116,19 +116,19 @@ def _is_number(x) -> bool:
 def _number(path: str, x, kind: str) -> float:
     if not _is_number(x):
         raise SpecError(f"{path}: must be a number, got {_fmt(x)}")
-    x = float(x)
+    raw, x = x, float(x)
     if not math.isfinite(x):
-        raise SpecError(f"{path}: must be finite, got {_fmt(x)}")
+        raise SpecError(f"{path}: must be finite, got {_fmt(raw)}")
     if kind == "pos" and not x > 0:
-        raise SpecError(f"{path}: must be > 0, got {_fmt(x)}")
+        raise SpecError(f"{path}: must be > 0, got {_fmt(raw)}")
     if kind == "nonneg" and not x >= 0:
-        raise SpecError(f"{path}: must be >= 0, got {_fmt(x)}")
+        raise SpecError(f"{path}: must be >= 0, got {_fmt(raw)}")
     if kind == "rate" and not 0 < x <= 1:
-        raise SpecError(f"{path}: must be in (0, 1], got {_fmt(x)}")
+        raise SpecError(f"{path}: must be in (0, 1], got {_fmt(raw)}")
     if kind == "prob" and not 0 <= x < 1:
-        raise SpecError(f"{path}: must be in [0, 1), got {_fmt(x)}")
+        raise SpecError(f"{path}: must be in [0, 1), got {_fmt(raw)}")
     if kind == "open01" and not 0 < x < 1:
-        raise SpecError(f"{path}: must be in (0, 1), got {_fmt(x)}")
+        raise SpecError(f"{path}: must be in (0, 1), got {_fmt(raw)}")
     return x
 
 

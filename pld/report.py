@@ -1,0 +1,496 @@
+"""Accounting reports: what a DP-SGD (or any composition) figure must state.
+
+A reported epsilon means little without the settings that produced it, so a
+report states the accountant, delta, sigma, q, T, the sampling method and
+neighbouring relation, the sensitivity (clipping) convention, whether the
+figure covers one run or several, the accountant's curve around the answer
+(both certified bounds) and the numerical settings behind the certificate,
+plus warnings for common mistakes.
+
+:func:`account_dpsgd` computes a JSON-ready result dict; :func:`format_dpsgd`
+turns it into text.  The CLI (``pld dpsgd``) is a thin layer over both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = [
+    "ACCOUNTANT", "DPSGDConfig", "MNIST_EXAMPLE", "account_dpsgd", "dpsgd_pld", "dpsgd_warnings",
+    "format_dpsgd", "account_compose", "format_compose", "format_calibrate", "format_curve",
+    "curve_rows", "curve_csv", "delta_profile", "nice_epsilons", "neighbouring", "sensitivity_convention", "jsonable",
+]
+
+ACCOUNTANT = "pld: certified PLD, FFT composition"
+#: target width of every epsilon bracket (see pld.pld.EPS_RTOL / EPS_ATOL)
+BRACKET_TARGET = "upper - lower <= 1e-4 * epsilon + 1e-6"
+LARGE_EPSILON = 10.0
+
+SAMPLING_NAMES = {"poisson": "Poisson sampling (each record joins a batch independently w.p. q)",
+                  "without_replacement": "sampling without replacement (fixed-size batches of q * n records)"}
+
+
+@dataclass
+class DPSGDConfig:
+    """One DP-SGD accounting question."""
+
+    noise_multiplier: float
+    sampling_rate: float
+    steps: int
+    delta: float
+    sampling: str = "poisson"          # "poisson" | "without_replacement"
+    runs: int = 1
+    dataset_size: int | None = None
+    batch_size: int | None = None
+    epochs: float | None = None
+    batch_size_given: bool = False     # --batch-size was passed explicitly
+    example: str | None = None         # name of the built-in example, when defaults were used
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps * self.runs
+
+
+#: the default ``pld dpsgd`` question: MNIST DP-SGD (Abadi et al. 2016 / TF Privacy tutorial
+#: setting): 60 000 examples, expected batch 256 (Poisson), 60 epochs, sigma 1.1, delta 1e-5.
+#: T = ceil(60 * 60000 / 256) = ceil(14062.5) = 14063 steps.
+MNIST_EXAMPLE = DPSGDConfig(noise_multiplier=1.1, sampling_rate=256 / 60000,
+                            steps=math.ceil(Fraction(60) * 60000 / 256), delta=1e-5,
+                            dataset_size=60000, batch_size=256, epochs=60.0,
+                            example="MNIST DP-SGD: 60000 examples, expected batch 256, 60 epochs")
+
+
+def neighbouring(sampling: str) -> str:
+    if sampling == "without_replacement":
+        return "substitute one record (replace-one; pairs with fixed-size batches)"
+    return "add-or-remove one record (both directions composed: remove and add)"
+
+
+def sensitivity_convention(sampling: str) -> str:
+    text = ("noise multiplier sigma = noise standard deviation / L2 sensitivity; in DP-SGD the "
+            "L2 sensitivity is the per-example clipping norm C (noise std = sigma * C on the sum "
+            "of clipped gradients); C itself is not a privacy parameter")
+    if sampling == "without_replacement":
+        text += ("; under substitution a replaced record moves the clipped sum by up to 2C, "
+                 "and the accountant uses that sensitivity (mu = 2 / sigma per step)")
+    return text
+
+
+# ------------------------------------------------------------------ JSON
+def jsonable(x):
+    """Recursively convert numpy types, tuples and non-finite floats to JSON values."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [jsonable(v) for v in x.tolist()]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return v
+    if x is None or isinstance(x, str):
+        return x
+    return str(x)
+
+
+# ---------------------------------------------------------------- curves
+def _nice_step(x: float) -> float:
+    if not x > 0 or not math.isfinite(x):
+        return 0.25
+    e = math.floor(math.log10(x))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * 10**e >= x * 0.999:
+            return m * 10**e
+    return 10 ** (e + 1)  # pragma: no cover
+
+
+def nice_epsilons(center: float, points: int = 4) -> list[float]:
+    """``points`` round epsilon values bracketing ``center`` (spacing about center/8)."""
+    if points <= 0:
+        return []
+    step = _nice_step(max(center, 1e-3) / 8)
+    base = math.floor(center / step)
+    first = base - (points - 1) // 2
+    if first < 0:
+        first = 0
+    return [round((first + i) * step, 12) for i in range(points)]
+
+
+def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool = False):
+    """Certified ``(delta_lower, delta_upper, method)`` at ``epsilons``.
+
+    By default the whole curve is read off the grid pair the engine built for
+    the query ``delta`` (:func:`pld.curves.delta_curve`: no extra composition,
+    brackets valid everywhere and tightest near ``epsilon(delta)``).
+    ``tuned=True`` (or an engine without :mod:`pld.curves`) asks
+    :meth:`pld.PLD.delta_bounds`, which tunes a grid per epsilon: tighter far
+    from ``epsilon(delta)``, much slower.
+    """
+    eps = np.asarray(epsilons, dtype=float)
+    if not tuned:
+        try:
+            from pld.curves import delta_curve
+        except ImportError:
+            delta_curve = None
+        if delta_curve is not None:
+            lo, hi = delta_curve(pld_obj, eps, delta=delta)
+            return (np.asarray(lo, float), np.asarray(hi, float),
+                    f"one grid pair tuned at delta = {delta:g} (pld.curves.delta_curve)")
+    lo, hi = pld_obj.delta_bounds(eps)
+    return np.asarray(lo, float), np.asarray(hi, float), "grids tuned per epsilon (PLD.delta_bounds)"
+
+
+def curve_rows(eps, lo, hi) -> list[dict]:
+    return [{"epsilon": float(e), "delta_lower": float(a), "delta_upper": float(b)}
+            for e, a, b in zip(np.atleast_1d(eps), np.atleast_1d(lo), np.atleast_1d(hi))]
+
+
+def curve_csv(rows: list[dict]) -> str:
+    lines = ["epsilon,delta_lower,delta_upper"]
+    lines += [f"{r['epsilon']!r},{r['delta_lower']!r},{r['delta_upper']!r}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def format_curve(rows: list[dict], *, marker_epsilon: float | None = None, indent: str = "  ") -> str:
+    out = [f"{indent}{'epsilon':>12}  {'delta lower':>12}  {'delta upper':>12}"]
+    for r in rows:
+        tag = ""
+        if marker_epsilon is not None and r["epsilon"] == marker_epsilon:
+            tag = "  <- reported epsilon"
+        out.append(f"{indent}{r['epsilon']:>12.6g}  {r['delta_lower']:>12.5g}  {r['delta_upper']:>12.5g}{tag}")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------- dpsgd
+def dpsgd_pld(cfg: DPSGDConfig):
+    """The PLD of the configured run(s): ``pld.dpsgd`` composed ``runs`` times."""
+    from pld.dpsgd import dpsgd
+
+    kwargs = {} if cfg.sampling == "poisson" else {"sampling": cfg.sampling}
+    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, **kwargs)
+    if cfg.runs > 1:
+        d = d.self_compose(cfg.runs)
+    return d
+
+
+def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
+    w = []
+    if cfg.dataset_size and cfg.delta >= 1.0 / cfg.dataset_size:
+        w.append(f"delta = {cfg.delta:g} is not below 1/dataset size = 1/{cfg.dataset_size} = "
+                 f"{1.0 / cfg.dataset_size:.3g}: releasing one whole random record meets this delta; "
+                 f"choose delta well below 1/n (e.g. {_nice_delta(cfg.dataset_size)})")
+    if cfg.batch_size_given and cfg.sampling == "poisson":
+        w.append("--batch-size with Poisson sampling: q = batch size / dataset size makes the batch size "
+                 "an expected value; if training uses fixed-size batches (shuffle and split), Poisson "
+                 "accounting does not apply: use --sampling without-replacement")
+    if epsilon_upper is not None and (epsilon_upper > LARGE_EPSILON or not math.isfinite(epsilon_upper)):
+        w.append(f"epsilon = {epsilon_upper:.4g} > {LARGE_EPSILON:g}: a very weak guarantee "
+                 f"(likelihood ratios up to e^epsilon = {_exp_text(epsilon_upper)}); check sigma, q and T")
+    return w
+
+
+def _exp_text(eps: float) -> str:
+    if not math.isfinite(eps) or eps > 700:
+        return "overflow"
+    return f"{math.exp(eps):.3g}"
+
+
+def _nice_delta(n: int) -> str:
+    return f"1e-{max(1, math.ceil(math.log10(n)) + 1)}"
+
+
+def _numerics(explained: dict) -> dict:
+    out = {"bracket_target": BRACKET_TARGET, "directions": {}}
+    for d, info in (explained.get("directions") or {}).items():
+        out["directions"][d] = {k: v for k, v in info.items()}
+    return out
+
+
+def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=None, pld_obj=None,
+                  tuned_curve: bool = False) -> dict:
+    """Account ``cfg`` and return a JSON-ready result (see the module docstring).
+
+    ``curve_points`` round epsilons around the answer are queried for the
+    accountant's curve (0: none); ``curve_epsilons`` gives them explicitly.
+    """
+    from pld import __version__
+
+    t0 = time.perf_counter()
+    d = pld_obj if pld_obj is not None else dpsgd_pld(cfg)
+    explained = d.explain(cfg.delta)
+    lo, hi = float(explained["epsilon_lower"]), float(explained["epsilon_upper"])
+    t_eps = time.perf_counter() - t0
+    if curve_epsilons is None:
+        curve_epsilons = nice_epsilons(hi, curve_points) if math.isfinite(hi) else []
+    rows = []
+    method = None
+    if len(curve_epsilons):
+        dl, dh, method = delta_profile(d, curve_epsilons, cfg.delta, tuned=tuned_curve)
+        rows = curve_rows(curve_epsilons, dl, dh)
+    # delta at the reported epsilon, from explain (no extra work)
+    at = [v.get("delta_at_epsilon_upper") for v in explained.get("directions", {}).values()]
+    at = [a for a in at if a is not None]
+    if at:
+        rows.append({"epsilon": hi, "delta_lower": max(float(a[0]) for a in at),
+                     "delta_upper": max(float(a[1]) for a in at)})
+        rows.sort(key=lambda r: r["epsilon"])
+    seconds = time.perf_counter() - t0
+    res = {
+        "command": "dpsgd",
+        "epsilon_lower": lo,
+        "epsilon_upper": hi,
+        "epsilon": hi,
+        "delta": cfg.delta,
+        "noise_multiplier": cfg.noise_multiplier,
+        "sampling_rate": cfg.sampling_rate,
+        "steps": cfg.steps,
+        "runs": cfg.runs,
+        "total_steps": cfg.total_steps,
+        "covers": "one training run" if cfg.runs == 1 else f"{cfg.runs} training runs (composed)",
+        "sampling": cfg.sampling,
+        "neighbouring": neighbouring(cfg.sampling),
+        "sensitivity_convention": sensitivity_convention(cfg.sampling),
+        "accountant": ACCOUNTANT,
+        "dataset_size": cfg.dataset_size,
+        "batch_size": cfg.batch_size,
+        "epochs": cfg.epochs,
+        "example": cfg.example,
+        "curve": rows,
+        "curve_method": method,
+        "numerics": _numerics(explained),
+        "warnings": dpsgd_warnings(cfg, hi),
+        "seconds": seconds,
+        "seconds_epsilon": t_eps,
+        "pld_version": __version__,
+    }
+    return res
+
+
+def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
+    out: list[str] = []
+    rows = []
+    for d, n in numerics.get("directions", {}).items():
+        parts = []
+        if "epsilon_lower" in n and "epsilon_upper" in n:
+            parts.append(f"epsilon in [{n['epsilon_lower']:.6f}, {n['epsilon_upper']:.6f}]")
+        h0, h1 = n.get("grid_spacing_first_step"), n.get("grid_spacing_final")
+        if h0 is not None:
+            parts.append(f"grid spacing {h0:.3g}" + (f" -> {h1:.3g} (evolving)" if h1 not in (None, h0) else ""))
+        if n.get("grid_points") is not None:
+            parts.append(f"{int(n['grid_points'])} grid points")
+        if n.get("tilt") is not None:
+            parts.append(f"tilt {n['tilt']:.4g}")
+        if n.get("fft_error_bound") is not None:
+            parts.append(f"FFT error bound {n['fft_error_bound']:.2g}")
+        if n.get("infinity_mass_upper") is not None:
+            parts.append(f"mass at +inf <= {n['infinity_mass_upper']:.2g}")
+        win = n.get("loss_window")
+        if win is not None:
+            parts.append(f"loss window [{win[0]:.4g}, {win[1]:.4g}]")
+        rows.append((d, "; ".join(parts)))
+    return _table(rows, indent=indent) if rows else out
+
+
+def _table(rows, indent: str = "  ", width: int = 100) -> list[str]:
+    import textwrap
+
+    key_w = max(len(k) for k, _ in rows)
+    pad = indent + " " * (key_w + 2)
+    out = []
+    for k, v in rows:
+        first = f"{indent}{k:<{key_w}}  "
+        out += textwrap.wrap(str(v), width=width, initial_indent=first, subsequent_indent=pad,
+                             break_on_hyphens=False) or [first.rstrip()]
+    return out
+
+
+def format_dpsgd(r: dict) -> str:
+    """Human-readable DP-SGD report."""
+    lo, hi = r["epsilon_lower"], r["epsilon_upper"]
+    lines = []
+    head = "DP-SGD privacy accounting"
+    if r.get("example"):
+        head += f" (default example: {r['example']})"
+    lines.append(head)
+    lines.append(f"  ({hi:.4f}, {r['delta']:g})-DP    certified: epsilon in [{lo:.6f}, {hi:.6f}]"
+                 f" at delta = {r['delta']:g}")
+    lines.append("")
+    q = r["sampling_rate"]
+    qtxt = f"{q:.6g}"
+    if r.get("batch_size") and r.get("dataset_size"):
+        kind = "expected batch" if r["sampling"] == "poisson" else "batch"
+        qtxt += f" (= {kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    ttxt = f"{r['steps']}"
+    if r.get("epochs") is not None:
+        if r.get("batch_size") and r.get("dataset_size"):
+            ttxt += f" (= ceil({r['epochs']:g} epochs x {r['dataset_size']} / {r['batch_size']}))"
+        else:
+            ttxt += f" (= ceil({r['epochs']:g} epochs / q))"
+    rows = [
+        ("accountant", r["accountant"]),
+        ("delta", f"{r['delta']:g}"),
+        ("noise multiplier", f"sigma = {r['noise_multiplier']:g}"),
+        ("sampling rate", f"q = {qtxt}"),
+        ("steps", f"T = {ttxt}"),
+        ("sampling", SAMPLING_NAMES.get(r["sampling"], r["sampling"])),
+        ("neighbouring", r["neighbouring"]),
+        ("sensitivity", r["sensitivity_convention"]),
+        ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
+                                  if r["runs"] > 1 else "")),
+    ]
+    if r.get("dataset_size"):
+        rows.insert(4, ("dataset size", f"n = {r['dataset_size']}"))
+    lines += _table(rows)
+    if r.get("curve"):
+        lines.append("")
+        lines.append("Accountant curve delta(epsilon) (max over directions; certified bounds)")
+        lines.append(format_curve(r["curve"], marker_epsilon=hi))
+        if r.get("curve_method"):
+            lines.append(f"  (from {r['curve_method']})")
+    lines.append("")
+    lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']})")
+    lines += _dir_lines(r["numerics"])
+    if r.get("warnings"):
+        lines.append("")
+        lines.append("Warnings")
+        lines += [f"  ! {w}" for w in r["warnings"]]
+    lines.append("")
+    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------- compose
+def account_compose(spec, *, deltas=None, epsilons=None, tuned_curve: bool = False) -> dict:
+    """Result dict for a parsed :class:`pld.spec.Spec`."""
+    from pld import __version__
+
+    t0 = time.perf_counter()
+    d = spec.pld
+    deltas = list(spec.deltas if deltas is None else deltas)
+    epsilons = list(spec.epsilons if epsilons is None else epsilons)
+    queries = []
+    numerics = None
+    for i, dl in enumerate(deltas):
+        ex = d.explain(dl)
+        if i == 0:
+            numerics = _numerics(ex)
+        queries.append({"delta": float(dl), "epsilon_lower": float(ex["epsilon_lower"]),
+                        "epsilon_upper": float(ex["epsilon_upper"])})
+    curve = []
+    method = None
+    if epsilons:
+        lo, hi, method = delta_profile(d, epsilons, deltas[0], tuned=tuned_curve)
+        curve = curve_rows(epsilons, lo, hi)
+    eps_max = max((q["epsilon_upper"] for q in queries), default=None)
+    warnings = []
+    if eps_max is not None and eps_max > LARGE_EPSILON:
+        warnings.append(f"epsilon = {eps_max:.4g} > {LARGE_EPSILON:g}: a very weak guarantee")
+    if any(not m.symmetric for m, _ in d.components):
+        neigh = "add-or-remove one record (both directions composed: remove and add)"
+    else:
+        neigh = "add-or-remove one record (symmetric mechanisms: one direction)"
+    return {
+        "command": "compose",
+        "name": spec.name,
+        "components": [{"entry": p, "description": desc} for p, desc in spec.entries],
+        "mechanisms": [{"mechanism": repr(m), "count": int(k)} for m, k in d.components],
+        "runs": spec.runs,
+        "total_steps": int(d.steps),
+        "covers": "one run" if spec.runs == 1 else f"{spec.runs} runs (composed)",
+        "neighbouring": neigh,
+        "accountant": ACCOUNTANT,
+        "queries": queries,
+        "epsilon_lower": queries[0]["epsilon_lower"] if queries else None,
+        "epsilon_upper": queries[0]["epsilon_upper"] if queries else None,
+        "delta": queries[0]["delta"] if queries else None,
+        "curve": curve,
+        "curve_method": method,
+        "numerics": numerics,
+        "warnings": warnings,
+        "seconds": time.perf_counter() - t0,
+        "pld_version": __version__,
+    }
+
+
+def format_compose(r: dict) -> str:
+    lines = ["Composition privacy accounting" + (f": {r['name']}" if r.get("name") else "")]
+    for q in r["queries"]:
+        lines.append(f"  ({q['epsilon_upper']:.4f}, {q['delta']:g})-DP    certified: epsilon in "
+                     f"[{q['epsilon_lower']:.6f}, {q['epsilon_upper']:.6f}] at delta = {q['delta']:g}")
+    lines.append("")
+    lines.append("What ran")
+    for c in r["components"]:
+        lines.append(f"  {c['entry']}: {c['description']}")
+    lines.append(f"  covers: {r['covers']}; {r['total_steps']} mechanism runs in total")
+    lines.append(f"  neighbouring: {r['neighbouring']}")
+    lines.append(f"  accountant: {r['accountant']}")
+    if r.get("curve"):
+        lines.append("")
+        lines.append("delta(epsilon) (max over directions; certified bounds)")
+        lines.append(format_curve(r["curve"]))
+        if r.get("curve_method"):
+            lines.append(f"  (from {r['curve_method']})")
+    if r.get("numerics"):
+        lines.append("")
+        lines.append(f"Numerical settings at delta = {r['queries'][0]['delta']:g} "
+                     f"(bracket target: {r['numerics']['bracket_target']})")
+        lines += _dir_lines(r["numerics"])
+    if r.get("warnings"):
+        lines.append("")
+        lines.append("Warnings")
+        lines += [f"  ! {w}" for w in r["warnings"]]
+    lines.append("")
+    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------- calibrate
+def format_calibrate(r: dict) -> str:
+    solved = r["solved_for"]
+    label = {"noise_multiplier": "noise multiplier sigma", "steps": "steps T",
+             "sampling_rate": "sampling rate q"}[solved]
+    goal = {"noise_multiplier": "smallest sigma", "steps": "largest T",
+            "sampling_rate": "largest q"}[solved]
+    val = r[solved]
+    vtxt = f"{val}" if solved == "steps" else f"{val:.6g}"
+    lines = [f"Calibrated {label} = {vtxt}",
+             f"  ({goal} with epsilon <= {r['target_epsilon']:g} at delta = {r['delta']:g})"]
+    if r.get("epsilon_upper") is not None:
+        ok = r["epsilon_upper"] <= r["target_epsilon"]
+        lines.append(f"  check: certified epsilon in [{r['epsilon_lower']:.6f}, {r['epsilon_upper']:.6f}]"
+                     f" {'<=' if ok else '>'} target {r['target_epsilon']:g}")
+    lines.append("")
+    rows = [("noise multiplier", f"sigma = {r['noise_multiplier']:.6g}"),
+            ("sampling rate", f"q = {r['sampling_rate']:.6g}"),
+            ("steps", f"T = {r['steps']}"),
+            ("delta", f"{r['delta']:g}"),
+            ("sampling", SAMPLING_NAMES.get(r["sampling"], r["sampling"])),
+            ("neighbouring", r["neighbouring"]),
+            ("sensitivity", r["sensitivity_convention"]),
+            ("accountant", r["accountant"])]
+    lines += _table(rows)
+    if r.get("warnings"):
+        lines.append("")
+        lines.append("Warnings")
+        lines += [f"  ! {w}" for w in r["warnings"]]
+    lines.append("")
+    evals = f", {r['evaluations']} engine accountings" if r.get("evaluations") else ""
+    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s{evals}")
+    return "\n".join(lines)
+
+
+def config_dict(cfg: DPSGDConfig) -> dict:
+    return asdict(cfg)

@@ -1,0 +1,391 @@
+"""The ``pld`` command: the installed console script end to end, plus in-process checks.
+
+Subprocess tests run the console script installed next to the interpreter
+(``pld = "pld.cli:main"``); the rest call :func:`pld.cli.main` directly, which
+is much cheaper.  Configurations are small so the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+
+import pld
+from pld import cli
+from pld.report import MNIST_EXAMPLE
+
+SMALL = ["--noise-multiplier", "2", "--sampling-rate", "0.05", "--steps", "50"]
+
+
+def _script() -> list[str]:
+    exe = shutil.which("pld", path=os.path.dirname(sys.executable)) or shutil.which("pld")
+    return [exe] if exe else [sys.executable, "-m", "pld.cli"]
+
+
+def run(*args, check=True, cwd=None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("PLD_TRACEBACK", None)
+    p = subprocess.run(_script() + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=300, cwd=cwd, env=env)
+    if check:
+        assert p.returncode == 0, p.stderr
+        assert p.stderr == "", p.stderr
+    return p
+
+
+def call(capsys, *args) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, out, err, fragment=None):
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("pld: error: ")
+    assert "Traceback" not in err
+    if fragment is not None:
+        assert fragment in lines[0], lines[0]
+
+
+# ------------------------------------------------------------ console script
+def test_version_and_help():
+    assert run("--version").stdout.strip() == f"pld {pld.__version__}"
+    out = run("--help").stdout
+    assert "examples:" in out and "pld dpsgd" in out and "pld calibrate" in out and "14063" in out
+
+
+def test_dpsgd_json_round_trips():
+    res = json.loads(run("dpsgd", *SMALL, "--delta", "1e-5", "--json").stdout)
+    for key in ("epsilon_lower", "epsilon_upper", "delta", "noise_multiplier", "sampling_rate", "steps",
+                "sampling", "neighbouring", "accountant", "seconds", "curve", "numerics", "warnings"):
+        assert key in res, key
+    assert res["noise_multiplier"] == 2.0 and res["sampling_rate"] == 0.05 and res["steps"] == 50
+    assert res["delta"] == 1e-5 and res["sampling"] == "poisson" and res["runs"] == 1
+    assert "add-or-remove" in res["neighbouring"]
+    assert res["accountant"] == "pld: certified PLD, FFT composition"
+    lo, hi = res["epsilon_lower"], res["epsilon_upper"]
+    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
+    ref = pld.dpsgd(2.0, 0.05, 50).epsilon_bounds(1e-5)
+    assert (lo, hi) == pytest.approx(ref, rel=1e-9)
+    assert set(res["numerics"]["directions"]) == {"remove", "add"}
+    curve = res["curve"]
+    assert any(r["epsilon"] == hi for r in curve)
+    eps = [r["epsilon"] for r in curve]
+    ups = [r["delta_upper"] for r in curve]
+    assert eps == sorted(eps) and ups == sorted(ups, reverse=True)
+    assert all(r["delta_lower"] <= r["delta_upper"] for r in curve)
+
+
+def test_dpsgd_default_is_the_mnist_example():
+    out = run("dpsgd").stdout
+    assert "MNIST" in out
+    for text in ("accountant", "pld: certified PLD, FFT composition", "delta             1e-05",
+                 "sigma = 1.1", "T = 14063", "0.00426667", "add-or-remove", "clipping norm",
+                 "one training run", "Accountant curve", "Numerical settings", "grid spacing", "tilt",
+                 "FFT error bound"):
+        assert text in out, text
+    first = out.splitlines()[1]
+    assert "certified: epsilon in [2.3" in first  # about 2.38 at delta = 1e-5
+
+
+def test_calibrate_solves_for_sigma():
+    res = json.loads(run("calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "0.1",
+                         "--steps", "10", "--json").stdout)
+    assert res["solved_for"] == "noise_multiplier"
+    assert res["epsilon_upper"] <= 1.0 < res["epsilon_upper"] * 1.01
+    assert 1.0 < res["noise_multiplier"] < 3.0
+
+
+def test_compose_spec_file(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"delta": 1e-5, "mechanisms": [
+        {"type": "gaussian", "sigma": 2.0, "sampling_rate": 0.05, "count": 10},
+        {"type": "pmfs", "p": [0.5, 0.5], "q": [0.4, 0.6]}]}))
+    res = json.loads(run("compose", spec, "--json").stdout)
+    ref = (pld.PoissonSampled(pld.Gaussian(2.0), 0.05).pld().self_compose(10)
+           .compose(pld.FromPMFs((0.5, 0.5), (0.4, 0.6)).pld()).epsilon_bounds(1e-5))
+    assert (res["epsilon_lower"], res["epsilon_upper"]) == pytest.approx(ref, rel=1e-9)
+    assert res["queries"][0]["delta"] == 1e-5 and res["total_steps"] == 11
+    assert res["components"][1]["description"] == "FromPMFs(2 outcomes) x 1"
+
+
+def test_curve_csv():
+    out = run("curve", *SMALL, "--eps-max", "2", "--points", "5", "--csv").stdout
+    lines = out.strip().splitlines()
+    assert lines[0] == "epsilon,delta_lower,delta_upper"
+    rows = [[float(x) for x in line.split(",")] for line in lines[1:]]
+    assert [r[0] for r in rows] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert all(0 <= lo <= hi <= 1 for _, lo, hi in rows)
+    assert all(a[2] >= b[2] for a, b in zip(rows, rows[1:]))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["dpsgd", "--noise-multiplier", "-1"], "--noise-multiplier"),
+    (["dpsgd", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_bad_flags_exit_2_with_one_line(args, fragment):
+    p = run(*args, check=False)
+    assert_one_line_error(p.returncode, p.stdout, p.stderr, fragment)
+
+
+def test_bad_spec_points_at_the_field(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[mechanisms]]\ntype = "gaussian"\nsigma = 1.0\n'
+                    '[[mechanisms]]\ntype = "laplace"\nscale = 1.0\n'
+                    '[[mechanisms]]\ntype = "gaussian"\nsigma = -0.5\n')
+    p = run("compose", spec, check=False)
+    assert_one_line_error(p.returncode, p.stdout, p.stderr, "mechanisms[2].sigma: must be > 0")
+
+
+# --------------------------------------------------------------- in process
+def _args(*argv):
+    return cli.build_parser().parse_args(list(argv))
+
+
+def test_config_resolution():
+    cfg = cli._config(_args("dpsgd"))
+    assert (cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, cfg.delta) == (1.1, 256 / 60000, 14063, 1e-5)
+    assert cfg.example and not cfg.batch_size_given and cfg.dataset_size == 60000
+    assert MNIST_EXAMPLE.steps == math.ceil(60 * 60000 / 256) == 14063
+    cfg = cli._config(_args("dpsgd", "--epochs", "60", "--dataset-size", "60000", "--batch-size", "256"))
+    assert (cfg.sampling_rate, cfg.steps, cfg.batch_size_given, cfg.example) == (256 / 60000, 14063, True, None)
+    cfg = cli._config(_args("dpsgd", "--epochs", "3", "--sampling-rate", "0.01", "--noise-multiplier", "0.9"))
+    assert (cfg.steps, cfg.noise_multiplier) == (300, 0.9)  # exact: no 300.00000000000006 -> 301
+    cfg = cli._config(_args("dpsgd", "-q", "0.02", "-T", "7", "--sampling", "without-replacement", "--runs", "3"))
+    assert (cfg.sampling, cfg.runs, cfg.total_steps) == ("without_replacement", 3, 21)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["dpsgd", "--steps", "10"], "give --sampling-rate"),
+    (["dpsgd", "-q", "0.1"], "give --steps"),
+    (["dpsgd", "-q", "0.1", "--steps", "10", "--epochs", "2"], "either --steps or --epochs"),
+    (["dpsgd", "-q", "0.1", "--batch-size", "10", "-n", "100", "-T", "3"], "either --sampling-rate or --batch-size"),
+    (["dpsgd", "--batch-size", "10", "-T", "3"], "--batch-size needs --dataset-size"),
+    (["dpsgd", "--batch-size", "1000", "-n", "100", "-T", "3"], "larger than --dataset-size"),
+    (["dpsgd", "--epochs", "2", "-n", "100"], "--epochs needs"),
+    (["dpsgd", "-q", "1.5", "-T", "3"], "must be in (0, 1]"),
+    (["dpsgd", "-q", "0.1", "-T", "2.5"], "must be an integer"),
+    (["dpsgd", "-q", "0.1", "-T", "0"], "must be an integer >= 1"),
+    (["dpsgd", "--delta", "0"], "must be in (0, 1)"),
+    (["dpsgd", "--delta", "nan"], "must be finite"),
+    (["dpsgd", "--sampling", "shuffle-ish"], "must be 'poisson' or 'without-replacement'"),
+    (["dpsgd", "--plot", "out.unknown"], "image format"),
+    (["dpsgd", "--save", "/no/such/dir/x.pld"], "does not exist"),
+    (["calibrate", "--target-epsilon", "1", "-q", "0.1"], "exactly two of"),
+    (["calibrate", "--target-epsilon", "1", "-q", "0.1", "-T", "5", "--noise-multiplier", "1"], "exactly two of"),
+    (["calibrate", "-q", "0.1", "-T", "5"], "--target-epsilon"),
+    (["calibrate", "--target-epsilon", "1", "--noise-multiplier", "1", "-q", "0.1", "--epochs", "2"],
+     "exactly two of"),
+    (["compose", "/no/such/spec.json"], "No such file"),
+    (["curve", "-q", "0.1", "-T", "5", "--eps-min", "3", "--eps-max", "2"], "must be larger than"),
+    (["curve", "-q", "0.1", "-T", "5", "--csv", "--json"], "not allowed with"),
+    ([], "choose a command"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_usage_errors(capsys, args, fragment):
+    assert_one_line_error(*call(capsys, *args), fragment)
+
+
+def test_engine_errors_are_one_line(capsys, monkeypatch):
+    import pld.report as report
+
+    def boom(*a, **k):
+        raise ValueError("sampling must be one of ('poisson',)")
+    monkeypatch.setattr(report, "dpsgd_pld", boom)
+    assert_one_line_error(*call(capsys, "dpsgd", *SMALL), "sampling must be one of")
+
+    class Weird(Exception):
+        pass
+
+    def weird(*a, **k):
+        raise Weird("multi\nline")
+    monkeypatch.setattr(report, "dpsgd_pld", weird)
+    assert_one_line_error(*call(capsys, "dpsgd", *SMALL), "internal error (Weird): multi line")
+
+
+def test_subcommand_help_has_examples(capsys):
+    assert call(capsys, "dpsgd", "--help")[0] == 0
+    code, out, _ = call(capsys, "compose", "--help")
+    assert code == 0 and "mechanism types:" in out and "approx_dp" in out
+
+
+def test_report_states_what_a_dpsgd_figure_needs(capsys):
+    code, out, err = call(capsys, "dpsgd", *SMALL, "--runs", "2", "--dataset-size", "1000")
+    assert code == 0 and err == ""
+    out = " ".join(out.split())  # undo line wrapping
+    for text in ("pld: certified PLD, FFT composition", "sigma = 2", "q = 0.05", "T = 50", "n = 1000",
+                 "Poisson", "add-or-remove one record", "clipping norm", "2 training runs (composed)",
+                 "2 x 50 = 100 steps", "delta lower", "delta upper", "grid spacing", "tilt", "grid points",
+                 "FFT error bound", "bracket target"):
+        assert text in out, text
+    assert "Warnings" not in out
+    code, out, _ = call(capsys, "dpsgd", *SMALL, "--runs", "2", "--json")
+    two = json.loads(out)
+    one = pld.dpsgd(2.0, 0.05, 50).epsilon(1e-5)
+    assert two["total_steps"] == 100 and two["epsilon_upper"] > one
+    assert two["epsilon_upper"] == pytest.approx(pld.dpsgd(2.0, 0.05, 100).epsilon(1e-5), rel=1e-9)
+
+
+def test_warnings(capsys):
+    code, out, _ = call(capsys, "dpsgd", "--noise-multiplier", "3", "--epochs", "1", "--dataset-size", "200",
+                        "--batch-size", "20", "--delta", "0.01", "--json")
+    res = json.loads(out)
+    w = " ".join(res["warnings"])
+    assert "not below 1/dataset size" in w and "--sampling without-replacement" in w
+    code, out, _ = call(capsys, "dpsgd", "--noise-multiplier", "0.3", "-q", "1", "-T", "1", "--curve-points", "0")
+    assert code == 0 and "Warnings" in out and "> 10: a very weak guarantee" in out
+    code, out, _ = call(capsys, "dpsgd", "--noise-multiplier", "3", "--epochs", "1", "--dataset-size", "200",
+                        "--batch-size", "20", "--sampling", "without-replacement", "--json")
+    res = json.loads(out)
+    assert res["sampling"] == "without_replacement" and "substitute" in res["neighbouring"]
+    assert not any("without-replacement" in x for x in res["warnings"])
+    assert res["epsilon_upper"] == pytest.approx(
+        pld.dpsgd(3.0, 0.1, 10, sampling="without_replacement").epsilon(1e-5), rel=1e-9)
+
+
+def test_plot_save_and_compose_on_top(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png, saved = tmp_path / "run.png", tmp_path / "run.pld"
+    code, out, err = call(capsys, "dpsgd", *SMALL, "--plot", png, "--save", saved, "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+    assert pld.load(saved).epsilon_bounds(1e-5) == (res["epsilon_lower"], res["epsilon_upper"])
+    spec = tmp_path / "two.json"
+    spec.write_text(json.dumps({"mechanisms": [{"type": "saved", "path": "run.pld", "count": 2}]}))
+    code, out, err = call(capsys, "compose", spec, "--json")
+    assert code == 0, err
+    assert json.loads(out)["epsilon_upper"] == pytest.approx(pld.dpsgd(2.0, 0.05, 100).epsilon(1e-5), rel=1e-9)
+    assert sorted(os.listdir(tmp_path)) == ["run.pld", "run.png", "two.json"]
+
+
+def test_curve_outputs_are_written_whole_or_not_at_all(capsys, tmp_path):
+    target = tmp_path / "c.json"
+    code, out, err = call(capsys, "curve", *SMALL, "--epsilons", "0.5,1,2", "--json", "--output", target)
+    assert code == 0 and out == "" and err == ""
+    res = json.loads(target.read_text())
+    assert [r["epsilon"] for r in res["curve"]] == [0.5, 1.0, 2.0]
+    assert res["config"]["steps"] == 50 and res["delta"] == 1e-5
+    # tuned per-epsilon brackets contain the one-grid ones' truth: they must overlap
+    code, out, _ = call(capsys, "curve", *SMALL, "--epsilons", "1", "--tuned", "--json")
+    tuned = json.loads(out)["curve"][0]
+    one = res["curve"][1]
+    assert tuned["delta_lower"] <= one["delta_upper"] and one["delta_lower"] <= tuned["delta_upper"]
+    bad = tmp_path / "bad.csv"
+    assert_one_line_error(*call(capsys, "curve", *SMALL, "--eps-min", "5", "--eps-max", "1", "--csv",
+                                "--output", bad), "must be larger")
+    assert not bad.exists()
+    assert sorted(os.listdir(tmp_path)) == ["c.json"]
+
+
+def test_calibrate_wiring_and_check(capsys, monkeypatch):
+    calibrate = pytest.importorskip("pld.calibrate")
+    seen = {}
+
+    def fake_steps(target_epsilon, delta, noise_multiplier, sampling_rate, *, sampling="poisson", info=None):
+        seen.update(target=target_epsilon, delta=delta, sigma=noise_multiplier, q=sampling_rate, sampling=sampling)
+        return 40
+
+    monkeypatch.setattr(calibrate, "calibrate_steps", fake_steps)
+    code, out, err = call(capsys, "calibrate", "--target-epsilon", "3", "--noise-multiplier", "2",
+                          "--batch-size", "5", "--dataset-size", "100", "--sampling", "without-replacement",
+                          "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert seen == dict(target=3.0, delta=1e-5, sigma=2.0, q=0.05, sampling="without_replacement")
+    assert res["solved_for"] == "steps" and res["steps"] == 40
+    ref = pld.dpsgd(2.0, 0.05, 40, sampling="without_replacement").epsilon_bounds(1e-5)
+    assert (res["epsilon_lower"], res["epsilon_upper"]) == pytest.approx(ref, rel=1e-9)
+    code, out, err = call(capsys, "calibrate", "--target-epsilon", "3", "--noise-multiplier", "2",
+                          "-q", "0.05")
+    assert code == 0 and "Calibrated steps T = 40" in out and "check: certified epsilon" in out
+
+
+def _fake_lab(monkeypatch):
+    mod = types.ModuleType("pld.lab")
+    calls = {}
+
+    def lab(sigma=8.0, steps=120, delta=1e-6, probe_epsilon=6.0):
+        calls["lab"] = (sigma, steps, delta, probe_epsilon)
+        return {"sigma": sigma, "steps": steps, "epsilon_exact": 7.0168}
+
+    def plot_lab(result, path):
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n fake")
+
+    def compare(noise_multiplier, sampling_rate, steps, delta, sampling="poisson"):
+        calls["compare"] = (noise_multiplier, sampling_rate, steps, delta, sampling)
+        return {"pld": [1.0, 1.1], "rdp": 1.3}
+
+    mod.lab, mod.plot_lab, mod.compare = lab, plot_lab, compare
+    mod.format_lab = lambda r: f"lab report sigma={r['sigma']}"
+    mod.format_compare = lambda r: "compare report"
+    monkeypatch.setitem(sys.modules, "pld.lab", mod)
+    monkeypatch.setattr(pld, "lab", mod, raising=False)
+    return calls
+
+
+def test_lab_and_compare_are_wired_to_pld_lab(capsys, monkeypatch, tmp_path):
+    calls = _fake_lab(monkeypatch)
+    code, out, _ = call(capsys, "lab")
+    assert code == 0 and out.strip() == "lab report sigma=8.0"
+    assert calls["lab"] == (8.0, 120, 1e-6, 6.0)
+    code, out, _ = call(capsys, "lab", "--sigma", "4", "--steps", "10", "--json", "--plot", tmp_path / "lab.png")
+    assert code == 0 and json.loads(out)["steps"] == 10
+    assert (tmp_path / "lab.png").read_bytes().startswith(b"\x89PNG")
+    assert sorted(os.listdir(tmp_path)) == ["lab.png"]
+    code, out, _ = call(capsys, "compare", "--noise-multiplier", "1", "-q", "0.01", "-T", "1000")
+    assert code == 0 and out.strip() == "compare report"
+    assert calls["compare"] == (1.0, 0.01, 1000, 1e-5, "poisson")
+    code, out, _ = call(capsys, "compare", "--json", "--sampling", "without-replacement")
+    assert json.loads(out)["rdp"] == 1.3
+    assert calls["compare"] == (1.1, 256 / 60000, 14063, 1e-5, "without_replacement")
+
+
+def test_lab_missing_is_a_clear_error(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pld.lab", None)  # import fails as if the module were absent
+    code, out, err = call(capsys, "lab")
+    assert code == 2 and err.startswith("pld: error: ") and len(err.splitlines()) == 1
+
+
+def test_real_lab_if_available():
+    lab = pytest.importorskip("pld.lab")
+    if not all(hasattr(lab, n) for n in ("lab", "format_lab")):
+        pytest.skip("pld.lab.lab/format_lab not written yet")
+    out = run("lab", "--json").stdout
+    assert isinstance(json.loads(out), dict)
+
+
+def test_plot_without_matplotlib_fails_before_any_work(capsys, monkeypatch, tmp_path):
+    import pld.report as report
+
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(report, "dpsgd_pld", lambda cfg: pytest.fail("accounting ran before the plot check"))
+    out = tmp_path / "x.png"
+    assert_one_line_error(*call(capsys, "dpsgd", *SMALL, "--plot", out), "pip install 'pld[plot]'")
+    assert not out.exists()
+
+
+def test_curve_for_a_spec(capsys, tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('delta = 1e-6\n[[mechanisms]]\ntype = "gaussian"\nsigma = 4.0\ncount = 4\n')
+    code, out, err = call(capsys, "curve", "--spec", spec, "--runs", "4", "--epsilons", "1,2", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["delta"] == 1e-6 and res["config"]["runs"] == 4
+    # 16 releases of sigma 4 = one release of sigma 1: delta(1) = Phi(-0.5) - e Phi(-1.5) = 0.1269
+    lo, hi = res["curve"][0]["delta_lower"], res["curve"][0]["delta_upper"]
+    assert lo <= 0.12693673 <= hi and hi - lo < 1e-4
