@@ -165,15 +165,20 @@ class PLD:
         flat = e.ravel()
         lo = np.zeros(flat.shape)
         hi = np.zeros(flat.shape)
-        for d in self._directions():
-            bucket = np.array([w.quantize_tilt(self._tilt_star(d, ("eps", float(x)))) for x in flat])
-            for b in np.unique(bucket):
-                sel = bucket == b
-                floor = float(np.min(lo[sel])) if d != self._directions()[0] else -math.inf
-                pess, opt = self._materialize(
-                    d, *self._settings(d, ("eps", float(np.median(flat[sel]))), floor=floor))
-                hi[sel] = np.maximum(hi[sel], pess.delta(flat[sel]))
-                lo[sel] = np.maximum(lo[sel], opt.delta(flat[sel]))
+        # Grids are tuned at up to three representative epsilons (smallest,
+        # median, largest); every point is evaluated on each of them and the
+        # brackets intersected (each one is certified, so their intersection is).
+        reps = np.unique(np.quantile(flat, [0.0, 0.5, 1.0], method="nearest")) if flat.size else flat
+        for i, d in enumerate(self._directions()):
+            d_lo = np.zeros(flat.shape)
+            d_hi = np.ones(flat.shape)
+            for r in reps:
+                floor = float(np.min(lo)) if i > 0 and flat.size else -math.inf
+                pess, opt = self._materialize(d, *self._settings(d, ("eps", float(r)), floor=floor))
+                d_hi = np.minimum(d_hi, pess.delta(flat))
+                d_lo = np.maximum(d_lo, opt.delta(flat))
+            hi = np.maximum(hi, d_hi)
+            lo = np.maximum(lo, d_lo)
         hi = np.maximum(hi, lo).reshape(e.shape)
         lo = lo.reshape(e.shape)
         if scalar:
@@ -290,8 +295,12 @@ class PLD:
             h = self._initial_spacing(direction, query)
             while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = _round_spacing(h * 2.0)
+        last_width = math.inf
         for _ in range(6):
             width, target, value, err_part = self._width(direction, query, h, lam, log_eta)
+            if width > 0.9 * last_width:
+                break  # refining no longer helps (bias that h does not control)
+            last_width = width
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
@@ -346,8 +355,12 @@ class PLD:
             return hi - lo, EPS_RTOL * hi + EPS_ATOL, hi, part
         lo, hi = float(opt.delta(val)[0]), float(pess.delta(val)[0])
         part = max(0.0, hi - float(pz.delta(val)[0])) + max(0.0, float(oz.delta(val)[0]) - lo)
-        # a delta bracket as narrow, relatively, as the epsilon bracket target
-        return hi - lo, 1e-3 * hi + 1e-300, hi, part
+        # a delta bracket as narrow as the epsilon target implies: near eps,
+        # log delta falls with slope about lam* (the Chernoff tilt), so an
+        # epsilon error de moves delta by a relative lam* de
+        slope = max(1.0, w.tilt_for_epsilon(self._exploration(direction), val))
+        rel = min(0.5, slope * (EPS_RTOL * max(val, 0.0) + EPS_ATOL))
+        return hi - lo, rel * hi + 1e-300, hi, part
 
     def _align(self, direction: str, h: float) -> float:
         """Snap ``h`` to ``u / k`` when every loss is a multiple of a quantum ``u``."""
@@ -458,8 +471,12 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     levels = max(1.0, math.log2(count))
     per_step_bias = max(ex.added_variance(h), h * h / 6)
 
+    sd1 = math.sqrt(max(ex.mean_var()[1], 0.0))
+
     def fit(g: GridPLD, c: int) -> GridPLD:
-        h_allowed = math.sqrt(4.0 * c * per_step_bias / levels)
+        # re-grid only a law that is wide on the grid: in the tails of a narrow
+        # one (few steps, steep log-density) a re-grid costs far more than h^2
+        h_allowed = min(math.sqrt(4.0 * c * per_step_bias / levels), math.sqrt(c) * sd1 / 50.0)
         # the memory cap wins over accuracy: a coarser grid stays certified,
         # the bracket just widens
         while g.size > MAX_GRID_POINTS or (g.size > MIN_LEVEL_POINTS and 2 * g.h <= h_allowed):
