@@ -17,7 +17,7 @@ exact masses of a few thousand cells (merged loss per cell) plus the atoms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.special import logsumexp
@@ -64,17 +64,19 @@ class Exploration:
 
     #: set by explore() for models made of atoms only
     atoms_only: bool = False
+    #: set by explore(): the finite losses of the model's atoms
+    atom_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def quantum(self) -> float | None:
-        """Largest ``u`` with every finite loss an integer multiple of ``u``, or None.
+        """Largest ``u`` with every atom's loss an integer multiple of ``u``, or None.
 
-        Only for models made of atoms (randomized response, discrete Laplace,
-        pure/approximate DP pairs): on a grid whose spacing divides ``u`` the
-        discretisation is exact on both sides.
+        For models with atoms (randomized response, discrete Laplace, pure and
+        approximate DP pairs, the end points of Laplace): on a grid whose
+        spacing divides ``u`` the atoms sit on grid points, which both
+        discretisations then represent exactly (an atom between grid points
+        costs the dominated side a first-order rounding).
         """
-        if not self.atoms_only:
-            return None
-        fin = np.abs(self.loss[np.isfinite(self.loss) & (self.loss != 0)])
+        fin = np.abs(self.atom_losses[np.isfinite(self.atom_losses) & (self.atom_losses != 0)])
         if fin.size == 0:
             return None
         u = float(fin.min())
@@ -109,6 +111,7 @@ def explore(model: LossModel, cells: int = 2000) -> Exploration:
     hi = max(hi, float(L.max()))
     ex = Exploration(L, P, lo, hi)
     object.__setattr__(ex, "atoms_only", model.base is None)
+    object.__setattr__(ex, "atom_losses", loss[fin].copy())
     return ex
 
 
@@ -142,7 +145,7 @@ class Composite:
 
     def quantum(self) -> float | None:
         """Common loss quantum of all parts (see :meth:`Exploration.quantum`)."""
-        atom_parts = [ex for ex, _ in self.parts if ex.atoms_only]
+        atom_parts = [ex for ex, _ in self.parts if ex.atom_losses.size]
         us = [ex.quantum() for ex in atom_parts]
         if not us or any(u is None for u in us):
             return None

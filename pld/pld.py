@@ -295,12 +295,20 @@ class PLD:
             h = self._initial_spacing(direction, query)
             while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = _round_spacing(h * 2.0)
-        last_width = math.inf
-        for _ in range(6):
+        best = (math.inf, h, lam)
+        stalled = 0
+        # atoms between grid points make the dominated side's error first order
+        # and erratic in h: give such compositions more tries
+        tries, patience = (12, 5) if self._exploration(direction).all_atoms else (8, 3)
+        for _ in range(tries):
             width, target, value, err_part = self._width(direction, query, h, lam, log_eta)
-            if width > 0.9 * last_width:
-                break  # refining no longer helps (bias that h does not control)
-            last_width = width
+            if width < best[0]:
+                stalled = 0 if width < 0.9 * best[0] else stalled + 1
+                best = (width, h, lam)
+            else:
+                stalled += 1
+            if stalled >= patience:
+                break  # refining no longer helps (a bias that h does not control)
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
@@ -323,6 +331,7 @@ class PLD:
             if self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
                 break
             h = h_new
+        _, h, lam = best
         with self._lock:
             if memo is None or h < memo[0]:
                 self._h_memo[key] = (h, lam)
