@@ -133,6 +133,12 @@ class GridPLD:
         tot = float(c.sum())
         if not (tot > 0 and math.isfinite(tot)):
             raise FloatingPointError("composition lost all mass; increase the window or check inputs")
+        # mass check: the total of a convolution is the product of the totals
+        expect = float(a.sum()) * float(b.sum())
+        if abs(tot - expect) > 1e-9 * abs(expect) + math.sqrt(c.size) * err:
+            raise FloatingPointError(
+                f"FFT composition drifted in total mass ({tot!r} vs {expect!r}); "
+                "this indicates a numerical failure, please report it")
         c /= tot
         err /= tot
         # P(L = inf) of the composition: ia (fb + ib) + fa ib, with fa, fb the
