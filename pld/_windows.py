@@ -58,6 +58,8 @@ class Exploration:
         return hit
 
     def mean_var(self) -> tuple[float, float]:
+        if not np.any(np.isfinite(self.log_p)):
+            return 0.0, 0.0  # no finite loss at all (all mass at +inf)
         w = np.exp(self.log_p - logsumexp(self.log_p))
         m = float(np.dot(w, self.loss))
         return m, float(np.dot(w, (self.loss - m) ** 2))

@@ -350,6 +350,8 @@ class PLD:
             comp = self._exploration(direction)
             lam = w.tilt_for_epsilon(comp, query[1])
             log_delta = float(comp.psi(lam)[0]) - lam * query[1]
+        if not math.isfinite(log_delta):
+            return _LOG_ETA
         v_ = min(_LOG_ETA, log_delta - 18.0)
         return 5.0 * math.floor(v_ / 5.0)
 
