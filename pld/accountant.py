@@ -118,7 +118,9 @@ class Accountant:
     def delta_bounds(self, epsilon: float) -> tuple[float, float]:
         """Certified ``(lower, upper)`` on delta at ``epsilon``."""
         epsilon = v.real("epsilon", epsilon)
-        return self._query(("delta", epsilon), lambda d: (0.0, 0.0) if d is None else d.delta_bounds(epsilon))
+        # nothing recorded: identical laws, delta(eps) = (1 - e^eps)_+
+        empty = max(0.0, -math.expm1(epsilon))
+        return self._query(("delta", epsilon), lambda d: (empty, empty) if d is None else d.delta_bounds(epsilon))
 
     def delta(self, epsilon: float) -> float:
         """Certified delta at ``epsilon`` (the upper end of :meth:`delta_bounds`)."""

@@ -24,13 +24,19 @@ target is crossed:
    two points are known), and the next point is placed just inside or just
    outside the predicted crossing so that one more evaluation can close the
    bracket to the tolerance;
-3. safeguards: the bracket grows geometrically when the prediction falls on
-   the same side repeatedly, and bisection (in log scale) takes over when the
-   prediction stops shrinking the bracket.  Points where the engine cannot
-   certify (infinite epsilon, grid too large, ...) count as over budget.
+3. safeguards: a trust region (a factor ``e^0.5`` per step in the parameter,
+   doubling while predictions keep pointing further) stops a surrogate of the
+   wrong shape (one step, tiny rates) from throwing the search far away; where
+   the surrogate is unavailable an engine-only secant in ``(log parameter,
+   log eps)`` is used; the bracket grows geometrically when evaluations keep
+   falling on one side, and bisection in log scale takes over when predictions
+   stop halving the bracket.  Points where the engine cannot certify
+   (infinite epsilon, grid too large, ...) count as over budget.
 
-Typically 2-4 engine evaluations are needed; pass ``info={}`` to get the
-number used, the final bracket and the time.
+Only the certified upper end decides; the cheap lower end of every bracket is
+reported in ``info``.  Typically 2-4 engine evaluations are needed (2 is the
+minimum: one point within budget and one just beyond); pass ``info={}`` to
+get the number used, every evaluated point and the time.
 """
 
 from __future__ import annotations
@@ -49,10 +55,13 @@ __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate"]
 
 #: hard cap on engine evaluations in one search
 MAX_EVALUATIONS = 60
+#: largest move (in log parameter) away from the nearest evaluation per step;
+#: doubles while predictions keep pointing further
+TRUST_RADIUS = 0.5
 #: smallest sampling rate the rate search goes down to
 MIN_SAMPLING_RATE = 1e-12
 #: noise multipliers the noise search explores
-SIGMA_RANGE = (1e-3, 1e6)
+SIGMA_RANGE = (1e-3, 1e12)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _SQRT_PI_2 = math.sqrt(math.pi / 2)
@@ -109,12 +118,15 @@ def _spa_epsilon(parts, log_delta: float) -> float:
     ld, M = _spa_log_delta(parts, _THETA_GRID)
     below = np.flatnonzero(ld < log_delta)
     if below.size == 0:
-        return math.nan
+        # no crossing: a bounded loss (e.g. the add direction) whose delta never
+        # gets that small at finite epsilon; its largest total loss stands in
+        top = sum(k * ex.loss_max for ex, k in parts)
+        return float(top) if math.isfinite(top) else math.nan
     j = int(below[0])
     if j == 0:
         return max(0.0, float(M[0]))
     lo, hi = math.log(_THETA_GRID[j - 1]), math.log(_THETA_GRID[j])
-    for _ in range(36):
+    for _ in range(24):  # theta to 1e-7 relative: far below the surrogate's own error
         mid = 0.5 * (lo + hi)
         l_mid, _ = _spa_log_delta(parts, np.array([math.exp(mid)]))
         if l_mid[0] > log_delta:
@@ -148,7 +160,7 @@ class _Surrogate:
     def epsilon(self, sigma: float, q: float, steps: float) -> float:
         try:
             vals = [_spa_epsilon([(ex, steps)], self.log_delta) for ex in self._parts(sigma, q)]
-        except (FloatingPointError, ValueError, OverflowError):  # pragma: no cover - defensive
+        except Exception:  # pragma: no cover - the surrogate is optional: fall back to engine secants
             return math.nan
         if any(math.isnan(x) for x in vals):
             return math.nan
@@ -162,24 +174,26 @@ class _Search:
     """Find the boundary of ``{u : hi(u) <= target}``, a half-line ``[u*, inf)``.
 
     The caller maps its parameter so that larger ``u`` is "more private"
-    (``u = log sigma``, ``-log q``, ``-T``).  ``tol`` is the closing width of
-    the bracket ``(bad, good]``; ``integer`` rounds evaluation points.
+    (``u = log sigma``, ``-log q``, ``-log T``).  ``tol_at(u)`` is the width at
+    which a bracket ``(bad, good]`` with ``good = u`` counts as closed; ``snap``
+    rounds evaluation points for integer parameters (toward the good or the
+    bad side).
     """
 
-    def __init__(self, target: float, engine, surrogate, lo: float, hi: float, tol: float,
-                 integer: bool = False):
+    def __init__(self, target: float, engine, surrogate, lo: float, hi: float, tol_at, snap=None):
         self.target = target
         self.log_target = math.log(target)
         self.engine = engine          # u -> (lower, upper)
         self.surrogate = surrogate    # u -> surrogate epsilon (nan if unavailable)
         self.lo, self.hi = lo, hi     # domain of u
-        self.tol = tol
-        self.integer = integer
+        self.tol_at = tol_at
+        self.snap = snap
         self.good = math.inf
         self.bad = -math.inf
         self.evals: list[tuple[float, float, float]] = []  # (u, lower, upper)
         self._sur_cache: dict = {}
         self.last_error: Exception | None = None
+        self.engine_seconds = 0.0
 
     # --- surrogate with correction --------------------------------------
     def _sur(self, u: float) -> float:
@@ -191,89 +205,103 @@ class _Search:
         return s
 
     def _offset(self, u: float) -> float:
-        """Correction ``log eps_engine - log eps_surrogate`` at ``u`` (linear fit)."""
+        """Correction ``log eps_engine - log eps_surrogate`` at ``u``.
+
+        Linear through the two evaluations nearest ``u``: with the surrogate's
+        own slope this is a secant step on the measured residual (moves are
+        limited by the trust region in :meth:`run`).
+        """
         pts = []
         for ue, _, up in self.evals:
-            s = self._sur(ue)
-            if math.isfinite(up) and up > 0 and math.isfinite(s):
-                pts.append((abs(ue - u), ue, math.log(up) - s))
+            if math.isfinite(up) and up > 0:
+                s = self._sur(ue)
+                if math.isfinite(s):
+                    pts.append((abs(ue - u), ue, math.log(up) - s))
         if not pts:
             return 0.0
         pts.sort()
-        if len(pts) == 1 or abs(pts[0][1] - pts[1][1]) < 1e-12:
+        if len(pts) == 1 or abs(pts[0][1] - pts[1][1]) < 1e-15:
             return pts[0][2]
         (_, u1, c1), (_, u2, c2) = pts[0], pts[1]
-        slope = (c2 - c1) / (u2 - u1)
-        # the offset varies slowly; do not extrapolate a noisy slope far
-        off = c1 + slope * (u - u1)
-        span = max(abs(c1 - c2), 1e-3)
-        return min(max(off, min(c1, c2) - span), max(c1, c2) + span)
+        return c1 + (c2 - c1) / (u2 - u1) * (u - u1)
 
-    def _predict(self) -> float:
-        """Corrected-surrogate crossing ``u_r`` (nan if the surrogate fails)."""
-        def f(u):
-            s = self._sur(u)
-            return s + self._offset(u) - self.log_target if math.isfinite(s) else math.nan
+    def _f(self, u: float) -> float:
+        s = self._sur(u)
+        return s + self._offset(u) - self.log_target if math.isfinite(s) else math.nan
 
-        # start next to the evaluations (or the domain's middle)
-        if self.evals:
-            u0 = min(self.evals, key=lambda e: abs(math.log(e[2]) - self.log_target)
-                     if e[2] > 0 and math.isfinite(e[2]) else math.inf)[0]
-        else:
-            u0 = self._start
-        f0 = f(u0)
-        if not math.isfinite(f0):
+    def _secant(self) -> float:
+        """Engine-only prediction: secant in ``(u, log eps)`` through the two
+        evaluations closest to the target (slope -1 from a single one)."""
+        pts = sorted(((abs(math.log(up) - self.log_target), ue, math.log(up))
+                      for ue, _, up in self.evals if 0 < up < math.inf))
+        if not pts:
             return math.nan
-        # f decreases in u (more private); walk downhill/uphill to bracket the root
-        step = max(self.tol, 0.02 if not self.integer else 1.0)
-        if self.integer:
-            step = max(1.0, abs(u0) * 1e-3)
+        _, u1, l1 = pts[0]
+        other = next(((ue, le) for _, ue, le in pts[1:] if ue != u1 and le != l1), None)
+        slope = -1.0
+        if other is not None:
+            s = (other[1] - l1) / (other[0] - u1)
+            if s < 0:
+                slope = s
+        return u1 + (self.log_target - l1) / slope
+
+    def _predict(self, u0: float) -> float:
+        """Corrected-surrogate crossing (engine secant if the surrogate fails)."""
+        f0 = self._f(u0)
+        if not math.isfinite(f0):
+            return self._secant()
+        step = max(self.tol_at(u0), 0.01)
         a, fa = u0, f0
-        direction = 1.0 if f0 > 0 else -1.0
-        for _ in range(80):
+        direction = 1.0 if f0 > 0 else -1.0  # f decreases in u
+        for _ in range(100):
             b = min(max(a + direction * step, self.lo), self.hi)
             if b == a:
                 return b
-            fb = f(b)
+            fb = self._f(b)
             if not math.isfinite(fb):
-                return math.nan
+                return self._secant()
             if (fb > 0) != (fa > 0):
                 break
             a, fa = b, fb
             step *= 2.0
         else:
-            return math.nan
-        # regula falsi (Illinois) on the bracket [a, b]
-        x0, f0_, x1, f1 = a, fa, b, fb
+            return self._secant()
+        # Illinois regula falsi on [a, b]
+        x0, y0, x1, y1 = a, fa, b, fb
         side = 0
+        eps_u = 0.02 * self.tol_at(a)  # well inside the 0.45 tol margin of the aims
+        x = x1
         for _ in range(60):
-            x = x1 - f1 * (x1 - x0) / (f1 - f0_)
-            fx = f(x)
-            if not math.isfinite(fx):
-                return math.nan
-            if abs(x1 - x0) < 1e-3 * self.tol or fx == 0:
+            x = x1 - y1 * (x1 - x0) / (y1 - y0)
+            y = self._f(x)
+            if not math.isfinite(y):
+                return self._secant()
+            if y == 0:
                 return x
-            if (fx > 0) == (f1 > 0):
-                x1, f1 = x, fx
+            if (y > 0) == (y1 > 0):
+                x1, y1 = x, y
                 if side == -1:
-                    f0_ /= 2
+                    y0 /= 2
                 side = -1
             else:
-                x0, f0_ = x1, f1
-                x1, f1 = x, fx
+                x0, y0 = x1, y1
+                x1, y1 = x, y
                 side = 1
-            if abs(x1 - x0) < 1e-3 * self.tol:
-                return x1
-        return x1
+            if abs(x1 - x0) < eps_u:
+                break
+        return x
 
     # --- engine ---------------------------------------------------------
-    def _evaluate(self, u: float) -> bool:
+    def evaluate(self, u: float) -> bool:
+        t = time.perf_counter()
         try:
             lo, up = self.engine(u)
         except (MemoryError, FloatingPointError, OverflowError) as exc:
             # the engine could not certify this point: treat it as over budget
             self.last_error = exc
             lo, up = math.nan, math.inf
+        finally:
+            self.engine_seconds += time.perf_counter() - t
         self.evals.append((u, lo, up))
         ok = up <= self.target
         if ok:
@@ -282,88 +310,105 @@ class _Search:
             self.bad = max(self.bad, u)
         return ok
 
-    def _round(self, u: float, toward_good: bool) -> float:
-        if not self.integer:
-            return min(max(u, self.lo), self.hi)
-        r = math.ceil(u - 1e-9) if toward_good else math.floor(u + 1e-9)
-        return float(min(max(r, self.lo), self.hi))
+    def _place(self, u: float, toward_good: bool) -> float:
+        u = min(max(u, self.lo), self.hi)
+        if self.snap is not None:
+            u = self.snap(u, toward_good)
+        return u
+
+    def closed(self) -> bool:
+        if not (math.isfinite(self.good) and math.isfinite(self.bad)):
+            return False
+        return self.good - self.bad <= self.tol_at(self.good) * (1 + 1e-9)
 
     # --- main loop --------------------------------------------------------
     def run(self, start: float) -> float:
-        self._start = min(max(start, self.lo), self.hi)
-        tol = self.tol
-        m = 0.45 * tol
-        reach_good = reach_bad = 0  # consecutive misses on an open side
-        prev_width = math.inf
+        """Return the smallest good ``u`` found once the bracket is closed
+        (``inf`` if the whole domain is over budget)."""
+        start = self._place(start, True)
         stalls = 0
+        trust_growth = 0
+        same_side = 0
+        last_side = None
+        prev_width = math.inf
         while True:
-            if self.good - self.bad <= tol * (1 + 1e-12):
+            if self.closed():
                 return self.good
-            if self.good == self.lo and self.bad == -math.inf and self.lo > -math.inf:
+            if self.good <= self.lo:
                 return self.good  # the domain's edge is within budget
+            if self.bad >= self.hi:
+                return math.inf   # nothing in the domain is within budget
             if len(self.evals) >= MAX_EVALUATIONS:
                 raise RuntimeError(
                     f"calibration did not converge in {MAX_EVALUATIONS} evaluations "
                     f"(bracket {self.bad!r}..{self.good!r}; last engine error: {self.last_error!r})")
-            ur = self._predict()
             finite = math.isfinite(self.good) and math.isfinite(self.bad)
             if finite:
                 width = self.good - self.bad
                 stalls = stalls + 1 if width > 0.5 * prev_width else 0
                 prev_width = width
-            if not math.isfinite(ur) or (finite and stalls >= 2):
-                # bisection (or blind expansion) fallback
-                if finite:
-                    u = self._round(0.5 * (self.good + self.bad), True)
-                    if not (self.bad < u < self.good):
-                        u = self._round(0.5 * (self.good + self.bad), False)
-                elif math.isfinite(self.good):
-                    u = self.good - max(1.0, 2.0 ** reach_bad * tol * 8)
-                elif math.isfinite(self.bad):
-                    u = self.bad + max(1.0, 2.0 ** reach_good * tol * 8)
+            if not self.evals:
+                u0 = start
+            else:
+                u0 = min(self.evals, key=lambda e: abs(math.log(e[2]) - self.log_target)
+                         if 0 < e[2] < math.inf else math.inf)[0]
+            ur = self._predict(u0)
+            if self.evals and math.isfinite(ur):
+                # trust region: a surrogate of the wrong shape (few steps, tiny
+                # rates) must not throw the search far from what was measured
+                radius = TRUST_RADIUS * 2.0 ** trust_growth
+                if abs(ur - u0) > radius:
+                    ur = u0 + math.copysign(radius, ur - u0)
+                    trust_growth += 1
                 else:
-                    u = self._start
+                    trust_growth = 0
+            u = None
+            if finite and stalls >= 2:
+                u = self._bisect()
                 stalls = 0
+            elif not math.isfinite(ur) or same_side >= 3:
+                # no usable prediction, or predictions keep missing: bisect or expand
+                if finite:
+                    u = self._bisect()
+                elif math.isfinite(self.good):
+                    u = self._place(self.good - 2.0 ** same_side * max(self.tol_at(self.good), 0.05), False)
+                elif math.isfinite(self.bad):
+                    u = self._place(self.bad + 2.0 ** same_side * max(self.tol_at(self.bad), 0.05), True)
+                else:
+                    u = start
             else:
                 ur = min(max(ur, self.bad), self.good)
-                if not math.isfinite(self.good) and not math.isfinite(self.bad):
-                    u = self._round(ur + m, True)
-                elif not math.isfinite(self.bad):
-                    if ur >= self.good - 0.9 * tol:
-                        u = self._round(max(ur - m, self.good - 0.95 * tol), False)
-                    else:
-                        # the prediction says the good point is far: move there, and
-                        # expand geometrically if predictions keep falling short
-                        u = self._round(min(ur + m, self.good - 2.0 ** reach_bad * tol * 0.5), True)
-                elif not math.isfinite(self.good):
-                    if ur <= self.bad + 0.9 * tol:
-                        u = self._round(min(ur + m, self.bad + 0.95 * tol), True)
-                    else:
-                        u = self._round(max(ur - m, self.bad + 2.0 ** reach_good * tol * 0.5), False)
+                tau = self.tol_at(ur)
+                m = 0.45 * tau
+                near_good = math.isfinite(self.good) and self.good - ur <= 0.9 * self.tol_at(self.good)
+                near_bad = math.isfinite(self.bad) and ur - self.bad <= 0.9 * tau
+                if near_good and (not near_bad or self.good - ur <= ur - self.bad):
+                    # one point just outside closes the bracket
+                    cands = [self._place(max(ur - m, self.good - 0.95 * self.tol_at(self.good)), False)]
+                elif near_bad:
+                    # one point just inside closes the bracket
+                    cands = [self._place(min(ur + m, self.bad + 0.95 * self.tol_at(self.bad)), True)]
                 else:
-                    if ur - self.bad <= self.good - ur:
-                        u = self._round(min(ur + m, self.bad + 0.95 * tol), True)
-                    else:
-                        u = self._round(max(ur - m, self.good - 0.95 * tol), False)
-            u = min(max(u, self.lo), self.hi)
-            if not (self.bad < u < self.good):
-                u = self._round(0.5 * (max(self.bad, self.lo) + min(self.good, self.hi)), True)
-                if not (self.bad < u < self.good):
-                    u = self._round(0.5 * (max(self.bad, self.lo) + min(self.good, self.hi)), False)
-                if not (self.bad < u < self.good):
-                    if self.good == self.lo or self.bad == self.hi:
-                        break
-                    raise RuntimeError("calibration bracket collapsed")  # pragma: no cover
-            ok = self._evaluate(u)
-            if ok:
-                reach_good = 0
-                reach_bad = reach_bad + 1 if not math.isfinite(self.bad) else 0
-            else:
-                reach_bad = 0
-                reach_good = reach_good + 1 if not math.isfinite(self.good) else 0
-            if self.bad >= self.hi:
-                break
-        return self.good
+                    # straddle the prediction: inside first, then outside
+                    cands = [self._place(ur + m, True), self._place(ur - m, False)]
+                u = next((c for c in cands if self.bad < c < self.good), None)
+            if u is None or not (self.bad < u < self.good):
+                u = self._bisect()
+            if u is None or not (self.bad < u < self.good):
+                raise RuntimeError(  # pragma: no cover - the bracket always has room
+                    f"calibration bracket collapsed at {self.bad!r}..{self.good!r}")
+            ok = self.evaluate(u)
+            same_side = same_side + 1 if ok == last_side and not finite else 0
+            last_side = ok
+
+    def _bisect(self):
+        a = max(self.bad, self.lo)
+        b = min(self.good, self.hi)
+        for toward_good in (True, False):
+            u = self._place(0.5 * (a + b), toward_good)
+            if self.bad < u < self.good:
+                return u
+        return None
 
 
 def _check_common(target_epsilon, delta):
@@ -372,14 +417,15 @@ def _check_common(target_epsilon, delta):
     return target_epsilon, delta
 
 
-def _finish(search: _Search, info, t0: float, value, name: str):
+def _finish(search: _Search, info, t0: float, value, name: str, to_param):
     if info is not None:
         info.update({
-            "evaluations": len(search.evals),
-            "points": [(u, lo, hi) for u, lo, hi in search.evals],
             "parameter": name,
             "value": value,
+            "evaluations": len(search.evals),
+            "points": [(to_param(u), lo, hi) for u, lo, hi in search.evals],
             "seconds": time.perf_counter() - t0,
+            "engine_seconds": search.engine_seconds,
         })
 
 
@@ -388,9 +434,11 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     """Smallest noise multiplier whose certified epsilon at ``delta`` is at most the target.
 
     Returns ``sigma`` with ``pld.dpsgd(sigma, sampling_rate, steps, sampling=sampling)
-    .epsilon(delta) <= target_epsilon`` (verified), and an evaluated
-    ``sigma / (1 + rtol)`` or larger point whose certified epsilon exceeds the
-    target, so ``sigma`` is the smallest to ``rtol``.
+    .epsilon(delta) <= target_epsilon`` (evaluated), next to an evaluated
+    noise multiplier at least ``sigma / (1 + rtol)`` whose certified epsilon
+    exceeds the target: ``sigma`` is the smallest to ``rtol``.  Every target is
+    feasible (epsilon tends to 0 as the noise grows); the search covers noise
+    multipliers in ``[1e-3, 1e12]``.
 
     Parameters
     ----------
@@ -402,7 +450,9 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     rtol : float in [1e-6, 1)
         Relative tolerance on the noise multiplier.
     info : dict, optional
-        Filled with ``evaluations`` (engine accountings used), ``points`` and ``seconds``.
+        Filled with ``evaluations`` (engine accountings used), ``points``
+        (``(sigma, eps_lower, eps_upper)`` per evaluation, in order), ``seconds``
+        and ``engine_seconds`` (time spent in the engine).
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
@@ -412,44 +462,55 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
 
     sur = _Surrogate(delta, sampling)
+    tol = math.log1p(rtol)
 
     def engine(u):
         return dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(delta)
 
-    search = _Search(target_epsilon, engine,
-                     lambda u: sur.epsilon(math.exp(u), sampling_rate, steps),
-                     math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1]), math.log1p(rtol))
-    start = _sigma_start(target_epsilon, delta, sampling_rate, steps)
-    u = search.run(math.log(start))
+    search = _Search(target_epsilon, engine, lambda u: sur.epsilon(math.exp(u), sampling_rate, steps),
+                     math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1]), lambda u: tol)
+    u = search.run(_surrogate_root(search, math.log(_sigma_start(target_epsilon, delta, sampling_rate, steps))))
     if not math.isfinite(u):
         raise ValueError(
-            f"no noise multiplier up to {SIGMA_RANGE[1]:g} reaches target_epsilon={target_epsilon!r} at "
+            f"no noise multiplier up to {SIGMA_RANGE[1]:g} certifies target_epsilon={target_epsilon!r} at "
             f"delta={delta!r} (last engine error: {search.last_error!r})")
     sigma = math.exp(u)
-    _finish(search, info, t0, sigma, "noise_multiplier")
+    _finish(search, info, t0, sigma, "noise_multiplier", math.exp)
     return sigma
 
 
-def _sigma_start(eps: float, delta: float, q: float, steps: int) -> float:
-    """Rough start: invert the CLT mu = q sqrt(T (e^{1/sigma^2} - 1)) of Gaussian DP."""
-    from pld.exact import gaussian_mu  # noqa: F401  (documents the convention)
+def _surrogate_root(search: _Search, u0: float) -> float:
+    """Uncorrected surrogate crossing from ``u0`` (``u0`` itself if it fails)."""
+    ur = search._predict(u0)
+    return ur if math.isfinite(ur) else u0
 
-    # mu-GDP with mu ~ eps / sqrt(2 log(1/delta)) (Gaussian tail), then invert the CLT
+
+def _sigma_start(eps: float, delta: float, q: float, steps: int) -> float:
+    """Rough start: a Gaussian-DP mu for (eps, delta), inverted through the CLT
+    ``mu = q sqrt(T (e^{1/sigma^2} - 1))`` (Bu et al.; Dong, Roth & Su)."""
     mu = max(eps / math.sqrt(2 * math.log(1 / delta)) * 1.5, 1e-6)
     r = mu / (q * math.sqrt(steps))
-    if not math.isfinite(r) or r <= 0:
-        return 1.0
     val = math.log1p(r * r)
+    if not (math.isfinite(val) and val > 0):
+        return 1.0
     return float(min(max(1.0 / math.sqrt(val), SIGMA_RANGE[0] * 10), SIGMA_RANGE[1] / 10))
+
+
+def _snap_steps(u: float, toward_good: bool) -> float:
+    """``u = -log T`` rounded to an integer ``T`` (fewer steps is the good side)."""
+    t = math.exp(-u)
+    r = math.floor(t * (1 + 1e-12)) if toward_good else math.ceil(t * (1 - 1e-12))
+    r = min(max(r, 1), MAX_STEPS)
+    return -math.log(r)
 
 
 def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float, sampling_rate: float, *,
                     sampling: str = "poisson", info: dict | None = None) -> int:
     """Largest number of steps whose certified epsilon at ``delta`` is at most the target.
 
-    Returns ``T`` with ``pld.dpsgd(noise_multiplier, sampling_rate, T).epsilon(delta) <=
-    target_epsilon`` and ``... T + 1 ...`` above the target (both evaluated).
-    Capped at 1e12 steps.  Raises ValueError if even one step exceeds the target.
+    Returns ``T`` with ``pld.dpsgd(noise_multiplier, sampling_rate, T, sampling=sampling)
+    .epsilon(delta) <= target_epsilon``, ``T + 1`` evaluated above the target
+    (capped at 1e12 steps).  Raises ValueError if even one step exceeds the target.
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
@@ -460,27 +521,23 @@ def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float
     sur = _Surrogate(delta, sampling)
 
     def engine(u):
-        return dpsgd(noise_multiplier, sampling_rate, int(-u), sampling=sampling).epsilon_bounds(delta)
+        t = int(round(math.exp(-u)))
+        return dpsgd(noise_multiplier, sampling_rate, t, sampling=sampling).epsilon_bounds(delta)
 
-    search = _Search(target_epsilon, engine,
-                     lambda u: sur.epsilon(noise_multiplier, sampling_rate, -u),
-                     -float(MAX_STEPS), -1.0, 1.0, integer=True)
-    # one step first: it decides feasibility and anchors the correction
-    if not search._evaluate(-1.0):
-        lo, hi = search.evals[-1][1:]
+    search = _Search(target_epsilon, engine, lambda u: sur.epsilon(noise_multiplier, sampling_rate, math.exp(-u)),
+                     -math.log(MAX_STEPS), 0.0, lambda u: math.log1p(math.exp(u)), _snap_steps)
+    # start from the surrogate's crossing, scaled from one step (eps ~ sqrt(T))
+    s1 = sur.epsilon(noise_multiplier, sampling_rate, 1.0)
+    u0 = -math.log(min(MAX_STEPS, max(1.0, (target_epsilon / s1) ** 2))) if s1 > 0 and math.isfinite(s1) else 0.0
+    u = search.run(_surrogate_root(search, u0))
+    if not math.isfinite(u):
+        hi = next((up for uu, _, up in search.evals if uu == 0.0), math.nan)
         raise ValueError(
             f"even one step exceeds target_epsilon={target_epsilon!r}: with noise_multiplier="
-            f"{noise_multiplier!r}, sampling_rate={sampling_rate!r} a single step has certified epsilon "
+            f"{noise_multiplier!r} and sampling_rate={sampling_rate!r} a single step has certified epsilon "
             f"{hi!r} at delta={delta!r}; raise noise_multiplier or lower sampling_rate")
-    # start from the surrogate's crossing (uncorrected)
-    start = -1.0
-    s1 = sur.epsilon(noise_multiplier, sampling_rate, 1.0)
-    if math.isfinite(s1) and s1 > 0:
-        # eps grows about like sqrt(T) once many steps are composed
-        start = -max(1.0, min(float(MAX_STEPS), (target_epsilon / s1) ** 2))
-    u = search.run(start)
-    T = int(round(-u))
-    _finish(search, info, t0, T, "steps")
+    T = int(round(math.exp(-u)))
+    _finish(search, info, t0, T, "steps", lambda u: int(round(math.exp(-u))))
     return T
 
 
@@ -488,9 +545,10 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
                             sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None) -> float:
     """Largest sampling rate (to ``rtol``) whose certified epsilon is at most the target.
 
-    Returns ``q`` with ``pld.dpsgd(noise_multiplier, q, steps).epsilon(delta) <= target_epsilon``
-    (verified), and an evaluated rate at most ``q (1 + rtol)`` above the target;
-    ``1.0`` if the full batch is within budget.
+    Returns ``q`` with ``pld.dpsgd(noise_multiplier, q, steps, sampling=sampling).epsilon(delta)
+    <= target_epsilon`` (evaluated), next to an evaluated rate at most
+    ``q (1 + rtol)`` above the target; ``1.0`` if the full batch is within
+    budget.  The search covers rates down to 1e-12.
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
@@ -500,27 +558,21 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
 
     sur = _Surrogate(delta, sampling)
+    tol = math.log1p(rtol)
 
     def engine(u):
         return dpsgd(noise_multiplier, math.exp(-u), steps, sampling=sampling).epsilon_bounds(delta)
 
-    search = _Search(target_epsilon, engine,
-                     lambda u: sur.epsilon(noise_multiplier, math.exp(-u), steps),
-                     0.0, -math.log(MIN_SAMPLING_RATE), math.log1p(rtol))
-    # the full batch first: if it fits, it is the answer
-    if search._evaluate(0.0):
-        _finish(search, info, t0, 1.0, "sampling_rate")
-        return 1.0
-    # start: eps ~ q sqrt(T) scaling from the full batch's surrogate
-    start = 0.0
+    search = _Search(target_epsilon, engine, lambda u: sur.epsilon(noise_multiplier, math.exp(-u), steps),
+                     0.0, -math.log(MIN_SAMPLING_RATE), lambda u: tol)
+    # start: eps ~ q sqrt(T) from the full batch's surrogate
     s1 = sur.epsilon(noise_multiplier, 1.0, steps)
-    if math.isfinite(s1) and s1 > target_epsilon:
-        start = min(-math.log(MIN_SAMPLING_RATE), math.log(s1 / target_epsilon))
-    u = search.run(start)
+    u0 = math.log(s1 / target_epsilon) if s1 > target_epsilon and math.isfinite(s1) else 0.0
+    u = search.run(_surrogate_root(search, min(u0, search.hi)))
     if not math.isfinite(u):
         raise ValueError(
-            f"no sampling rate down to {MIN_SAMPLING_RATE:g} reaches target_epsilon={target_epsilon!r} "
+            f"no sampling rate down to {MIN_SAMPLING_RATE:g} certifies target_epsilon={target_epsilon!r} "
             f"(last engine error: {search.last_error!r})")
     q = math.exp(-u)
-    _finish(search, info, t0, q, "sampling_rate")
+    _finish(search, info, t0, q, "sampling_rate", lambda u: math.exp(-u))
     return q

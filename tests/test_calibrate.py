@@ -1,0 +1,161 @@
+"""Calibration: returned parameters are re-accounted and must meet the target."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pld
+from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
+
+
+def certified(sigma, q, steps, delta, sampling="poisson"):
+    return pld.dpsgd(sigma, q, steps, sampling=sampling).epsilon(delta)
+
+
+def test_headline_noise_calibration():
+    """sigma for eps = 3 at q = 0.004, T = 1e5, delta = 1e-5: verified, minimal to rtol."""
+    pld.dpsgd(1.0, 0.01, 10).epsilon(1e-5)  # warm the JIT / FFT plans
+    info = {}
+    t = time.perf_counter()
+    sigma = calibrate_noise(3.0, 1e-5, 0.004, 100_000, info=info)
+    elapsed = time.perf_counter() - t
+    assert certified(sigma, 0.004, 100_000, 1e-5) <= 3.0
+    assert 1.85 < sigma < 1.95
+    # the bracket partner: an evaluated sigma within rtol below, over budget
+    bad = [x for x, _, hi in info["points"] if hi > 3.0]
+    assert bad and max(bad) >= sigma / (1 + 1e-3)
+    assert info["evaluations"] <= 4
+    print(f"\ncalibrate_noise(3, 1e-5, 0.004, 1e5) = {sigma:.6f} in {elapsed:.2f} s, "
+          f"{info['evaluations']} PLD evaluations")
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.floats(0.3, 12.0), q=st.sampled_from([0.002, 0.01, 0.05, 0.3, 1.0]),
+       steps=st.sampled_from([1, 10, 300, 2000]), delta=st.sampled_from([1e-3, 1e-6, 1e-9]))
+def test_calibrated_noise_meets_target(target, q, steps, delta):
+    info = {}
+    sigma = calibrate_noise(target, delta, q, steps, rtol=1e-2, info=info)
+    assert certified(sigma, q, steps, delta) <= target
+    bad = [x for x, _, hi in info["points"] if hi > target]
+    assert bad and max(bad) >= sigma / 1.01 * (1 - 1e-12)
+
+
+def test_noise_without_replacement():
+    sigma = calibrate_noise(2.0, 1e-6, 0.05, 500, sampling="without_replacement", rtol=1e-2)
+    assert certified(sigma, 0.05, 500, 1e-6, "without_replacement") <= 2.0
+    # the substitute pair costs more noise than add/remove at the same rate
+    assert sigma > calibrate_noise(2.0, 1e-6, 0.05, 500, rtol=1e-2)
+
+
+def test_noise_tiny_and_huge_targets():
+    # a loose target needs little noise, a strict one a lot; both are feasible
+    s_loose = calibrate_noise(50.0, 1e-5, 1.0, 1, rtol=1e-2)
+    assert certified(s_loose, 1.0, 1, 1e-5) <= 50.0 and s_loose < 0.2
+    s_strict = calibrate_noise(0.01, 1e-5, 1.0, 10, rtol=1e-2)
+    assert certified(s_strict, 1.0, 10, 1e-5) <= 0.01 and s_strict > 100
+
+
+def test_steps_calibration():
+    info = {}
+    T = calibrate_steps(8.0, 1e-6, 2.0, 0.1, info=info)
+    assert certified(2.0, 0.1, T, 1e-6) <= 8.0
+    assert certified(2.0, 0.1, T + 1, 1e-6) > 8.0
+    assert info["evaluations"] <= 6
+
+
+def test_steps_one_step_and_infeasible():
+    assert calibrate_steps(5.0, 1e-5, 1.0, 1.0) == 1
+    with pytest.raises(ValueError, match="even one step"):
+        calibrate_steps(0.1, 1e-5, 0.5, 1.0)
+
+
+def test_sampling_rate_calibration():
+    info = {}
+    q = calibrate_sampling_rate(8.0, 1e-6, 2.0, 1000, info=info)
+    assert certified(2.0, q, 1000, 1e-6) <= 8.0
+    bad = [x for x, _, hi in info["points"] if hi > 8.0]
+    assert bad and min(bad) <= q * (1 + 1e-3)
+    assert calibrate_sampling_rate(50.0, 1e-5, 1.0, 10) == 1.0
+
+
+@pytest.mark.parametrize("fn, args, kwargs, exc, words", [
+    (calibrate_noise, (0.0, 1e-5, 0.01, 100), {}, ValueError, "target_epsilon"),
+    (calibrate_noise, (-1.0, 1e-5, 0.01, 100), {}, ValueError, "target_epsilon"),
+    (calibrate_noise, (math.inf, 1e-5, 0.01, 100), {}, ValueError, "target_epsilon"),
+    (calibrate_noise, ("3", 1e-5, 0.01, 100), {}, TypeError, "target_epsilon"),
+    (calibrate_noise, (1.0, 0.0, 0.01, 100), {}, ValueError, "delta"),
+    (calibrate_noise, (1.0, 1.0, 0.01, 100), {}, ValueError, "delta"),
+    (calibrate_noise, (1.0, 1e-5, 0.0, 100), {}, ValueError, "sampling_rate"),
+    (calibrate_noise, (1.0, 1e-5, 0.01, 0), {}, ValueError, "steps"),
+    (calibrate_noise, (1.0, 1e-5, 0.01, 10.5), {}, TypeError, "steps"),
+    (calibrate_noise, (1.0, 1e-5, 0.01, 100), {"rtol": 0.0}, ValueError, "rtol"),
+    (calibrate_noise, (1.0, 1e-5, 0.01, 100), {"sampling": "fixed"}, ValueError, "sampling"),
+    (calibrate_steps, (1.0, 1e-5, 0.0, 0.01), {}, ValueError, "noise_multiplier"),
+    (calibrate_steps, (1.0, 1e-5, 1.0, 1.5), {}, ValueError, "sampling_rate"),
+    (calibrate_sampling_rate, (1.0, 1e-5, 1.0, -3), {}, ValueError, "steps"),
+    (calibrate_sampling_rate, (1.0, 1e-5, None, 3), {}, TypeError, "noise_multiplier"),
+])
+def test_validation(fn, args, kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        fn(*args, **kwargs)
+
+
+# ------------------------------------------------- the search on its own
+from pld.calibrate import _Search, _snap_steps  # noqa: E402
+
+
+def _synthetic(exponent, scale=1.0, fail_below=None):
+    calls = []
+
+    def engine(u):
+        calls.append(u)
+        if fail_below is not None and u < fail_below:
+            raise MemoryError("grid too large")
+        eps = scale * math.exp(-exponent * u)
+        return eps * (1 - 1e-5), eps
+
+    return engine, calls
+
+
+@pytest.mark.parametrize("surrogate", [
+    lambda u: math.exp(-1.3 * u),          # right shape, wrong scale
+    lambda u: 5 * math.exp(-0.4 * u),      # wrong shape
+    lambda u: math.nan,                    # unavailable: engine-only secants
+])
+@pytest.mark.parametrize("target", [1e-3, 0.7, 40.0])
+def test_search_converges_and_never_overshoots(surrogate, target):
+    engine, calls = _synthetic(1.3, scale=2.0)
+    tol = math.log1p(1e-3)
+    s = _Search(target, engine, surrogate, math.log(1e-3), math.log(1e12), lambda u: tol)
+    u = s.run(0.0)
+    assert engine(u)[1] <= target                     # within budget
+    assert s.closed() and s.good == u
+    assert engine(s.bad)[1] > target and u - s.bad <= tol * (1 + 1e-9)
+    assert len(calls) <= 16
+
+
+def test_search_treats_engine_failures_as_over_budget():
+    engine, calls = _synthetic(1.0, fail_below=math.log(0.5))
+    s = _Search(10.0, engine, lambda u: math.nan, math.log(1e-3), math.log(1e12), lambda u: 1e-3)
+    u = s.run(math.log(1e-2))
+    assert u >= math.log(0.5) and engine(u)[1] <= 10.0
+    assert isinstance(s.last_error, MemoryError)
+
+
+def test_search_integer_steps():
+    # eps = sqrt(T) / 10: the largest T with eps <= 3 is 900
+    def engine(u):
+        t = round(math.exp(-u))
+        return math.sqrt(t) / 10 * (1 - 1e-6), math.sqrt(t) / 10
+
+    s = _Search(3.0, engine, lambda u: math.sqrt(math.exp(-u)) / 7, -math.log(1e12), 0.0,
+                lambda u: math.log1p(math.exp(u)), _snap_steps)
+    u = s.run(-math.log(100))
+    assert round(math.exp(-u)) == 900
+    assert round(math.exp(-s.bad)) == 901
