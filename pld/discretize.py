@@ -75,7 +75,12 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     with np.errstate(invalid="ignore"):
         loss = lp - lq
     order = np.argsort(loss, kind="stable")
-    mass = optimistic_merge(lp[order], lq[order], h, l0, n)
+    # The merge works with linear masses and depends on P/Q ratios only; shift
+    # the losses so the window is centred on 0, or Q = P e^{-loss} would
+    # underflow for losses of several hundred (epsilon ~ 1000).
+    k_mid = (k_lo + k_hi) // 2
+    shift = k_mid * h
+    mass = optimistic_merge(lp[order], lq[order] + shift, h, (k_lo - k_mid) * h, n)
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False)
