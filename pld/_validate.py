@@ -43,6 +43,9 @@ def real_array(name: str, value, *, low: float | None = None, high: float | None
                low_open: bool = False, high_open: bool = False) -> tuple[np.ndarray, bool]:
     """Return ``(array, was_scalar)`` after checking every entry is a real in range."""
     scalar = np.ndim(value) == 0
+    raw = np.asarray(value)
+    if isinstance(value, (str, bytes, bool, np.bool_)) or raw.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}")
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):

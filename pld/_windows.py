@@ -117,6 +117,29 @@ def explore(model: LossModel, cells: int = 2000) -> Exploration:
     return ex
 
 
+def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 4096) -> Exploration | None:
+    """Exploration of a discretised step: masses summed over at most ``blocks``
+    blocks of grid points, each placed at its mean loss (for sizing only)."""
+    ok = np.isfinite(log_mass)
+    if not np.any(ok):
+        return None
+    n = loss.size
+    b = max(1, -(-n // blocks))
+    pad = (-n) % b
+    lm = np.concatenate((log_mass, np.full(pad, -np.inf))).reshape(-1, b)
+    ls = np.concatenate((loss, np.full(pad, loss[-1]))).reshape(-1, b)
+    mx = np.max(lm, axis=1)
+    keep = np.isfinite(mx)
+    with np.errstate(under="ignore"):
+        wts = np.exp(lm[keep] - mx[keep, None])
+        tot = np.sum(wts, axis=1)
+        blp = mx[keep] + np.log(tot)
+    # each block at its own mean loss, so the mean (which a window for c steps
+    # multiplies by c) is kept exactly
+    centre = np.sum(wts * ls[keep], axis=1) / tot
+    return Exploration(centre, blp, float(loss[ok].min()), float(loss[ok].max()))
+
+
 class Composite:
     """``psi`` of a composition: sum over components of ``count * psi_c``."""
 

@@ -500,6 +500,18 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     k_lo = int(math.floor(lo / h))
     k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
     base = discretize(model, h, k_lo, k_hi, lam, pessimistic)
+    # Size the composed levels from the discretised step itself: a spread onto a
+    # grid coarse next to the step's own range (tiny sampling rates) pushes mass
+    # up to a cell beyond the exact law's support, and windows drawn from the
+    # exact law would send that mass to +inf at every level.
+    # The grid's own law lacks the exact tails beyond the first window, so the
+    # two laws' windows are united.
+    ex_grid = w.from_grid(base.losses(), base.log_masses())
+    if ex_grid is not None:
+        def win(c: int, _exact=win) -> tuple[float, float]:  # noqa: F811 - widened
+            lo_e, hi_e = _exact(c)
+            lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, log_eta - math.log(total_steps / c), h)
+            return min(lo_e, lo_g), max(hi_e, hi_g)
     result = None
     result_count = 0
     cur, cur_count = base, 1
