@@ -1,0 +1,46 @@
+"""Shared pytest configuration: hypothesis profiles.
+
+Choose a profile with the environment variable ``HYPOTHESIS_PROFILE``:
+
+* ``ci`` (default): 25 examples per property, no deadline, derandomized so CI
+  runs are reproducible and their runtime predictable; no shrinking (every
+  engine call costs up to a second, and an unshrunk counterexample is still
+  printed and replayable).
+* ``long``: 500 examples, random seeds, full shrinking -- for a soak run, e.g.
+  ``HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py``.
+* ``dev``: 10 examples with shrinking, for quick local iteration.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=_SLOW_OK,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    print_blob=True,
+)
+settings.register_profile(
+    "long",
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    print_blob=True,
+)
+settings.register_profile(
+    "dev",
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    print_blob=True,
+)
+
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,318 @@
+"""The FFT convolution's round-off bound against exactly computed convolutions.
+
+``pld._fft.convolve(a, b)`` returns ``(c, bound)`` and promises
+``||c - a*b||_2 <= bound`` for the exact convolution ``a*b`` of the float
+inputs.  The exact convolution is computed here without floating-point error:
+
+* small inputs: :class:`fractions.Fraction` arithmetic on the exact binary
+  values of the floats;
+* long inputs (up to 2^18 points): the inputs are fixed-point numbers
+  ``A * 2^-E`` with integer ``A`` (the PMFs are rounded to such a grid
+  first, so the tested input is exactly representable); ``A`` is split into 8-bit chunks, every
+  chunk-by-chunk convolution is an integer vector small enough that an FFT
+  rounds it exactly (checked: residuals from integers are tiny), and the exact
+  result is reassembled as a double-double, so that the measured error
+  ``||c - a*b||_2`` is itself accurate to many digits.
+
+Besides ``measured <= bound`` the tests check that the bound is not absurdly
+loose (``measured / bound`` above a floor) and record the ratios.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.fft
+
+from pld import _fft
+
+#: the bound may not be more than this many times the measured error (when that is non-zero)
+MAX_LOOSENESS = 1e5
+
+RATIOS: dict[str, float] = {}
+
+
+# ---------------------------------------------------------------------------
+# exact references
+# ---------------------------------------------------------------------------
+
+
+def exact_conv_fraction(a: np.ndarray, b: np.ndarray) -> list[Fraction]:
+    fa = [Fraction(float(x)) for x in a]
+    fb = [Fraction(float(x)) for x in b]
+    out = [Fraction(0)] * (len(fa) + len(fb) - 1)
+    for i, x in enumerate(fa):
+        if x == 0:
+            continue
+        for j, y in enumerate(fb):
+            out[i + j] += x * y
+    return out
+
+
+def l2_error_fraction(c: np.ndarray, exact: list[Fraction]) -> float:
+    # each difference is exact; its square needs only a few correct digits
+    return math.sqrt(sum(float(Fraction(float(ci)) - e) ** 2 for ci, e in zip(c, exact)))
+
+
+_CHUNK = 8
+_NCHUNK = 7  # 56 bits: integers up to 2^56 in magnitude
+
+
+def _chunks(A: np.ndarray) -> list[np.ndarray]:
+    """Signed 8-bit chunks: A = sum_k chunk_k 2^(8k), |chunk_k| < 2^8."""
+    sgn = np.sign(A)
+    mag = np.abs(A)
+    assert np.all(mag < 2 ** (_CHUNK * _NCHUNK))
+    return [(sgn * ((mag >> (_CHUNK * k)) & ((1 << _CHUNK) - 1))).astype(np.float64) for k in range(_NCHUNK)]
+
+
+def exact_conv_fixed(A: np.ndarray, B: np.ndarray) -> list[np.ndarray]:
+    """Exact integer convolution of int64 vectors as groups G_s with A*B = sum_s G_s 2^(8 s)."""
+    ca, cb = _chunks(A), _chunks(B)
+    n = A.size + B.size - 1
+    nfft = scipy.fft.next_fast_len(n, real=True)
+    fa = [scipy.fft.rfft(x, nfft) for x in ca]
+    fb = fa if B is A else [scipy.fft.rfft(x, nfft) for x in cb]
+    groups = [np.zeros(n, dtype=np.int64) for _ in range(2 * _NCHUNK - 1)]
+    worst = 0.0
+    for i in range(_NCHUNK):
+        if not ca[i].any():
+            continue
+        for j in range(_NCHUNK):
+            if not cb[j].any():
+                continue
+            v = scipy.fft.irfft(fa[i] * fb[j], nfft)[:n]
+            r = np.rint(v)
+            worst = max(worst, float(np.max(np.abs(v - r))))
+            groups[i + j] += r.astype(np.int64)
+    # entries are below 2^(16 + 18); their FFT round-off is far below 1/2, so rounding is exact
+    assert worst < 0.05, f"chunk convolution not exactly rounded (residual {worst})"
+    return groups
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = a + b
+    bp = s - a
+    return s, (a - (s - bp)) + (b - bp)
+
+
+def l2_error_fixed(c: np.ndarray, groups: list[np.ndarray], scale_exp: int) -> float:
+    """||c - exact||_2 with exact = 2^-scale_exp sum_s G_s 2^(8 s), via a double-double."""
+    hi = np.zeros(c.size)
+    lo = np.zeros(c.size)
+    for s in reversed(range(len(groups))):
+        g = groups[s]
+        assert np.all(np.abs(g) < 2 ** 53)  # an exact double
+        t = np.ldexp(g.astype(np.float64), _CHUNK * s - scale_exp)
+        hi, e = _two_sum(hi, t)
+        lo += e
+    d = (c - hi) - lo
+    return float(np.linalg.norm(d))
+
+
+def fixed_point(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Round x to a grid 2^-E fine enough that the largest entry uses 52 bits.
+
+    Returns ``(A, a, E)``: the integers, the exact float vector ``A 2^-E`` they
+    stand for (the actual test input) and ``E``.
+    """
+    x = np.asarray(x, float)
+    e = 52 - int(math.ceil(math.log2(float(np.max(np.abs(x))))))
+    A = np.rint(np.ldexp(x, e)).astype(np.int64)
+    return A, np.ldexp(A.astype(np.float64), -e), e
+
+
+def check(label: str, a: np.ndarray, b: np.ndarray, measured_fn) -> float:
+    c, bound = _fft.convolve(a, b)
+    assert c.shape == (a.size + b.size - 1,)
+    measured = measured_fn(c)
+    assert math.isfinite(bound) and bound >= 0.0
+    assert measured <= bound, f"{label}: measured l2 error {measured:.3g} exceeds the bound {bound:.3g}"
+    ratio = measured / bound if bound > 0 else 0.0
+    RATIOS[label] = ratio
+    if measured > 0:
+        assert ratio >= 1.0 / MAX_LOOSENESS, f"{label}: bound {bound:.3g} is {1 / ratio:.3g}x the error {measured:.3g}"
+    print(f"{label}: measured {measured:.3g}, bound {bound:.3g}, ratio {ratio:.3g}")
+    return ratio
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+
+def gaussian_pmf(n: int, center: float, width: float) -> np.ndarray:
+    i = np.arange(n)
+    p = np.exp(-0.5 * ((i - center) / width) ** 2)
+    return p / p.sum()
+
+
+def tilted_pmf(n: int, width: float, lam: float) -> np.ndarray:
+    """A Gaussian-like PMF times e^{lam * i}, renormalised: huge dynamic range, like a tilted PLD."""
+    i = np.arange(n)
+    lp = -0.5 * ((i - n / 3) / width) ** 2 + lam * i
+    p = np.exp(lp - lp.max())
+    return p / p.sum()
+
+
+# ---------------------------------------------------------------------------
+# tests: long vectors (FFT path), exact by integer chunks
+# ---------------------------------------------------------------------------
+
+LONG_CASES = [
+    # label, n_a, n_b (None: self-convolution a is b), generator
+    ("wide-gauss-2^18-self", 1 << 18, None, lambda n: gaussian_pmf(n, n / 2, n / 8)),
+    ("concentrated-2^18-self", 1 << 18, None, lambda n: gaussian_pmf(n, n / 2, 3.0)),
+    ("geometric-2^18-self", 1 << 18, None, lambda n: 0.5 ** np.arange(n) / 2.0),
+    ("wide-gauss-2^16-self", 1 << 16, None, lambda n: gaussian_pmf(n, n / 2, n / 10)),
+    ("tilted-2^15-self", 1 << 15, None, lambda n: tilted_pmf(n, n / 12, 3e-3)),
+    ("odd-length-70001-self", 70001, None, lambda n: gaussian_pmf(n, n / 3, n / 20)),
+]
+
+
+@pytest.mark.parametrize("label,n,nb,gen", LONG_CASES, ids=[c[0] for c in LONG_CASES])
+def test_fft_bound_long_self(label, n, nb, gen):
+    A, a, e = fixed_point(gen(n))
+    assert a.sum() > 0.99
+    groups = exact_conv_fixed(A, A)
+    check(label, a, a, lambda c: l2_error_fixed(c, groups, 2 * e))
+
+
+PAIR_CASES = [
+    ("wide-2^18 x narrow-2^10", 1 << 18, 1 << 10),
+    ("wide-2^17 x wide-2^17 (distinct)", 1 << 17, 1 << 17),
+    ("2^12 x 5000", 1 << 12, 5000),
+    ("49 x 2^16", 49, 1 << 16),
+]
+
+
+@pytest.mark.parametrize("label,na,nb", PAIR_CASES, ids=[c[0] for c in PAIR_CASES])
+def test_fft_bound_long_pair(label, na, nb):
+    A, a, ea = fixed_point(gaussian_pmf(na, na / 2, na / 7))
+    B, b, eb = fixed_point(gaussian_pmf(nb, nb / 3, max(2.0, nb / 50)))
+    groups = exact_conv_fixed(A, B)
+    check(label, a, b, lambda c: l2_error_fixed(c, groups, ea + eb))
+
+
+def test_fft_bound_signed_random():
+    """The bound is stated for real vectors, not only PMFs."""
+    rng = np.random.default_rng(1)
+    A = rng.integers(-(2 ** 52), 2 ** 52, size=30000)
+    B = rng.integers(-(2 ** 52), 2 ** 52, size=20011)
+    a = np.ldexp(A.astype(np.float64), -52)
+    b = np.ldexp(B.astype(np.float64), -52)
+    groups = exact_conv_fixed(A, B)
+    check("signed-random-30000x20011", a, b, lambda c: l2_error_fixed(c, groups, 104))
+
+
+def test_fft_bound_random_pmf_self():
+    rng = np.random.default_rng(2)
+    A, a, e = fixed_point(rng.dirichlet(np.ones(1 << 14)))
+    groups = exact_conv_fixed(A, A)
+    check("dirichlet-2^14-self", a, a, lambda c: l2_error_fixed(c, groups, 2 * e))
+
+
+def test_fft_bound_scipy_backend(monkeypatch):
+    """The scipy.fft fallback (used without pyfftw and for very long transforms) obeys the same bound."""
+    monkeypatch.setattr(_fft, "_HAVE_PYFFTW", False)
+    A, a, ea = fixed_point(gaussian_pmf(1 << 16, 30000, 4000))
+    B, b, eb = fixed_point(gaussian_pmf(3000, 1000, 50))
+    g_same = exact_conv_fixed(A, A)
+    check("scipy-backend-2^16-self", a, a, lambda c: l2_error_fixed(c, g_same, 2 * ea))
+    g_pair = exact_conv_fixed(A, B)
+    check("scipy-backend-2^16x3000", a, b, lambda c: l2_error_fixed(c, g_pair, ea + eb))
+
+
+def test_fft_self_and_copy_agree_within_bound():
+    """``a is b`` takes the squaring shortcut; an equal copy does not.  Both stay within the bound."""
+    A, a, e = fixed_point(gaussian_pmf(1 << 15, 12000, 2000))
+    groups = exact_conv_fixed(A, A)
+    c1, b1 = _fft.convolve(a, a)
+    c2, b2 = _fft.convolve(a, a.copy())
+    assert b1 == pytest.approx(b2, rel=1e-12)
+    for c, bd in ((c1, b1), (c2, b2)):
+        assert l2_error_fixed(c, groups, 2 * e) <= bd
+
+
+def test_fft_repeated_plan_reuse():
+    """Plans are cached per size: a second call of the same size is still correct."""
+    A, a, ea = fixed_point(gaussian_pmf(5000, 2500, 300))
+    B, b, eb = fixed_point(gaussian_pmf(5000, 1000, 30))
+    g_ab = exact_conv_fixed(A, B)
+    g_aa = exact_conv_fixed(A, A)
+    for _ in range(2):
+        check("plan-reuse-ab", a, b, lambda c: l2_error_fixed(c, g_ab, ea + eb))
+        check("plan-reuse-aa", a, a, lambda c: l2_error_fixed(c, g_aa, 2 * ea))
+
+
+# ---------------------------------------------------------------------------
+# tests: small vectors, exact by fractions (both the direct and the FFT path)
+# ---------------------------------------------------------------------------
+
+SMALL_CASES = [
+    ("direct-30x30", 30, 30),
+    ("direct-48x400", 48, 400),
+    ("direct-100x150", 100, 150),
+    ("fft-49x500", 49, 500),
+    ("fft-200x200", 200, 200),
+    ("fft-150x301", 150, 301),
+]
+
+
+@pytest.mark.parametrize("label,na,nb", SMALL_CASES, ids=[c[0] for c in SMALL_CASES])
+def test_bound_small_exact_fractions(label, na, nb):
+    rng = np.random.default_rng(na * 1000 + nb)
+    # full-precision floats with a wide dynamic range (no fixed-point rounding)
+    a = rng.random(na) * np.exp(-rng.random(na) * 60)
+    b = rng.random(nb) * np.exp(-rng.random(nb) * 60)
+    a /= a.sum()
+    b /= b.sum()
+    ex = exact_conv_fraction(a, b)
+    check(label, a, b, lambda c: l2_error_fraction(c, ex))
+
+
+def test_bound_small_tilted_extreme_range():
+    """Entries from 1 down to ~1e-300 (a strongly tilted PMF): the l2 bound still holds."""
+    a = tilted_pmf(200, 8.0, 3.0)
+    assert a.max() > 0.1 and 0 < a.min() < 1e-200
+    ex = exact_conv_fraction(a, a)
+    check("tilted-extreme-180-self", a, a, lambda c: l2_error_fraction(c, ex))
+
+
+def test_bound_small_self_fractions():
+    a = gaussian_pmf(220, 100, 25.0)
+    ex = exact_conv_fraction(a, a)
+    check("fft-220-self", a, a, lambda c: l2_error_fraction(c, ex))
+
+
+def test_exact_inputs_give_exact_or_bounded_output():
+    """Integer-valued inputs: the FFT result must be within the bound of the integer answer."""
+    a = np.ones(1000)
+    c, bound = _fft.convolve(a, a)
+    k = np.arange(c.size)
+    exact = np.minimum(k + 1, c.size - k).astype(float)
+    assert float(np.linalg.norm(c - exact)) <= bound
+
+
+def test_zero_and_single_point_inputs():
+    c, bound = _fft.convolve(np.zeros(100), np.ones(100))
+    assert np.all(c == 0.0) and bound >= 0.0
+    c, bound = _fft.convolve(np.array([0.25]), np.array([0.5, 0.5]))
+    np.testing.assert_array_equal(c, [0.125, 0.125])
+
+
+def test_reference_exact_conv_fixed_against_python_ints():
+    """The chunked integer reference reproduces exact big-integer convolution."""
+    rng = np.random.default_rng(3)
+    A = rng.integers(-(2 ** 55), 2 ** 55, size=300)
+    B = rng.integers(0, 2 ** 53, size=170)
+    groups = exact_conv_fixed(A, B)
+    total = [sum(int(g[k]) << (_CHUNK * s) for s, g in enumerate(groups)) for k in range(A.size + B.size - 1)]
+    direct = [0] * (A.size + B.size - 1)
+    for i, x in enumerate(A.tolist()):
+        for j, y in enumerate(B.tolist()):
+            direct[i + j] += x * y
+    assert total == direct
