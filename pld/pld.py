@@ -490,7 +490,12 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
         h_allowed = min(math.sqrt(4.0 * c * per_step_bias / levels), math.sqrt(c) * sd1 / 50.0)
         # the memory cap wins over accuracy: a coarser grid stays certified,
         # the bracket just widens
-        while g.size > MAX_GRID_POINTS or (g.size > MIN_LEVEL_POINTS and 2 * g.h <= h_allowed):
+        # Early levels (multiplicity count/c large) are re-gridded only when big:
+        # there the law can still be spiky (a mixture over how many steps drew
+        # the record) and a re-grid's error, repeated count/c times, is not small.
+        late = 8 * c >= count
+        while g.size > MAX_GRID_POINTS or (
+                2 * g.h <= h_allowed and g.size > (MIN_LEVEL_POINTS if late else EARLY_LEVEL_POINTS)):
             g = g.coarsen()
         return g
 
@@ -534,6 +539,8 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
 
 #: levels at most this large are never re-gridded (no time to gain)
 MIN_LEVEL_POINTS = 1 << 12
+#: early levels are re-gridded only above this size
+EARLY_LEVEL_POINTS = 1 << 17
 
 
 def _fit(g: GridPLD) -> GridPLD:
