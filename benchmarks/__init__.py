@@ -1,0 +1,1 @@
+"""Benchmarks: the same workloads through pld and its peers (see benchmarks/README.md)."""

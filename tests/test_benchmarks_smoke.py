@@ -1,0 +1,40 @@
+"""Smoke test of the benchmark harness: one trivial workload, one repetition, no timing assertions."""
+
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is run from the repository root, not installed
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import run as R  # noqa: E402
+from benchmarks import workloads as W  # noqa: E402
+
+
+def test_trivial_workload_runs_through_pld_and_rdp():
+    w = W.Workload("smoke", "smoke", ((1.0, 0.01, 100),))
+    cfg = R.Config.make(quick=True, reps=1, verbose=False)
+    peers = [W.PldPeer(), W.PldRdpPeer()]
+    rows, facts = R.bench_workload(w, peers, cfg)
+    by = {r.label: r for r in rows}
+    pld_row = next(r for r in rows if isinstance(r.peer, W.PldPeer) and not r.warm)
+    warm = next(r for r in rows if r.warm)
+    rdp_row = next(r for r in rows if isinstance(r.peer, W.PldRdpPeer))
+    assert len(by) == 3
+    lo, hi = pld_row.answer.lower, pld_row.answer.upper
+    assert 0 < lo <= hi < math.inf
+    assert (warm.answer.lower, warm.answer.upper) == (lo, hi)
+    assert rdp_row.answer.upper >= lo  # RDP is an upper bound
+    assert len(pld_row.walls) == 1 and pld_row.walls[0] > 0
+    text = R.table(rows)
+    assert "pld (certified bracket)" in text and "smoke" in text
+    assert "pld/" in R.ratio_summary(rows)
+    assert set(facts) >= {"load_start", "load_end"}
+
+
+def test_sections_and_workloads_are_named():
+    names = [w.name for w in W.workloads()]
+    assert names == [w.name for w in W.workloads(quick=True)]
+    assert set(names) <= set(R.SECTIONS)
+    assert {"scaling", "process"} <= set(R.SECTIONS)
