@@ -26,7 +26,7 @@ from pld._models import LossModel
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
 #: DP-SGD with tiny sampling rates to epsilon ~ 1000
-_THETAS = np.logspace(-6, 5, 221)
+_THETAS = np.logspace(-6, 5, 89)
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,7 +117,7 @@ def explore(model: LossModel, cells: int = 2000) -> Exploration:
     return ex
 
 
-def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 4096) -> Exploration | None:
+def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 1024) -> Exploration | None:
     """Exploration of a discretised step: masses summed over at most ``blocks``
     blocks of grid points, each placed at its mean loss (for sizing only)."""
     ok = np.isfinite(log_mass)

@@ -301,6 +301,8 @@ class PLD:
         # and erratic in h: give such compositions more tries
         tries, patience = (12, 5) if self._exploration(direction).all_atoms else (8, 3)
         for _ in range(tries):
+            while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+                h = self._align(direction, _round_spacing(2.0 * h))  # a new tilt can widen the grid
             width, target, value, err_part = self._width(direction, query, h, lam, log_eta)
             if width < best[0]:
                 stalled = 0 if width < 0.9 * best[0] else stalled + 1
