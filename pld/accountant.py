@@ -15,12 +15,10 @@ one privacy budget across restarts.  All methods are thread-safe.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 
 from pld import _validate as v
-from pld import mechanisms as _mechanisms
 from pld.dpsgd import _check_sampling, dpsgd_mechanism
 from pld.mechanisms import Mechanism
 from pld.pld import PLD
@@ -166,61 +164,5 @@ class Accountant:
 
 
 # ------------------------------------------------------- (de)serialisation
-def _registry() -> dict[str, type]:
-    out = {}
-    for name in dir(_mechanisms):
-        obj = getattr(_mechanisms, name)
-        if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism \
-                and dataclasses.is_dataclass(obj):
-            out[obj.__name__] = obj
-    return out
-
-
-def _encode(value):
-    if isinstance(value, Mechanism):
-        return mechanism_to_dict(value)
-    if isinstance(value, (tuple, list)):
-        return [_encode(x) for x in value]
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"cannot serialise non-finite field value {value!r}")
-        return value
-    if isinstance(value, (bool, int, str)) or value is None:
-        return value
-    if hasattr(value, "item"):  # numpy scalar
-        return _encode(value.item())
-    raise TypeError(f"cannot serialise field value of type {type(value).__name__}")
-
-
-def _decode(value):
-    if isinstance(value, dict) and "type" in value:
-        return mechanism_from_dict(value)
-    if isinstance(value, list):
-        return tuple(_decode(x) for x in value)
-    return value
-
-
-def mechanism_to_dict(mechanism: Mechanism) -> dict:
-    """``{"type": class name, "fields": {...}}``; nested mechanisms are nested dicts."""
-    if not isinstance(mechanism, Mechanism) or not dataclasses.is_dataclass(mechanism):
-        raise TypeError(f"cannot serialise {type(mechanism).__name__}: not a pld mechanism dataclass")
-    name = type(mechanism).__name__
-    if _registry().get(name) is not type(mechanism):
-        raise TypeError(f"cannot serialise {name}: only mechanisms defined in pld.mechanisms are supported")
-    fields = {f.name: _encode(getattr(mechanism, f.name)) for f in dataclasses.fields(mechanism) if f.init}
-    return {"type": name, "fields": fields}
-
-
-def mechanism_from_dict(d: dict) -> Mechanism:
-    """Inverse of :func:`mechanism_to_dict` (only classes of :mod:`pld.mechanisms`)."""
-    if not isinstance(d, dict) or "type" not in d or not isinstance(d.get("fields", {}), dict):
-        raise ValueError(f"a serialised mechanism must be {{'type': ..., 'fields': {{...}}}}, got {d!r}")
-    cls = _registry().get(d["type"])
-    if cls is None:
-        raise ValueError(f"unknown mechanism type {d['type']!r}; known: {sorted(_registry())}")
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    fields = d.get("fields", {})
-    unknown = set(fields) - names
-    if unknown:
-        raise ValueError(f"unknown fields {sorted(unknown)} for mechanism {d['type']}")
-    return cls(**{k: _decode(val) for k, val in fields.items()})
+# one encoding for saved PLDs and accountant state: {"type": class, "fields": {...}}
+from pld.io import mechanism_from_dict, mechanism_to_dict  # noqa: E402

@@ -108,7 +108,7 @@ def mechanism_from_dict(data, *, path: str = "mechanism"):
     allowed = {f.name for f in dataclasses.fields(cls) if f.init}
     extra = set(fields) - allowed
     if extra:
-        raise ValueError(f"{path}: {name} has no field(s) {', '.join(sorted(extra))}")
+        raise ValueError(f"{path}: {name} has no field(s) {', '.join(sorted(extra))} (unknown fields)")
     kwargs = {k: _decode_value(f"{path}.{k}", v) for k, v in fields.items()}
     try:
         return cls(**kwargs)
