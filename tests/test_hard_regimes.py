@@ -1,0 +1,81 @@
+"""Regression tests for the hard regimes of the README table (issue "Reliability").
+
+Peers fail on several of these (dp_accounting returns inf at delta = 1e-18, prv_accountant
+refuses it, prv_accountant crashes at sigma=0.8, q=0.125 and returns a negative epsilon at
+delta = 0.5).  Truths: pld.exact (Gaussian), the RDP upper bound (pld.rdp, never below the
+truth), and peer values measured once and quoted with their digits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import pld
+from pld import exact as X
+from pld.rdp import dpsgd_rdp_epsilon
+
+
+def _check(lo, hi):
+    assert math.isfinite(hi) and 0.0 <= lo <= hi
+
+
+def test_delta_1e_18_tiny_losses_monotone_and_stable():
+    d = pld.dpsgd(4.0, 0.00033, 10_000)
+    brackets = [d.epsilon_bounds(x) for x in (1e-18, 1.1e-18, 1.13e-18)]
+    for lo, hi in brackets:
+        _check(lo, hi)
+        assert hi <= dpsgd_rdp_epsilon(4.0, 0.00033, 10_000, 1e-18)[0]  # RDP is an upper bound
+    his = [hi for _, hi in brackets]
+    los = [lo for lo, _ in brackets]
+    assert his[0] >= his[1] >= his[2] and los[0] >= los[1] >= los[2]  # larger delta, smaller epsilon
+    assert brackets[2][1] - brackets[1][1] < 1e-3  # stable: nearby deltas, nearby answers
+    lo12, _ = d.epsilon_bounds(1e-12)
+    assert los[0] >= lo12  # smaller delta needs a larger epsilon
+
+
+@pytest.mark.parametrize("sigma,q,steps,delta,peer", [
+    (0.8, 0.125, 1000, 1e-6, 56.726),   # dp_accounting (h=1e-4); prv_accountant raises here
+    (1.0, 0.2, 10, 1e-5, 4.98421),      # dp_accounting 4.98421, prv_accountant estimate 4.98421
+])
+def test_crash_cases_of_peers(sigma, q, steps, delta, peer):
+    lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    _check(lo, hi)
+    assert lo - 1e-3 <= peer <= hi + 1e-3
+    assert hi - lo <= 1e-4 * hi + 1e-6 + 1e-3
+
+
+@pytest.mark.parametrize("sigma,steps,delta", [(0.025, 1, 1e-6), (0.05, 10, 1e-5), (0.02, 3, 1e-6)])
+def test_epsilon_near_1000_gaussian(sigma, steps, delta):
+    lo, hi = pld.Gaussian(sigma).pld().self_compose(steps).epsilon_bounds(delta)
+    ex = X.gaussian_epsilon(delta, math.sqrt(steps) / sigma)
+    assert 900 < ex and lo <= ex <= hi and hi - lo <= 1e-4 * ex + 1e-6
+
+
+def test_sampling_rate_one_is_the_gaussian():
+    lo, hi = pld.dpsgd(1.0, 1.0, 100).epsilon_bounds(1e-5)
+    ex = X.gaussian_epsilon(1e-5, 10.0)
+    assert lo <= ex <= hi and hi - lo <= 1e-4 * ex + 1e-6
+
+
+def test_single_step():
+    lo, hi = pld.dpsgd(1.0, 0.01, 1).epsilon_bounds(1e-5)
+    _check(lo, hi)
+    assert hi <= dpsgd_rdp_epsilon(1.0, 0.01, 1, 1e-5)[0]
+
+
+@pytest.mark.parametrize("sigma,q,delta", [(1.0, 1.0, 0.5), (1.0, 0.01, 0.999)])
+def test_delta_near_one_gives_zero_not_negative(sigma, q, delta):
+    lo, hi = pld.dpsgd(sigma, q, 1).epsilon_bounds(delta)
+    assert lo == 0.0 and hi == 0.0
+
+
+def test_ten_million_steps():
+    lo, hi = pld.dpsgd(1.0, 0.001, 10**7).epsilon_bounds(1e-5)
+    _check(lo, hi)
+    assert hi - lo <= 1e-3 * hi
+    assert hi <= dpsgd_rdp_epsilon(1.0, 0.001, 10**7, 1e-5)[0]
+    g_lo, g_hi = pld.Gaussian(10.0).pld().self_compose(10**7).epsilon_bounds(1e-5)
+    ex = X.gaussian_epsilon(1e-5, math.sqrt(1e7) / 10.0)
+    assert g_lo <= ex <= g_hi and g_hi - g_lo <= 1e-4 * ex + 1e-6
