@@ -466,10 +466,14 @@ def _first_satisfying(fn, grid: np.ndarray, iters: int = 48) -> float:
     j = int(idx[0])
     if j == 0:
         return float(grid[0])
-    bad, good = float(grid[j - 1]), float(grid[j])
+    return _bisect(fn, good=float(grid[j]), bad=float(grid[j - 1]), iters=iters)
+
+
+def _bisect(fn, good: float, bad: float, iters: int) -> float:
+    """Move ``good`` (where ``fn`` holds) toward ``bad`` (where it fails); ``good`` stays verified."""
     for _ in range(iters):
         mid = 0.5 * (bad + good)
-        if mid <= bad or mid >= good:
+        if mid == good or mid == bad:
             break
         if bool(fn(np.array([mid]))[0]):
             good = mid
@@ -490,16 +494,7 @@ def _last_violating(fn, grid: np.ndarray, iters: int = 48) -> float:
     j = int(idx[-1])
     if j == grid.size - 1:
         return float(grid[-1])
-    good, bad = float(grid[j]), float(grid[j + 1])
-    for _ in range(iters):
-        mid = 0.5 * (bad + good)
-        if mid <= good or mid >= bad:
-            break
-        if bool(fn(np.array([mid]))[0]):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _bisect(fn, good=float(grid[j]), bad=float(grid[j + 1]), iters=iters)
 
 
 def tail_epsilon(pld_obj, delta: float, *, details: bool = False):
