@@ -33,7 +33,7 @@ from numba import njit
 _PESSIMISTIC_SLACK = 1e-11
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _logaddexp(a: float, b: float) -> float:
     if a == -np.inf:
         return b
@@ -44,7 +44,7 @@ def _logaddexp(a: float, b: float) -> float:
     return b + math.log1p(math.exp(a - b))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pessimistic_spread(log_p, log_q, index, h, l0, n):
     """Spread pieces onto the grid ``l_i = l0 + i*h`` (i < n), dominating side.
 
@@ -104,7 +104,7 @@ def pessimistic_spread(log_p, log_q, index, h, l0, n):
     return out, log_inf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def optimistic_merge(log_p, log_q, h, l0, n):
     """Merge pieces sorted by loss into buckets whose loss is a grid point.
 

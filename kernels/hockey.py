@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hockey_stick_suffix(p, lam, h):
     """Return ``SA`` and ``SB`` (length ``n + 1``; index ``n`` is the empty sum)."""
     n = p.shape[0]
@@ -31,7 +31,7 @@ def hockey_stick_suffix(p, lam, h):
     return sa, sb
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def log_mgf_grid(log_mass, l0, h, thetas):
     """``log sum_i exp(log_mass_i + theta (l0 + i h))`` for every ``theta``.
 
@@ -58,7 +58,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def l1_l2_norms(a):
     """``(sum |a_i|, sqrt(sum a_i^2))`` in one pass (no BLAS threads)."""
     s1 = 0.0

@@ -34,7 +34,11 @@ except ImportError:  # pragma: no cover
 _U = 2.0 ** -53
 _C_ERR = 8.0
 _lock = threading.Lock()
-_plans: dict[int, tuple] = {}
+#: size -> list of plans; a plan is used by one thread at a time, and a second
+#: plan of the same size is built when two threads (the two sides of a
+#: materialisation run concurrently) want the same size at once
+_plans: dict[int, list] = {}
+_plan_bytes = 0
 #: plans (with their aligned buffers) are kept for sizes up to this, and at
 #: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft
 _MAX_PLAN_SIZE = 1 << 21
@@ -46,25 +50,35 @@ def fft_backend() -> str:
     return "pyfftw" if _HAVE_PYFFTW else "scipy.fft"
 
 
-def _plan(n: int):
+def _acquire_plan(n: int):
+    """A plan of size ``n`` that the caller holds (its lock acquired)."""
+    global _plan_bytes
     with _lock:
-        plan = _plans.get(n)
-        if plan is None:
-            while _plans and 40 * (n + sum(_plans)) > _PLAN_BYTES:
-                _plans.pop(next(iter(_plans)))
-            a = pyfftw.empty_aligned(n, dtype="float64")
-            f = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
-            g = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
-            fwd = pyfftw.FFTW(a, f, flags=("FFTW_ESTIMATE",), threads=1)
-            inv = pyfftw.FFTW(g, a, direction="FFTW_BACKWARD", flags=("FFTW_ESTIMATE",), threads=1)
-            plan = (a, f, g, fwd, inv, threading.Lock())
-            _plans[n] = plan
+        pool = _plans.setdefault(n, [])
+        for plan in pool:
+            if plan[-1].acquire(blocking=False):
+                return plan
+        while _plans and _plan_bytes + 40 * n > _PLAN_BYTES:
+            victim = next((k for k in _plans if k != n), None)
+            if victim is None:
+                break
+            _plan_bytes -= 40 * victim * len(_plans.pop(victim))
+        a = pyfftw.empty_aligned(n, dtype="float64")
+        f = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
+        g = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
+        fwd = pyfftw.FFTW(a, f, flags=("FFTW_ESTIMATE",), threads=1)
+        inv = pyfftw.FFTW(g, a, direction="FFTW_BACKWARD", flags=("FFTW_ESTIMATE",), threads=1)
+        plan = (a, f, g, fwd, inv, threading.Lock())
+        plan[-1].acquire()
+        pool.append(plan)
+        _plan_bytes += 40 * n
         return plan
 
 
 def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
-    buf, f, g, fwd, inv, lock = _plan(n)
-    with lock:
+    plan = _acquire_plan(n)
+    buf, f, g, fwd, inv, lock = plan
+    try:
         buf[: a.size] = a
         buf[a.size:] = 0.0
         fwd()
@@ -78,6 +92,8 @@ def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray
             np.multiply(fa, f, out=g)
         inv()  # pyfftw's __call__ normalises the inverse transform by 1/n
         return buf[: a.size + b.size - 1].copy()
+    finally:
+        lock.release()
 
 
 def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:

@@ -25,8 +25,10 @@ interval ``[lower, upper]`` that contains the true value.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +91,7 @@ class PLD:
         self._cache: dict = {}
         self._explore_cache: dict = {}
         self._h_memo: dict = {}
+        self._used: dict = {}
 
     # ----------------------------------------------------------- building
     @classmethod
@@ -195,11 +198,15 @@ class PLD:
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         lo, hi = self._epsilon_bounds_one(delta)
         out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "directions": {}}
+        used = self._used_settings(delta)
         for d in self._directions():
-            h, lam, log_eta = self._settings(d, ("delta", delta))
+            h, lam, log_eta = used[d]
             pess, opt = self._materialize(d, h, lam, log_eta)
             out["directions"][d] = {
                 "epsilon_lower": opt.epsilon(delta), "epsilon_upper": pess.epsilon(delta),
+                # a direction whose upper end is below the other's lower end
+                # cannot move the answer; it is settled on a coarser grid
+                "binding": bool(pess.epsilon(delta) > lo),
                 "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
                 "grid_spacing_first_step": h, "grid_spacing_final": pess.h, "tilt": lam,
                 "grid_points": pess.size, "fft_error_bound": pess.err,
@@ -223,7 +230,7 @@ class PLD:
             raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         d = direction if direction in self._directions() else "remove"
-        pess, opt = self._materialize(d, *self._settings(d, ("delta", delta)))
+        pess, opt = self._materialize(d, *self._used_settings(delta)[d])
         g = pess if side == "upper" else opt
         with np.errstate(under="ignore", over="ignore"):
             masses = np.exp(g.log_masses())
@@ -248,6 +255,7 @@ class PLD:
     # tail is still lifted by about delta^{-1/2}) and raise it only when the
     # round-off term is what keeps the bracket wide.
     _TILT_FRACTION = 0.3
+    _PROBE_COARSENING = 4.0
 
     def _tilt_star(self, direction: str, query: tuple) -> float:
         comp = self._exploration(direction)
@@ -264,15 +272,38 @@ class PLD:
 
     def _epsilon_bounds_one(self, delta: float) -> tuple[float, float]:
         lo = hi = 0.0
-        for d in self._ordered_directions(delta):
+        used = {}
+        dirs = self._ordered_directions(delta)
+        lead = w.tilt_for_delta(self._exploration(dirs[0]), delta)[1]
+        for d in dirs:
             # floor=lo: a direction whose upper end stays below the bracket found
-            # so far cannot move either end of max(...), so it needs no refining
-            pess, opt = self._materialize(d, *self._settings(d, ("delta", delta), floor=lo))
+            # so far cannot move either end of max(...), so it needs no refining;
+            # one that the Chernoff estimate puts clearly below the leader is
+            # first tried on a coarse grid, which usually shows exactly that
+            probe = d != dirs[0] and w.tilt_for_delta(self._exploration(d), delta)[1] < 0.95 * lead
+            settings = self._settings(d, ("delta", delta), floor=lo, probe=probe)
+            used[d] = settings
+            pess, opt = self._materialize(d, *settings)
             hi = max(hi, pess.epsilon(delta))
             lo = max(lo, opt.epsilon(delta))
+        with self._lock:
+            if len(self._used) > 256:
+                self._used.pop(next(iter(self._used)))
+            self._used[delta] = used
         return lo, max(hi, lo)
 
-    def _settings(self, direction: str, query: tuple, floor: float = -math.inf) -> tuple[float, float, float]:
+    def _used_settings(self, delta: float) -> dict:
+        """The settings behind ``epsilon_bounds(delta)``, per direction."""
+        with self._lock:
+            used = self._used.get(delta)
+        if used is None:
+            self._epsilon_bounds_one(delta)
+            with self._lock:
+                used = self._used[delta]
+        return used
+
+    def _settings(self, direction: str, query: tuple, floor: float = -math.inf,
+                  probe: bool = False) -> tuple[float, float, float]:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         The bias of both discretisations is second order in the spacing, so a
@@ -295,6 +326,15 @@ class PLD:
             h = self._initial_spacing(direction, query)
             while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = _round_spacing(h * 2.0)
+            if probe and floor > 0:
+                # a direction that does not bind needs only a bracket below the
+                # floor: a grid _PROBE_COARSENING times coarser (the bias grows
+                # like h^2) settles that at a fraction of the cost
+                h_probe = self._align(direction, _round_spacing(h * self._PROBE_COARSENING))
+                if self._grid_points(direction, h_probe, lam, log_eta) <= MAX_GRID_POINTS:
+                    _, _, value, _ = self._width(direction, query, h_probe, lam, log_eta)
+                    if value <= floor:
+                        return h_probe, lam, log_eta
         best = (math.inf, h, lam)
         stalled = 0
         # atoms between grid points make the dominated side's error first order
@@ -433,12 +473,12 @@ class PLD:
             raise GridTooLargeError(
                 f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
                 f"{MAX_GRID_POINTS}; pass a larger value_discretization_interval or accept a wider bracket")
-        result = []
-        for pessimistic in (True, False):
+        comp = self._exploration(direction)
+        steps = comp.steps()
+        final_window = w.window(comp, lam, log_eta, h)
+
+        def side(pessimistic: bool) -> GridPLD:
             total = None
-            comp = self._exploration(direction)
-            steps = comp.steps()
-            final_window = w.window(comp, lam, log_eta, h)
             for (mech, count), (ex, _) in zip(self._components, comp.parts):
                 model = mech.loss_model(direction)
                 g = _self_compose(model, ex, count, h, lam, pessimistic, steps, log_eta)
@@ -447,13 +487,42 @@ class PLD:
                 else:
                     a, b = _same_grid(total, g)
                     total = _fit(_truncate(a.convolve(b), final_window))
-            result.append(total)
+            return total
+
+        # The two sides share nothing but read-only explorations; the FFTs and
+        # numba kernels release the GIL, so on two cores they run side by side.
+        pool = _side_pool()
+        if pool is None:
+            result = [side(True), side(False)]
+        else:
+            future = pool.submit(side, True)
+            dominated = side(False)
+            result = [future.result(), dominated]
         pair = (result[0], result[1])
         with self._lock:
             if len(self._cache) > 32:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = pair
         return pair
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: list = []
+
+
+def _side_pool() -> ThreadPoolExecutor | None:
+    """One worker thread for the dominating side, or None on a single core.
+
+    ``PLD_THREADS=1`` in the environment turns the concurrency off.
+    """
+    threads = os.environ.get("PLD_THREADS")
+    n = int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1)
+    if n < 2:
+        return None
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="pld-side"))
+        return _POOL[0]
 
 
 def _round_spacing(h: float) -> float:

@@ -286,6 +286,8 @@ def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
         parts = []
         if "epsilon_lower" in n and "epsilon_upper" in n:
             parts.append(f"epsilon in [{n['epsilon_lower']:.6f}, {n['epsilon_upper']:.6f}]")
+            if n.get("binding") is False:
+                parts.append("does not bind (below the other direction: settled on a coarse grid)")
         h0, h1 = n.get("grid_spacing_first_step"), n.get("grid_spacing_final")
         if h0 is not None:
             parts.append(f"grid spacing {h0:.3g}" + (f" -> {h1:.3g} (evolving)" if h1 not in (None, h0) else ""))
