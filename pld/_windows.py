@@ -213,6 +213,15 @@ def window(comp: Composite, lam: float, log_eta: float, h: float = 0.0) -> tuple
         up = np.nanmin((psi_up - psi_l - log_eta) / th)
         lo = np.nanmax((log_eta - psi_dn + psi_l) / th)
     if lam > 0:
+        # Above the window, mass goes to +inf (dominating side) or is dropped
+        # (dominated side), which moves delta by at most its *untilted*
+        # P-mass; the tilted law, lifted by e^{lam l}, would ask for a window
+        # far wider than that needs (heavy upper tails of subsampled losses)
+        psi_pos = np.zeros(th.size)
+        for ex, k in comp.parts:
+            psi_pos = psi_pos + k * ex.psi_around(0.0)[1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            up = min(up, float(np.nanmin((psi_pos - log_eta) / th)))
         # Mass moved up to the window's bottom is bounded by the untilted lower
         # tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted weight there,
         # P(L < t) e^{lam t - Psi(lam)}, must stay below eta as well.

@@ -220,10 +220,11 @@ class GridPLD:
 
         Pessimistic: every odd point is spread onto its two even neighbours
         preserving P- and Q-mass (a linear map ``R``; the error bound grows by
-        ``||R||_2 <= sqrt(||R||_1 ||R||_inf)``).  Optimistic: the entrywise lower
-        bound ``max(p - err, 0)`` is merged onto the coarse grid by the
-        post-processing of :func:`pld.kernels.optimistic_merge`.  Both keep the
-        certificate (Ghazi et al., ICML 2022, re-gridding as the PLD widens).
+        ``||R||_2 <= sqrt(||R||_1 ||R||_inf)``).  Optimistic: outputs are merged
+        into coarse buckets (post-processing) and each bucket rounded down to its
+        grid point, with merge fractions valid for every vector within the error
+        bound.  Both keep the certificate (Ghazi et al., ICML 2022, re-gridding
+        as the PLD widens).
         """
         h, lam = self.h, self.lam
         p = self.p
@@ -254,30 +255,50 @@ class GridPLD:
                 bound = bound + np.maximum(f, 0.0) + 2e-11
             return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, True, bound)
         # Optimistic: each coarse point K collects its own fine point, half of the
-        # odd point above (loss K + h) and up to half of the odd point below
-        # (loss K - h), as much of the latter as keeps the bucket's merged loss
-        # log(P/Q) >= K, so placing it at K only rounds down.  What is left of
+        # odd point above (loss K + h) and a fraction f_K of half the odd point
+        # below (loss K - h), as much of the latter as keeps the bucket's merged
+        # loss log(P/Q) >= K, so placing it at K only rounds down; the rest of
         # that half is placed at K - 1 (rounding down by h).  A randomised
         # assignment of outputs to buckets is post-processing, so the result is
-        # dominated; applied to the entrywise lower bound max(p - err, 0) it
-        # needs no error term.  (A sequential merge that hits grid points
-        # exactly is also valid, but on point masses its fractions oscillate
-        # from one bucket to the next and degrade the grid.)
-        low = np.maximum(p - self.err, 0.0)
-        e_t = low[0::2]
-        o_t = low[1::2]
+        # dominated.  (A sequential merge that hits grid points exactly is also
+        # valid, but on point masses its fractions oscillate from one bucket to
+        # the next and degrade the grid.)
+        #
+        # The fractions are fixed from the computed vector so that the merge is
+        # valid for *every* vector within the error bound: with P-masses
+        # P_a, P_b of the odd points above and below, the merged loss is >= K iff
+        # f <= (P_a / P_b) e^{-h}, and P*_a >= p_a - err, P*_b <= p_b + err
+        # entrywise.  The merge is then a fixed linear map M applied to the
+        # computed vector, and the error bound grows by ||M||_2 <= sqrt(||M||_1
+        # ||M||_inf).  (Applying the merge to the entrywise lower bound
+        # max(p - err, 0) instead zeroes every tail entry below the round-off
+        # level, which at weak tilts is the whole tail that decides delta.)
+        err0 = self.err
+        e_t = p[0::2]
+        o_t = p[1::2]
         m = e_t.size
         pa = np.zeros(m)
         pa[:-1] = o_t  # odd point above coarse K
         pb = np.zeros(m)
         pb[1:] = o_t  # odd point below coarse K
+        low_a = np.maximum(pa - err0, 0.0)
+        high_b = np.maximum(pb, 0.0) + err0
         with np.errstate(divide="ignore", invalid="ignore"):
-            f = np.where(pb > 0, np.minimum(1.0, pa / pb * math.exp(-2.0 * lam * h - h)), 1.0)
-        out = e_t + 0.5 * pa * math.exp(-lam * h) + f * 0.5 * pb * math.exp(lam * h)
-        rest = (1.0 - f) * 0.5 * pb * math.exp(-lam * h)
+            f = np.where(high_b > 0, np.minimum(1.0, low_a / high_b * math.exp(-2.0 * lam * h - h)), 1.0)
+        f = f * (1.0 - 1e-12)  # rounding of the ratio, on the safe side
+        up, dn = math.exp(lam * h), math.exp(-lam * h)
+        out = e_t + 0.5 * pa * dn + f * 0.5 * pb * up
+        rest = (1.0 - f) * 0.5 * pb * dn
         out[:-1] += rest[1:]
-        out *= 1.0 - 4 * 2.0 ** -53  # rounding of the sums above, on the safe side
-        err = 0.0
+        # ||M||_2^2 = ||M M^T||_2, bounded by Gershgorin on the tridiagonal
+        # M M^T: row K of M is (b_K, 1, a_K) on fine points (2K-1, 2K, 2K+1)
+        f_next = np.concatenate((f[1:], [1.0]))
+        a = 0.5 * dn + (1.0 - f_next) * 0.5 * dn
+        b = f * 0.5 * up
+        b_next = np.concatenate((b[1:], [0.0]))
+        a_prev = np.concatenate(([0.0], a[:-1]))
+        norm_m = math.sqrt(float(np.max(1.0 + a * a + b * b + a * b_next + a_prev * b)))
+        err = err0 * norm_m + 4.0 * 2.0 ** -53 * l1_l2_norms(out)[1]
         return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, False)
 
     # ------------------------------------------------------------- evaluate
