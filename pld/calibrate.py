@@ -49,6 +49,7 @@ from scipy.special import erfcx
 
 from pld import _validate as v
 from pld import _windows as w
+from pld.pld import EPS_RTOL
 from pld.dpsgd import MAX_STEPS, _check_sampling, dpsgd, dpsgd_mechanism
 
 __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate"]
@@ -465,7 +466,10 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     tol = math.log1p(rtol)
 
     def engine(u):
-        return dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(delta)
+        # brackets a few times narrower than the epsilon step between sigma and
+        # sigma / (1 + rtol) separate the two; tighter ones only cost time
+        return dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(
+            delta, rtol=_bracket_rtol(rtol))
 
     search = _Search(target_epsilon, engine, lambda u: sur.epsilon(math.exp(u), sampling_rate, steps),
                      math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1]), lambda u: tol)
@@ -477,6 +481,17 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     sigma = math.exp(u)
     _finish(search, info, t0, sigma, "noise_multiplier", math.exp)
     return sigma
+
+
+def _bracket_rtol(rtol: float) -> float:
+    """Engine bracket target for a search to relative tolerance ``rtol``.
+
+    epsilon moves by about ``rtol * epsilon`` (or more) between the two
+    noise multipliers (sampling rates) the search must tell apart, so brackets
+    of a quarter of that suffice; never looser than 1e-3, never tighter than
+    the engine's default.
+    """
+    return min(1e-3, max(EPS_RTOL, rtol / 4.0))
 
 
 def _surrogate_root(search: _Search, u0: float) -> float:
@@ -561,7 +576,8 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
     tol = math.log1p(rtol)
 
     def engine(u):
-        return dpsgd(noise_multiplier, math.exp(-u), steps, sampling=sampling).epsilon_bounds(delta)
+        return dpsgd(noise_multiplier, math.exp(-u), steps, sampling=sampling).epsilon_bounds(
+            delta, rtol=_bracket_rtol(rtol))
 
     search = _Search(target_epsilon, engine, lambda u: sur.epsilon(noise_multiplier, math.exp(-u), steps),
                      0.0, -math.log(MIN_SAMPLING_RATE), lambda u: tol)

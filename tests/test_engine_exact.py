@@ -762,3 +762,44 @@ def test_poisson_rate_one_rr():
     lo, hi = pld.PoissonSampled(pld.RandomizedResponse(0.5), 1.0).pld().self_compose(20).epsilon_bounds(1e-5)
     ex = discrete_epsilon(*rr_loss_law(0.5, 20), 1e-5)
     assert_eps_valid(lo, hi, ex, "PoissonSampled(RR(0.5), 1) x20")
+
+
+# ---------------------------------------------------------------------------
+# query knobs: a looser bracket target, another tilt for the same grids
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rtol", [1e-3, 1e-2])
+@pytest.mark.parametrize("sigma,steps,delta", [(2.0, 50, 1e-6), (0.8, 400, 1e-9)])
+def test_gaussian_epsilon_bounds_with_looser_rtol(sigma, steps, delta, rtol):
+    d = pld.Gaussian(sigma).pld().self_compose(steps)
+    lo, hi = d.epsilon_bounds(delta, rtol=rtol)
+    ex = float(X.gaussian_epsilon(delta, math.sqrt(steps) / sigma))
+    assert lo <= ex <= hi
+    assert hi - lo <= rtol * hi + EPS_ATOL
+    # a looser target never moves the default answer (results are cached per target)
+    lo0, hi0 = d.epsilon_bounds(delta)
+    assert lo0 <= ex <= hi0 and hi0 - lo0 <= EPS_RTOL * hi0 + EPS_ATOL
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, 2.0, math.nan])
+def test_epsilon_bounds_rejects_bad_rtol(bad):
+    with pytest.raises(ValueError, match="rtol"):
+        pld.Gaussian(1.0).pld().epsilon_bounds(1e-5, rtol=bad)
+
+
+def test_explain_and_distribution_with_another_tilt_stay_certified():
+    sigma, steps, delta = 1.5, 30, 1e-7
+    d = pld.Gaussian(sigma).pld().self_compose(steps)
+    mu = math.sqrt(steps) / sigma
+    ex = float(X.gaussian_epsilon(delta, mu))
+    info = d.explain(delta, tilt=0.0)["directions"]["remove"]
+    assert info["tilt"] == 0.0
+    assert info["epsilon_lower"] <= ex <= info["epsilon_upper"]
+    losses, masses, inf_mass = d.distribution("remove", "lower", delta=delta, tilt=0.0)
+    # the dominated grid holds (almost) all of the P-mass of N(mu^2/2, mu^2)
+    assert 0.999 <= masses.sum() + inf_mass <= 1.0 + 1e-9
+    mean = float(np.dot(masses, losses) / masses.sum())
+    assert mean == pytest.approx(mu * mu / 2, rel=1e-3)
+    with pytest.raises(ValueError, match="tilt"):
+        d.explain(delta, tilt=-1.0)
