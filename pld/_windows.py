@@ -195,11 +195,25 @@ class Composite:
         return all(ex.atoms_only for ex, _ in self.parts)
 
 
-def window(comp: Composite, lam: float, log_eta: float, h: float = 0.0) -> tuple[float, float]:
+def shifted(log_eta, by: float):
+    """A truncation budget (``log_eta`` or ``(log_eta, log_eta_up)``) lowered by ``by``."""
+    if isinstance(log_eta, tuple):
+        return tuple(x - by for x in log_eta)
+    return log_eta - by
+
+
+def window(comp: Composite, lam: float, log_eta, h: float = 0.0) -> tuple[float, float]:
     """Loss window outside which the tilted law has mass below ``e^{log_eta}`` per side.
 
-    Never wider than the support of the composed loss on a grid of spacing ``h``.
+    ``log_eta`` may be a pair ``(log_eta, log_eta_up)``: the untilted P-mass
+    above the window (sent to +inf or dropped) is then held below
+    ``e^{log_eta_up}`` instead.  Never wider than the support of the composed
+    loss on a grid of spacing ``h``.
     """
+    if isinstance(log_eta, tuple):
+        log_eta, log_eta_up = log_eta
+    else:
+        log_eta_up = log_eta
     th = _THETAS
     psi_l = 0.0
     psi_up = np.zeros(th.size)
@@ -212,16 +226,16 @@ def window(comp: Composite, lam: float, log_eta: float, h: float = 0.0) -> tuple
     with np.errstate(over="ignore", invalid="ignore"):
         up = np.nanmin((psi_up - psi_l - log_eta) / th)
         lo = np.nanmax((log_eta - psi_dn + psi_l) / th)
+    # Above the window, mass goes to +inf (dominating side) or is dropped
+    # (dominated side), which moves delta by at most its *untilted* P-mass;
+    # the tilted law, lifted by e^{lam l}, would ask for a window far wider
+    # than that needs (heavy upper tails of subsampled losses)
+    psi_pos = np.zeros(th.size)
+    for ex, k in comp.parts:
+        psi_pos = psi_pos + k * ex.psi_around(0.0)[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        up = min(up, float(np.nanmin((psi_pos - log_eta_up) / th)))
     if lam > 0:
-        # Above the window, mass goes to +inf (dominating side) or is dropped
-        # (dominated side), which moves delta by at most its *untilted*
-        # P-mass; the tilted law, lifted by e^{lam l}, would ask for a window
-        # far wider than that needs (heavy upper tails of subsampled losses)
-        psi_pos = np.zeros(th.size)
-        for ex, k in comp.parts:
-            psi_pos = psi_pos + k * ex.psi_around(0.0)[1]
-        with np.errstate(over="ignore", invalid="ignore"):
-            up = min(up, float(np.nanmin((psi_pos - log_eta) / th)))
         # Mass moved up to the window's bottom is bounded by the untilted lower
         # tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted weight there,
         # P(L < t) e^{lam t - Psi(lam)}, must stay below eta as well.

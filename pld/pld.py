@@ -391,10 +391,20 @@ class PLD:
                     continue
                 if width - err_part <= target:
                     break  # nothing left that a finer grid would fix
-            ratio = math.sqrt(target / max(width - err_part, 1e-300)) * 0.8
+            # the round-off part does not shrink with h: the discretisation
+            # part must fit in what it leaves of the target
+            avail = max(target - err_part, 0.2 * target)
+            ratio = math.sqrt(avail / max(width - err_part, 1e-300)) * 0.85
             h_new = self._align(direction, _round_spacing(h * min(0.9, max(0.25, ratio))))
             if self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
-                break
+                # the finest spacing under the memory cap (points ~ 1/h), if
+                # that is still a real refinement
+                n = self._grid_points(direction, h, lam, log_eta)
+                h_new = self._align(direction, _round_spacing(h * n / MAX_GRID_POINTS * 1.02))
+                while h_new < 0.95 * h and self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
+                    h_new = self._align(direction, _round_spacing(h_new * 1.05))
+                if h_new >= 0.95 * h:
+                    break
             h = h_new
         _, h, lam = best
         with self._lock:
@@ -402,12 +412,16 @@ class PLD:
                 self._h_memo[key] = (h, lam)
         return h, lam, log_eta
 
-    def _log_eta(self, direction: str, query: tuple) -> float:
-        """Tilted mass allowed outside each truncation window, relative to the query.
+    def _log_eta(self, direction: str, query: tuple) -> tuple[float, float]:
+        """Mass allowed outside each truncation window, relative to the query.
 
         Truncated mass lands on the safe side but widens the bracket; keeping
-        it 1e-8 below the delta at stake makes that invisible.  Quantised so
-        nearby queries share materialisations.
+        it 1e-8 below the delta at stake makes that invisible.  Returns the
+        pair ``(log_eta, log_eta_up)``: tilted mass below the window (floored
+        at 1e-16 of the tilted law, whose round-off it must not approach) and
+        untilted P-mass above it (which moves delta by at most itself, so only
+        the delta at stake matters).  Quantised so nearby queries share
+        materialisations.
         """
         if query[0] == "delta":
             log_delta = math.log(query[1])
@@ -416,11 +430,12 @@ class PLD:
             lam = w.tilt_for_epsilon(comp, query[1])
             log_delta = float(comp.psi(lam)[0]) - lam * query[1]
         if not math.isfinite(log_delta):
-            return _LOG_ETA
+            return (_LOG_ETA, _LOG_ETA)
         v_ = min(_LOG_ETA, log_delta - 18.0)
-        return 5.0 * math.floor(v_ / 5.0)
+        up = min(-18.0, log_delta - 18.0)
+        return (5.0 * math.floor(v_ / 5.0), 5.0 * math.floor(up / 5.0))
 
-    def _width(self, direction: str, query: tuple, h: float, lam: float, log_eta: float):
+    def _width(self, direction: str, query: tuple, h: float, lam: float, log_eta):
         """``(width, target, value, round-off part of width)`` of one direction's bracket."""
         kind, val = query[:2]
         rtol = _rtol(query)
@@ -469,7 +484,7 @@ class PLD:
             h /= 2
         return self._align(direction, _round_spacing(min(h, sd / 4)))
 
-    def _grid_points(self, direction: str, h: float, lam: float, log_eta: float = _LOG_ETA) -> int:
+    def _grid_points(self, direction: str, h: float, lam: float, log_eta=_LOG_ETA) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
 
         Levels are coarsened to at most ``LEVEL_POINTS``; the single-step grids
@@ -480,13 +495,13 @@ class PLD:
             comp = self._exploration(d)
             steps = comp.steps()
             for ex, _ in comp.parts:
-                lo, hi = w.window(w.Composite([(ex, 1)]), lam, log_eta - math.log(steps))
+                lo, hi = w.window(w.Composite([(ex, 1)]), lam, w.shifted(log_eta, math.log(steps)))
                 lo, hi = max(lo, ex.loss_min), min(hi, ex.loss_max)
                 n = max(n, int((hi - lo) / h) + 2)
         return n
 
     def _materialize(self, direction: str, h: float, lam: float,
-                     log_eta: float = _LOG_ETA) -> tuple[GridPLD, GridPLD]:
+                     log_eta=_LOG_ETA) -> tuple[GridPLD, GridPLD]:
         key = (direction, h, lam, log_eta)
         with self._lock:
             hit = self._cache.get(key)
@@ -561,7 +576,7 @@ def _round_spacing(h: float) -> float:
 
 
 def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
-                  pessimistic: bool, total_steps: int, log_eta: float = _LOG_ETA) -> GridPLD:
+                  pessimistic: bool, total_steps: int, log_eta=_LOG_ETA) -> GridPLD:
     """``count``-fold composition by repeated squaring with windowed truncation.
 
     A window for ``c`` composed steps allows tilted mass ``eta * c / total_steps``
@@ -577,7 +592,7 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     FFT stays about the same size however large ``count`` is.
     """
     def win(c: int) -> tuple[float, float]:
-        return w.window(w.Composite([(ex, c)]), lam, log_eta - math.log(total_steps / c), h)
+        return w.window(w.Composite([(ex, c)]), lam, w.shifted(log_eta, math.log(total_steps / c)), h)
 
     levels = max(1.0, math.log2(count))
     per_step_bias = max(ex.added_variance(h), h * h / 6)
@@ -615,7 +630,7 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     if ex_grid is not None:
         def win(c: int, _exact=win) -> tuple[float, float]:  # noqa: F811 - widened
             lo_e, hi_e = _exact(c)
-            lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, log_eta - math.log(total_steps / c), h)
+            lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, w.shifted(log_eta, math.log(total_steps / c)), h)
             return min(lo_e, lo_g), max(hi_e, hi_g)
     result = None
     result_count = 0
