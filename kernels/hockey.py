@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 @njit(cache=True, nogil=True)
@@ -31,24 +31,117 @@ def hockey_stick_suffix(p, lam, h):
     return sa, sb
 
 
-@njit(cache=True, nogil=True, parallel=True)
+#: entries per block of the MGF kernel: within a block the weights e^{theta l}
+#: are powers of one ratio, so the block sum is a Horner evaluation
+_MGF_BLOCK = 256
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _horner_up(e, i0, i1, r):
+    """``sum_{i0 <= i < i1} e_i r^(i1 - 1 - i)``, four interleaved chains (the
+    sequential recurrence is latency-bound)."""
+    r4 = r * r * r * r
+    a0 = a1 = a2 = a3 = 0.0
+    i = i0
+    while i + 3 < i1:
+        a0 = a0 * r4 + e[i]
+        a1 = a1 * r4 + e[i + 1]
+        a2 = a2 * r4 + e[i + 2]
+        a3 = a3 * r4 + e[i + 3]
+        i += 4
+    acc = ((a0 * r + a1) * r + a2) * r + a3
+    while i < i1:
+        acc = acc * r + e[i]
+        i += 1
+    return acc
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _horner_down(e, i0, i1, r):
+    """``sum_{i0 <= i < i1} e_i r^(i - i0)`` (mirror of :func:`_horner_up`)."""
+    r4 = r * r * r * r
+    a0 = a1 = a2 = a3 = 0.0
+    i = i1 - 1
+    while i - 3 >= i0:
+        a0 = a0 * r4 + e[i]
+        a1 = a1 * r4 + e[i - 1]
+        a2 = a2 * r4 + e[i - 2]
+        a3 = a3 * r4 + e[i - 3]
+        i -= 4
+    acc = ((a0 * r + a1) * r + a2) * r + a3
+    while i >= i0:
+        acc = acc * r + e[i]
+        i -= 1
+    return acc
+
+
+@njit(cache=True, nogil=True)
 def log_mgf_grid(log_mass, l0, h, thetas):
     """``log sum_i exp(log_mass_i + theta (l0 + i h))`` for every ``theta``.
 
-    One pass per ``theta`` with a running maximum (one ``exp`` per entry), so it
-    is exact up to rounding and never overflows.
+    The grid is cut into blocks of ``_MGF_BLOCK`` points.  Masses are scaled by
+    their block maximum once (``e_i = exp(log_mass_i - M_b)``); for each theta a
+    block sum ``sum_i e_i r^k`` with ``r = e^{-|theta| h} <= 1`` is a Horner
+    evaluation referenced at the block end whose weight is largest, so no term
+    exceeds one and nothing overflows, and block sums are combined in log
+    space.  A block whose weights span more than ``e^{500}`` is summed term by
+    term in log space instead.  Rounding: at most ~2 u per Horner step, i.e.
+    ~1e-13 relative for 256 steps; masses that underflow in ``e_i`` are below
+    ``e^{-745}`` of their block's largest term and weigh at most ``e^{-245}`` of
+    it.  Callers inflate the result by 1e-12 relative.  (One ``exp`` per entry
+    instead of one per entry and theta: ~5x faster than a log-space pass.)
     """
     n = log_mass.shape[0]
+    nb = (n + _MGF_BLOCK - 1) // _MGF_BLOCK
+    bmax = np.full(nb, -np.inf)
+    for i in range(n):
+        b = i // _MGF_BLOCK
+        if log_mass[i] > bmax[b]:
+            bmax[b] = log_mass[i]
+    e = np.zeros(n)
+    for i in range(n):
+        lm = log_mass[i]
+        if lm > -np.inf:
+            e[i] = math.exp(lm - bmax[i // _MGF_BLOCK])
     out = np.empty(thetas.shape[0])
-    for k in prange(thetas.shape[0]):
+    for k in range(thetas.shape[0]):
         th = thetas[k]
+        r = math.exp(-abs(th) * h)
         m = -np.inf
         s = 0.0
-        for i in range(n):
-            lm = log_mass[i]
-            if lm == -np.inf:
+        for b in range(nb):
+            if bmax[b] == -np.inf:
                 continue
-            x = lm + th * (l0 + i * h)
+            i0 = b * _MGF_BLOCK
+            i1 = min(n, i0 + _MGF_BLOCK)
+            if abs(th) * (i1 - 1 - i0) * h < 500.0:
+                if th >= 0.0:
+                    # reference at the top of the block: weights r^(i_ref - i)
+                    acc = _horner_up(e, i0, i1, r)
+                    x = bmax[b] + th * (l0 + (i1 - 1) * h)
+                else:
+                    acc = _horner_down(e, i0, i1, r)
+                    x = bmax[b] + th * (l0 + i0 * h)
+                if acc <= 0.0:
+                    continue
+                x += math.log(acc)
+            else:
+                # weights too far apart for one scale: exact log-space pass
+                mb = -np.inf
+                sb = 0.0
+                for i in range(i0, i1):
+                    lm = log_mass[i]
+                    if lm == -np.inf:
+                        continue
+                    y = lm + th * (l0 + i * h)
+                    if y > mb:
+                        sb = sb * math.exp(mb - y) + 1.0 if mb > -np.inf else 1.0
+                        mb = y
+                    else:
+                        sb += math.exp(y - mb)
+                if mb == -np.inf:
+                    continue
+                x = mb + math.log(sb)
             if x > m:
                 s = s * math.exp(m - x) + 1.0 if m > -np.inf else 1.0
                 m = x

@@ -17,6 +17,7 @@ test-suite measures (tests/test_fft.py compares with exact convolutions).
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import numpy as np
@@ -43,6 +44,19 @@ _plan_bytes = 0
 #: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft
 _MAX_PLAN_SIZE = 1 << 21
 _PLAN_BYTES = 256 << 20
+
+
+def _reset_after_fork() -> None:
+    # locks held by the parent's other threads at the fork stay held forever
+    # in the child: start the child with fresh ones and no plans
+    global _lock, _plan_bytes
+    _lock = threading.Lock()
+    _plans.clear()
+    _plan_bytes = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def fft_backend() -> str:

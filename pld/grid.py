@@ -402,8 +402,13 @@ class GridPLD:
 
 
 #: Chernoff parameters at which pessimistic PLDs carry an MGF bound
-THETA = np.concatenate((-np.logspace(-3, 7, 31)[::-1], [0.0], np.logspace(-3, 7, 31)))
-_I0 = 31
+#: (8 per decade where Chernoff parameters of truncation windows fall: a grid
+#: point within a factor r of the optimal theta keeps 1 - (1 - 1/r)^2 of the
+#: Chernoff exponent, 94% at 8 per decade, 72% at the 3 per decade used elsewhere)
+THETA = np.concatenate((-np.logspace(-3, 6, 28)[::-1], [0.0],
+                        np.unique(np.concatenate((np.logspace(-3, -2, 4), np.logspace(-2, 3, 41),
+                                                  np.logspace(3, 6, 10))))))
+_I0 = int(np.flatnonzero(THETA == 0.0)[0])
 
 
 def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray) -> np.ndarray:

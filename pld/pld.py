@@ -549,6 +549,18 @@ _POOL_LOCK = threading.Lock()
 _POOL: list = []
 
 
+def _forget_pool_after_fork() -> None:
+    # a forked child has none of the parent's threads: a pool inherited from
+    # the parent would accept work and never run it
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+    _POOL.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _side_pool() -> ThreadPoolExecutor | None:
     """One worker thread for the dominating side, or None on a single core.
 
