@@ -5,6 +5,7 @@ Kernels take and return numpy arrays only; every function is compiled with
 """
 
 from .discretize import optimistic_merge, pessimistic_spread
-from .hockey import hockey_stick_suffix, l1_l2_norms, log_mgf_grid
+from .hockey import hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points
 
-__all__ = ["optimistic_merge", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid", "l1_l2_norms"]
+__all__ = ["optimistic_merge", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid", "log_mgf_points",
+           "l1_l2_norms"]

@@ -37,6 +37,36 @@ _MGF_BLOCK = 256
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _lse_add(m, s, x):
+    """Add ``e^x`` to a sum kept as ``e^m * s`` (``m`` the running maximum)."""
+    if x > m:
+        return x, (s * math.exp(m - x) + 1.0 if m > -np.inf else 1.0)
+    return m, s + math.exp(x - m)
+
+
+@njit(cache=True, nogil=True)
+def log_mgf_points(log_p, loss, thetas):
+    """``log sum_i exp(log_p_i + theta loss_i)`` for every ``theta``, at arbitrary losses.
+
+    One pass per ``theta`` with a running maximum (sizing heuristics: the
+    explorations behind truncation windows and tilts).
+    """
+    n = log_p.shape[0]
+    out = np.empty(thetas.shape[0])
+    for k in range(thetas.shape[0]):
+        th = thetas[k]
+        m = -np.inf
+        s = 0.0
+        for i in range(n):
+            lp = log_p[i]
+            if lp == -np.inf:
+                continue
+            m, s = _lse_add(m, s, lp + th * loss[i])
+        out[k] = m + math.log(s) if m > -np.inf else -np.inf
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _horner_up(e, i0, i1, r):
     """``sum_{i0 <= i < i1} e_i r^(i1 - 1 - i)``, four interleaved chains (the
     sequential recurrence is latency-bound)."""
@@ -133,20 +163,11 @@ def log_mgf_grid(log_mass, l0, h, thetas):
                     lm = log_mass[i]
                     if lm == -np.inf:
                         continue
-                    y = lm + th * (l0 + i * h)
-                    if y > mb:
-                        sb = sb * math.exp(mb - y) + 1.0 if mb > -np.inf else 1.0
-                        mb = y
-                    else:
-                        sb += math.exp(y - mb)
+                    mb, sb = _lse_add(mb, sb, lm + th * (l0 + i * h))
                 if mb == -np.inf:
                     continue
                 x = mb + math.log(sb)
-            if x > m:
-                s = s * math.exp(m - x) + 1.0 if m > -np.inf else 1.0
-                m = x
-            else:
-                s += math.exp(x - m)
+            m, s = _lse_add(m, s, x)
         out[k] = m + math.log(s) if m > -np.inf else -np.inf
     return out
 

@@ -23,6 +23,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pld._models import LossModel
+from pld.kernels import log_mgf_points
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
 #: DP-SGD with tiny sampling rates to epsilon ~ 1000
@@ -39,12 +40,9 @@ class Exploration:
     loss_max: float
 
     def psi(self, theta: np.ndarray) -> np.ndarray:
-        th = np.atleast_1d(np.asarray(theta, float))
-        t = self.log_p[None, :] + th[:, None] * self.loss[None, :]
-        mx = np.max(t, axis=1)
-        mx = np.where(np.isfinite(mx), mx, 0.0)
-        with np.errstate(divide="ignore"):
-            return mx + np.log(np.sum(np.exp(t - mx[:, None]), axis=1))
+        th = np.ascontiguousarray(np.atleast_1d(np.asarray(theta, float)))
+        return log_mgf_points(np.ascontiguousarray(self.log_p, dtype=float),
+                              np.ascontiguousarray(self.loss, dtype=float), th)
 
     def psi_around(self, lam: float) -> tuple[float, np.ndarray, np.ndarray]:
         """``psi(lam)``, ``psi(lam + THETAS)``, ``psi(lam - THETAS)`` (cached)."""

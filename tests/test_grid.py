@@ -144,3 +144,20 @@ def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread):
             assert got[k] == ref
             continue
         assert abs(got[k] - ref) <= 1e-13 * max(1.0, abs(ref)), (th, got[k], ref)
+
+
+def test_log_mgf_points_matches_log_space_sums():
+    from scipy.special import logsumexp
+
+    from pld.kernels import log_mgf_points
+
+    rng = np.random.default_rng(3)
+    loss = rng.normal(scale=5.0, size=700)
+    lp = rng.normal(scale=30.0, size=700)
+    lp[::7] = -np.inf
+    th = np.concatenate((-np.logspace(-3, 4, 15), [0.0], np.logspace(-3, 4, 15)))
+    got = log_mgf_points(lp, loss, th)
+    ok = np.isfinite(lp)
+    ref = np.array([logsumexp(lp[ok] + t * loss[ok]) for t in th])
+    assert np.allclose(got, ref, rtol=1e-13, atol=1e-12)
+    assert log_mgf_points(np.full(3, -np.inf), np.zeros(3), th)[0] == -np.inf
