@@ -229,17 +229,17 @@ def window(comp: Composite, lam: float, log_eta, h: float = 0.0) -> tuple[float,
     # the tilted law, lifted by e^{lam l}, would ask for a window far wider
     # than that needs (heavy upper tails of subsampled losses)
     psi_pos = np.zeros(th.size)
+    psi_neg = np.zeros(th.size)
     for ex, k in comp.parts:
-        psi_pos = psi_pos + k * ex.psi_around(0.0)[1]
+        _, pos, neg = ex.psi_around(0.0)
+        psi_pos = psi_pos + k * pos
+        psi_neg = psi_neg + k * neg
     with np.errstate(over="ignore", invalid="ignore"):
         up = min(up, float(np.nanmin((psi_pos - log_eta_up) / th)))
     if lam > 0:
         # Mass moved up to the window's bottom is bounded by the untilted lower
         # tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted weight there,
         # P(L < t) e^{lam t - Psi(lam)}, must stay below eta as well.
-        psi_neg = np.zeros(th.size)
-        for ex, k in comp.parts:
-            psi_neg = psi_neg + k * ex.psi_around(0.0)[2]
         with np.errstate(over="ignore", invalid="ignore"):
             lo_b = np.nanmax((log_eta + psi_l - psi_neg) / (th + lam))
         lo = min(lo, lo_b)

@@ -376,8 +376,8 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
         lo = np.maximum(lo, lo_d)
         hi = np.maximum(hi, hi_d)
         per_dir[name] = {"lower": lo_d.reshape(a.shape), "upper": hi_d.reshape(a.shape),
-                           "infinity_mass_upper": d.upper.inf_mass,
-                           "infinity_mass_lower": d.lower.inf_mass}
+                         "infinity_mass_upper": d.upper.inf_mass,
+                         "infinity_mass_lower": d.lower.inf_mass}
     hi = np.maximum(hi, lo)
     if scalar:
         res = (float(lo[0]), float(hi[0]))

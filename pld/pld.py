@@ -213,11 +213,12 @@ class PLD:
         for d in self._directions():
             h, lam, log_eta = used[d]
             pess, opt = self._materialize(d, h, lam, log_eta)
+            upper = pess.epsilon(delta)
             out["directions"][d] = {
-                "epsilon_lower": opt.epsilon(delta), "epsilon_upper": pess.epsilon(delta),
+                "epsilon_lower": opt.epsilon(delta), "epsilon_upper": upper,
                 # a direction whose upper end is below the other's lower end
                 # cannot move the answer; it is settled on a coarser grid
-                "binding": bool(pess.epsilon(delta) > lo),
+                "binding": bool(upper > lo),
                 "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
                 "grid_spacing_first_step": h, "grid_spacing_final": pess.h, "tilt": lam,
                 "grid_points": pess.size, "fft_error_bound": pess.err,
@@ -278,24 +279,22 @@ class PLD:
             return w.tilt_for_delta(comp, query[1])[0]
         return w.tilt_for_epsilon(comp, query[1])
 
-    def _ordered_directions(self, delta: float) -> list[str]:
-        """Directions, the one with the larger (Chernoff-estimated) epsilon first."""
-        dirs = list(self._directions())
-        if len(dirs) > 1:
-            dirs.sort(key=lambda d: -w.tilt_for_delta(self._exploration(d), delta)[1])
-        return dirs
+    def _ordered_directions(self, delta: float) -> list[tuple[str, float]]:
+        """``(direction, Chernoff epsilon estimate)``, the largest estimate first."""
+        est = [(d, w.tilt_for_delta(self._exploration(d), delta)[1]) for d in self._directions()]
+        return sorted(est, key=lambda de: -de[1])
 
     def _epsilon_bounds_one(self, delta: float, rtol: float = EPS_RTOL) -> tuple[float, float]:
         lo = hi = 0.0
         used = {}
         dirs = self._ordered_directions(delta)
-        lead = w.tilt_for_delta(self._exploration(dirs[0]), delta)[1]
-        for d in dirs:
+        lead = dirs[0][1]
+        for i, (d, est) in enumerate(dirs):
             # floor=lo: a direction whose upper end stays below the bracket found
             # so far cannot move either end of max(...), so it needs no refining;
             # one that the Chernoff estimate puts clearly below the leader is
             # first tried on a coarse grid, which usually shows exactly that
-            probe = d != dirs[0] and w.tilt_for_delta(self._exploration(d), delta)[1] < 0.95 * lead
+            probe = i > 0 and est < 0.95 * lead
             settings = self._settings(d, ("delta", delta, rtol), floor=lo, probe=probe)
             used[d] = settings
             pess, opt = self._materialize(d, *settings)
@@ -562,7 +561,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def _side_pool() -> ThreadPoolExecutor | None:
-    """One worker thread for the dominating side, or None on a single core.
+    """Worker threads for the dominating sides (two, so that queries from two
+    user threads do not wait on each other), or None on a single core.
 
     ``PLD_THREADS=1`` in the environment turns the concurrency off.
     """

@@ -415,14 +415,17 @@ class PLDAccountant(_pa.PrivacyAccountant):
         except UnsupportedEventError as exc:
             return self.CompositionErrorDetails(invalid_event=exc.event, error_message=exc.reason)
         if do_compose:
-            for mech, k in plan.components.items():
-                self._components[mech] = self._components.get(mech, 0) + k
-            if plan.non_private is not None and self._non_private is None:
-                self._non_private = plan.non_private
-            if plan.components:
-                self._pld_cache = None
-                self._answers = {}
+            self._apply(plan)
         return None
+
+    def _apply(self, plan: "_Plan") -> None:
+        for mech, k in plan.components.items():
+            self._components[mech] = self._components.get(mech, 0) + k
+        if plan.non_private is not None and self._non_private is None:
+            self._non_private = plan.non_private
+        if plan.components:
+            self._pld_cache = None
+            self._answers = {}
 
     def compose(self, event, count: int = 1) -> "PLDAccountant":
         """Account for ``count`` runs of ``event``; returns ``self``.
@@ -442,13 +445,7 @@ class PLDAccountant(_pa.PrivacyAccountant):
             raise UnsupportedEventError(exc.event, f"{exc.reason} (inside the {type(event).__name__} passed to "
                                                    "compose)") from None
         self._ledger.compose(event, count)
-        for mech, k in plan.components.items():
-            self._components[mech] = self._components.get(mech, 0) + k
-        if plan.non_private is not None and self._non_private is None:
-            self._non_private = plan.non_private
-        if plan.components:
-            self._pld_cache = None
-            self._answers = {}
+        self._apply(plan)
         return self
 
     # -------------------------------------------------------------- queries
