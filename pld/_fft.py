@@ -16,6 +16,7 @@ test-suite measures (tests/test_fft.py compares with exact convolutions).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -110,6 +111,32 @@ def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray
         lock.release()
 
 
+@contextlib.contextmanager
+def power_plan(n: int):
+    """``(buf, spec, out, fwd, inv)`` for a length-``n`` real transform held by
+    the caller: ``fwd()`` maps ``buf`` to ``spec``, ``inv()`` maps ``out`` back
+    to ``buf`` normalised by ``1/n`` (and may destroy ``out``)."""
+    if _HAVE_PYFFTW and n <= _MAX_PLAN_SIZE:
+        plan = _acquire_plan(n)
+        buf, f, g, fwd, inv, lock = plan
+        try:
+            yield buf, f, g, fwd, inv
+        finally:
+            lock.release()
+        return
+    buf = np.zeros(n)
+    spec = np.zeros(n // 2 + 1, dtype=complex)
+    out = np.zeros(n // 2 + 1, dtype=complex)
+
+    def fwd() -> None:
+        spec[:] = scipy.fft.rfft(buf)
+
+    def inv() -> None:
+        buf[:] = scipy.fft.irfft(out, n)
+
+    yield buf, spec, out, fwd, inv
+
+
 def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
     fa = scipy.fft.rfft(a, n)
     fb = fa if same else scipy.fft.rfft(b, n)
@@ -125,6 +152,15 @@ def _canonical_size(m: int) -> int:
     return p3 if m <= p3 < p2 else p2
 
 
+def is_direct(na: int, nb: int) -> bool:
+    """Whether :func:`convolve` sums lengths ``na``, ``nb`` directly (no FFT).
+
+    A direct sum of non-negative products is accurate entry by entry:
+    ``|fl(a*b)_i - (a*b)_i| <= (min(na, nb) + 2) u (a*b)_i``.
+    """
+    return min(na, nb) <= 48 or na * nb <= 20000
+
+
 def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     """Return ``(a * b, bound)`` where ``bound`` bounds the l2 round-off error.
 
@@ -133,7 +169,7 @@ def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     """
     same = a is b
     na, nb = a.size, b.size
-    if min(na, nb) <= 48 or na * nb <= 20000:
+    if is_direct(na, nb):
         c = np.convolve(a, b)
         bound = (min(na, nb) + 2) * _U * float(np.linalg.norm(np.abs(a), 2) * np.abs(b).sum())
         return c, bound

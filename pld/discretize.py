@@ -19,7 +19,7 @@ from pld.kernels import optimistic_merge, pessimistic_spread
 
 
 def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
-               pessimistic: bool) -> GridPLD:
+               pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None) -> GridPLD:
     """Discretise ``model`` onto the grid ``l = k h`` for ``k_lo <= k <= k_hi``.
 
     Parameters
@@ -34,13 +34,16 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
         Tilt of the returned :class:`GridPLD`.
     pessimistic : bool
         Dominating (True) or dominated (False) side.
+    cells : (log_p, log_q), optional
+        ``model.cells(grid)`` when the caller has it already (both sides of a
+        materialisation discretise the same cells).
     """
     n = int(k_hi - k_lo + 1)
     if n < 2:
         raise ValueError("a grid window needs at least two points")
     grid = (k_lo + np.arange(n)) * h
     l0 = k_lo * h
-    cell_lp, cell_lq = model.cells(grid)
+    cell_lp, cell_lq = model.cells(grid) if cells is None else cells
     atom_loss, atom_lp, atom_lq = model.atoms()
     inf_sel = atom_loss == np.inf
     inf_lp = atom_lp[inf_sel]

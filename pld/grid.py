@@ -30,6 +30,7 @@ from pld.kernels import hockey_stick_suffix, l1_l2_norms, log_mgf_grid
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
 # exceed one by the slack the discretiser adds on the safe side).
 _MASS_CAP = 1.0 + 1e-6
+_U = 2.0 ** -53
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +68,9 @@ class GridPLD:
     #: pessimistic side only: upper bound on log E[e^{theta L}] of the finite
     #: part of the exact object, on the fixed grid ``THETA`` (None: unknown)
     log_mgf_bound: np.ndarray | None = None
+    #: entrywise bound ``|p_i - p*_i| <= rel_err p_i`` when known (fresh
+    #: discretisations: rounding only), else None
+    rel_err: float | None = None
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -83,10 +87,18 @@ class GridPLD:
         if tot > 0:
             p /= tot
             s += math.log(tot)
-        # rounding of exp/log: a few ulps per entry, i.e. relative to p itself
-        err = 4.0 * 2.0 ** -53 * l1_l2_norms(p)[1]
+        # Rounding, relative to each p_i: the exponent t_i - s is off by a few
+        # ulps of |lam l_i|, |t_i|, |t_i - s| and of the stored scale, exp and
+        # the normalisation by one ulp each (an exponent of size 100 costs
+        # ~100 ulps, not the 4 of exp alone).
+        u = 2.0 ** -53
+        with np.errstate(invalid="ignore"):
+            rel = 6.0 + 2.0 * np.abs(lam * loss) + np.abs(t) + np.abs(t - s) + abs(s) + abs(math.log(tot) if tot > 0 else 0.0)
+        rel = np.where(p > 0, rel, 0.0) * (u * 1.01)
+        err = l1_l2_norms(p * rel)[1] * 1.01
+        rel_err = float(np.max(rel)) if rel.size else 0.0
         bound = _mgf_bound_from(lm, loss) if pessimistic else None
-        return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound)
+        return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
 
     def _finite_mass_upper(self) -> float:
         if self.log_mgf_bound is not None:
@@ -94,7 +106,10 @@ class GridPLD:
         return _MASS_CAP
 
     def _finite_mass_lower(self) -> float:
-        low = np.maximum(self.p - self.err, 0.0)
+        if self.rel_err is not None:
+            low = np.maximum(self.p, 0.0) * max(0.0, 1.0 - self.rel_err)
+        else:
+            low = np.maximum(self.p - self.err, 0.0)
         with np.errstate(over="ignore", under="ignore"):
             w = np.exp(np.minimum(self.log_scale - self.lam * self.losses(), 700.0))
         return min(1.0, float(np.dot(low, w)) * (1.0 - 1e-12))
@@ -102,7 +117,7 @@ class GridPLD:
     def without_error(self) -> "GridPLD":
         """The same grid with the round-off term dropped (diagnostics only: not certified)."""
         return GridPLD(self.h, self.k0, self.p, self.lam, self.log_scale, self.inf_mass, 0.0,
-                       self.pessimistic, self.log_mgf_bound)
+                       self.pessimistic, self.log_mgf_bound, None if self.rel_err is None else 0.0)
 
     @property
     def size(self) -> int:
@@ -148,6 +163,17 @@ class GridPLD:
                 "this indicates a numerical failure, please report it")
         c /= tot
         err /= tot
+        log_scale = self.log_scale + other.log_scale + math.log(tot)
+        # the stored scale is rounded: a common relative error of every entry
+        scale_rel = 4.0 * _U * (abs(self.log_scale) + abs(other.log_scale) + abs(math.log(tot)) + 1.0)
+        err += scale_rel * l1_l2_norms(c)[1]
+        # entrywise relative error survives a direct sum of non-negative terms
+        # (it matters where strong tilts leave entries far below the l2 error)
+        rel = None
+        if (self.rel_err is not None and other.rel_err is not None and not empty
+                and _fft.is_direct(a.size, b.size) and np.all(a >= 0) and np.all(b >= 0)):
+            ra, rb = self.rel_err, other.rel_err
+            rel = (ra + rb + ra * rb) + ((min(a.size, b.size) + 4) * _U + scale_rel) * (1 + ra) * (1 + rb) * 1.01
         # P(L = inf) of the composition: ia (fb + ib) + fa ib, with fa, fb the
         # finite masses (bounded above from the MGF bound at theta = 0 on the
         # dominating side, below from the grid on the dominated side)
@@ -161,21 +187,26 @@ class GridPLD:
         bound = None
         if self.log_mgf_bound is not None and other.log_mgf_bound is not None:
             bound = self.log_mgf_bound + other.log_mgf_bound  # MGFs multiply
-        return GridPLD(self.h, self.k0 + other.k0, c, self.lam,
-                       self.log_scale + other.log_scale + math.log(tot), inf_mass, err,
-                       self.pessimistic, bound)
+        return GridPLD(self.h, self.k0 + other.k0, c, self.lam, log_scale, inf_mass, err,
+                       self.pessimistic, bound, rel)
 
-    def truncate(self, lo_loss: float, hi_loss: float) -> "GridPLD":
+    def truncate(self, lo_loss: float, hi_loss: float,
+                 beyond: tuple[float, float] = (0.0, 0.0)) -> "GridPLD":
         """Keep grid points in ``[lo_loss, hi_loss]``, moving the rest safely.
 
         Pessimistic: mass above goes to ``+inf`` and mass below to the lowest kept
         point (both can only increase delta, before and after composition), using
         upper bounds of the masses.  Optimistic: mass outside is dropped.
+
+        ``beyond`` = upper bounds on the untilted P-mass the represented object
+        has below and above the array itself (a composition computed on a
+        window of its support); the pessimistic side moves it too.
         """
         n = self.p.size
         i0 = max(0, int(math.ceil(lo_loss / self.h - 1e-9)) - self.k0)
         i1 = min(n - 1, int(math.floor(hi_loss / self.h + 1e-9)) - self.k0)
-        if i0 == 0 and i1 == n - 1:
+        extra = self.pessimistic and (beyond[0] > 0 or beyond[1] > 0)
+        if i0 == 0 and i1 == n - 1 and not extra:
             return self
         if i1 < i0:
             i1 = i0 = min(max(i0, 0), n - 1)
@@ -183,37 +214,41 @@ class GridPLD:
         inf_mass = self.inf_mass
         bound = self.log_mgf_bound
         if self.pessimistic:
-            if i1 < n - 1:
+            if i1 < n - 1 or beyond[1] > 0:
                 tail = self.p[i1 + 1:]
                 ltail = (self.k0 + i1 + 1 + np.arange(tail.size)) * self.h
                 w = self.log_scale - self.lam * ltail  # log of untilting factor
                 # Chernoff, P(L >= t) <= M(theta) e^{-theta t}, is usually tiny by
                 # the window's design; the direct sum helps only when it is not
-                moved = _chernoff(bound, ltail[0], upper=True) if bound is not None else math.inf
+                top = (self.k0 + i1 + 1) * self.h
+                moved = _chernoff(bound, top, upper=True) if bound is not None else math.inf
                 if moved > 1e-60:
-                    moved = min(moved, _bounded_sum(tail, w, self.err))
+                    moved = min(moved, _bounded_sum(tail, w, self.err) + beyond[1])
                 inf_mass = min(1.0, inf_mass + moved)
-            if i0 > 0:
+            if i0 > 0 or beyond[0] > 0:
                 head = self.p[:i0]
                 llo = (self.k0 + i0) * self.h
                 lhead = (self.k0 + np.arange(i0)) * self.h
                 # untilted mass below, then tilted at llo
                 if bound is not None:
-                    moved = min(_chernoff(bound, lhead[-1], upper=False),
+                    moved = min(_chernoff(bound, llo - self.h, upper=False),
                                 math.exp(min(700.0, float(bound[_I0]))))
                 else:
                     moved = _MASS_CAP
                 tilt_up = math.exp(min(700.0, self.lam * llo - self.log_scale))
                 if moved * tilt_up > 1e-60:
-                    moved = min(moved, _bounded_sum(head, self.log_scale - self.lam * lhead, self.err))
+                    moved = min(moved, _bounded_sum(head, self.log_scale - self.lam * lhead, self.err)
+                                + beyond[0])
                 if moved > 0:
                     keep[0] += moved * tilt_up
                     if bound is not None:  # the moved mass now sits at llo: M(theta) grows for theta > 0
                         bound = bound.copy()
                         pos = THETA > 0
                         bound[pos] = np.logaddexp(bound[pos], math.log(moved) + THETA[pos] * llo)
+        # the moved mass joins the object as computed (one rounding of keep[0])
+        rel = None if self.rel_err is None else self.rel_err + 2 * _U
         return GridPLD(self.h, self.k0 + i0, keep, self.lam, self.log_scale, inf_mass,
-                       self.err, self.pessimistic, bound)
+                       self.err, self.pessimistic, bound, rel)
 
     def coarsen(self) -> "GridPLD":
         """The same PLD on the grid of spacing ``2h`` (evolving discretisation).

@@ -29,12 +29,13 @@ import os
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from pld import _validate as v
 from pld import _windows as w
+from pld._power import self_compose_powers
 from pld.discretize import discretize
 from pld.grid import GridPLD
 from pld.mechanisms import Mechanism
@@ -90,6 +91,7 @@ class PLD:
         self._lock = threading.RLock()
         self._cache: dict = {}
         self._explore_cache: dict = {}
+        self._chernoff_cache: dict = {}
         self._h_memo: dict = {}
         self._used: dict = {}
 
@@ -274,14 +276,26 @@ class PLD:
     _PROBE_COARSENING = 4.0
 
     def _tilt_star(self, direction: str, query: tuple) -> float:
-        comp = self._exploration(direction)
         if query[0] == "delta":
-            return w.tilt_for_delta(comp, query[1])[0]
-        return w.tilt_for_epsilon(comp, query[1])
+            return self._chernoff(direction, query[1])[0]
+        return w.tilt_for_epsilon(self._exploration(direction), query[1])
+
+    def _chernoff(self, direction: str, delta: float) -> tuple[float, float]:
+        """``(lam*, Chernoff epsilon estimate)`` of one direction at ``delta`` (cached)."""
+        key = (direction, delta)
+        with self._lock:
+            hit = self._chernoff_cache.get(key)
+        if hit is None:
+            hit = w.tilt_for_delta(self._exploration(direction), delta)
+            with self._lock:
+                if len(self._chernoff_cache) > 256:
+                    self._chernoff_cache.pop(next(iter(self._chernoff_cache)))
+                self._chernoff_cache[key] = hit
+        return hit
 
     def _ordered_directions(self, delta: float) -> list[tuple[str, float]]:
         """``(direction, Chernoff epsilon estimate)``, the largest estimate first."""
-        est = [(d, w.tilt_for_delta(self._exploration(d), delta)[1]) for d in self._directions()]
+        est = [(d, self._chernoff(d, delta)[1]) for d in self._directions()]
         return sorted(est, key=lambda de: -de[1])
 
     def _epsilon_bounds_one(self, delta: float, rtol: float = EPS_RTOL) -> tuple[float, float]:
@@ -515,11 +529,14 @@ class PLD:
         steps = comp.steps()
         final_window = w.window(comp, lam, log_eta, h)
 
+        # what both sides share: each step's window, cells and sizing law
+        prepared = [_prepare_step(mech.loss_model(direction), ex, count, h, lam, steps, log_eta)
+                    for (mech, count), (ex, _) in zip(self._components, comp.parts)]
+
         def side(pessimistic: bool) -> GridPLD:
             total = None
-            for (mech, count), (ex, _) in zip(self._components, comp.parts):
-                model = mech.loss_model(direction)
-                g = _self_compose(model, ex, count, h, lam, pessimistic, steps, log_eta)
+            for step in prepared:
+                g = _self_compose(step, h, lam, pessimistic, steps, log_eta)
                 if total is None:
                     total = g
                 else:
@@ -527,7 +544,7 @@ class PLD:
                     total = _fit(_truncate(a.convolve(b), final_window))
             return total
 
-        # The two sides share nothing but read-only explorations; the FFTs and
+        # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
         pool = _side_pool()
         if pool is None:
@@ -587,12 +604,72 @@ def _round_spacing(h: float) -> float:
     return round(h / 10 ** e, 2) * 10 ** e
 
 
-def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
-                  pessimistic: bool, total_steps: int, log_eta=_LOG_ETA) -> GridPLD:
-    """``count``-fold composition by repeated squaring with windowed truncation.
+@dataclass(frozen=True, eq=False)
+class _Step:
+    """One component's inputs, shared by both sides of a materialisation."""
+
+    model: object
+    ex: w.Exploration
+    count: int
+    k_lo: int
+    k_hi: int
+    cells: tuple
+    #: the dominating first-step grid (also the sizing law of the levels)
+    dominating: GridPLD
+    ex_grid: w.Exploration | None
+    #: level windows by step count (both sides truncate at the same ones)
+    windows: dict = field(default_factory=dict)
+
+
+def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: float, lam: float,
+                  total_steps: int, log_eta) -> tuple[float, float]:
+    """Truncation window of the level holding ``c`` steps.
 
     A window for ``c`` composed steps allows tilted mass ``eta * c / total_steps``
     outside it, since its truncation error is repeated ``total_steps / c`` times.
+    The discretised step's own law (``ex_grid``) lacks the exact tails beyond the
+    first window, the exact law lacks the mass a spread pushes beyond its
+    support, so the two laws' windows are united.
+    """
+    budget = w.shifted(log_eta, math.log(total_steps / c))
+    lo, hi = w.window(w.Composite([(ex, c)]), lam, budget, h)
+    if ex_grid is not None:
+        lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, budget, h)
+        lo, hi = min(lo, lo_g), max(hi, hi_g)
+    return lo, hi
+
+
+def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
+                  total_steps: int, log_eta) -> _Step:
+    """First-step window, cell masses, dominating grid and sizing law of one component.
+
+    The dominated side discretises the same cells; sizing both sides' levels
+    from the dominating grid (whose spread reaches furthest up) costs nothing
+    in certification, since windows only decide what is moved, never whether
+    moved mass is accounted for.
+    """
+    lo, hi = _level_window(ex, None, 1, h, lam, total_steps, log_eta)
+    lo = max(lo, ex.loss_min)
+    hi = min(hi, ex.loss_max)
+    k_lo = int(math.floor(lo / h))
+    k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
+    cells = model.cells((k_lo + np.arange(k_hi - k_lo + 1)) * h)
+    dominating = discretize(model, h, k_lo, k_hi, lam, True, cells=cells)
+    # Size the composed levels from the discretised step itself: a spread onto a
+    # grid coarse next to the step's own range (tiny sampling rates) pushes mass
+    # up to a cell beyond the exact law's support, and windows drawn from the
+    # exact law would send that mass to +inf at every level.
+    ex_grid = w.from_grid(dominating.losses(), dominating.log_masses())
+    if ex_grid is not None:
+        # fill its psi cache here, not racing in the two side threads
+        ex_grid.psi_around(lam)
+        ex_grid.psi_around(0.0)
+    return _Step(model, ex, count, k_lo, k_hi, cells, dominating, ex_grid)
+
+
+def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_steps: int,
+                  log_eta=_LOG_ETA) -> GridPLD:
+    """``count``-fold composition by repeated squaring with windowed truncation.
 
     Evolving discretisation: the level holding ``c`` steps is re-gridded to a
     doubled spacing when that is cheap in accuracy.  A re-grid at spacing
@@ -603,8 +680,13 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     spacing then grows like ``sqrt(c)``, as the composed law widens, and every
     FFT stays about the same size however large ``count`` is.
     """
+    ex, count = step.ex, step.count
+
     def win(c: int) -> tuple[float, float]:
-        return w.window(w.Composite([(ex, c)]), lam, w.shifted(log_eta, math.log(total_steps / c)), h)
+        hit = step.windows.get(c)
+        if hit is None:
+            hit = step.windows[c] = _level_window(ex, step.ex_grid, c, h, lam, total_steps, log_eta)
+        return hit
 
     levels = max(1.0, math.log2(count))
     per_step_bias = max(ex.added_variance(h), h * h / 6)
@@ -626,28 +708,31 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
             g = g.coarsen()
         return g
 
-    lo, hi = win(1)
-    lo = max(lo, ex.loss_min)
-    hi = min(hi, ex.loss_max)
-    k_lo = int(math.floor(lo / h))
-    k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
-    base = discretize(model, h, k_lo, k_hi, lam, pessimistic)
-    # Size the composed levels from the discretised step itself: a spread onto a
-    # grid coarse next to the step's own range (tiny sampling rates) pushes mass
-    # up to a cell beyond the exact law's support, and windows drawn from the
-    # exact law would send that mass to +inf at every level.
-    # The grid's own law lacks the exact tails beyond the first window, so the
-    # two laws' windows are united.
-    ex_grid = w.from_grid(base.losses(), base.log_masses())
-    if ex_grid is not None:
-        def win(c: int, _exact=win) -> tuple[float, float]:  # noqa: F811 - widened
-            lo_e, hi_e = _exact(c)
-            lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, w.shifted(log_eta, math.log(total_steps / c)), h)
-            return min(lo_e, lo_g), max(hi_e, hi_g)
+    if pessimistic:
+        base = step.dominating
+    else:
+        base = discretize(step.model, h, step.k_lo, step.k_hi, lam, False, cells=step.cells)
     result = None
     result_count = 0
     cur, cur_count = base, 1
     remaining = count
+    # The early levels (all on spacing h) in one FFT power; the late ones,
+    # which are re-gridded as the law widens, by squaring.
+    jump = _power_jump(count)
+    # a transform no longer than squaring the first step would use is always a gain
+    power_points = min(max(POWER_POINTS, 2 * base.size), 2 * MAX_GRID_POINTS)
+    while jump >= 4:
+        rem = count % jump
+        counts = (jump, rem) if rem else (jump,)
+        powered = self_compose_powers(base, counts, tuple(_padded(win(c), h) for c in counts),
+                                      power_points)
+        if powered is not None:
+            cur, cur_count = fit(powered[0], jump), jump
+            if rem:
+                result, result_count = fit(powered[1], rem), rem
+            remaining = count // jump
+            break
+        jump //= 2
     while True:
         if remaining & 1:
             if result is None:
@@ -664,6 +749,23 @@ def _self_compose(model, ex: w.Exploration, count: int, h: float, lam: float,
     return result
 
 
+def _power_jump(count: int) -> int:
+    """Steps composed by one FFT power: the first late level (``8 c >= count``),
+    where re-gridding may start, or the largest power of two in ``count``."""
+    top = 1 << (count.bit_length() - 1)
+    late = 1
+    while 8 * late < count:
+        late <<= 1
+    return min(top, late)
+
+
+def _padded(window: tuple[float, float], h: float) -> tuple[float, float]:
+    return window[0] - h, window[1] + h
+
+
+#: largest transform for the FFT power of the early levels (a longer one
+#: halves the power: squaring re-grids levels that outgrow this)
+POWER_POINTS = 1 << 18
 #: levels at most this large are never re-gridded (no time to gain)
 MIN_LEVEL_POINTS = 1 << 12
 #: early levels are re-gridded only above this size
@@ -683,13 +785,13 @@ def _same_grid(a: GridPLD, b: GridPLD) -> tuple[GridPLD, GridPLD]:
     while b.h < a.h * (1 - 1e-9):
         b = b.coarsen()
     if a.h != b.h:  # equal up to rounding of repeated doubling
-        b = GridPLD(a.h, b.k0, b.p, b.lam, b.log_scale, b.inf_mass, b.err, b.pessimistic, b.log_mgf_bound)
+        b = GridPLD(a.h, b.k0, b.p, b.lam, b.log_scale, b.inf_mass, b.err, b.pessimistic, b.log_mgf_bound,
+                    b.rel_err)
     return a, b
 
 
 def _truncate(g: GridPLD, window: tuple[float, float]) -> GridPLD:
-    lo, hi = window
-    return g.truncate(lo - g.h, hi + g.h)
+    return g.truncate(*_padded(window, g.h))
 
 
 def _merge(components: tuple) -> tuple:

@@ -1,0 +1,243 @@
+"""Self-composition by one FFT power, with certified aliasing and round-off.
+
+Repeated squaring composes ``c = 2^J`` copies of a step with ``J`` pairs of
+transforms (and a truncation after each).  On a fixed grid the same result is
+one forward transform, an elementwise power ``X^c`` and one inverse transform
+of a length ``N`` that covers the ``c``-fold law: the circular convolution
+folds the mass outside ``N`` consecutive grid points back onto them
+(aliasing), and that mass is bounded, not ignored.
+
+Certificate.  Let ``p*`` be the exact tilted vector of the step (``||p - p*||_2
+<= err``) and ``t*`` its ``c``-fold linear convolution.  The computed circular
+result ``y`` on grid points ``[A, A + N)`` satisfies
+
+``||y - t*|_[A, A+N)||_2 <= tau + c M^(c-1) e_1 + (kappa / (1 - kappa) + C u (log2 N + 1)) ||Y||_2 / sqrt(N)``
+
+* ``tau``: tilted mass of ``t*`` outside ``[A, A + N)`` (all of it is folded
+  in, and ``||a||_2 <= ||a||_1`` for the non-negative folded vector ``a``),
+  bounded by Chernoff with the step's tilted MGF, ``M_{p*}(theta) <= (1 +
+  rel_err) M_p(theta)`` for a fresh discretisation (entrywise rounding) or
+  ``M_p(theta) + err ||e^{theta l}||_2`` in general, raised to the power ``c``;
+* ``e_1 = err + C u (log2 N + 1) ||p||_2``: the forward transform's error
+  (Higham, *Accuracy and Stability of Numerical Algorithms*, Thm. 24.2, per
+  ``sqrt(N)`` by Parseval), propagated through ``z -> z^c`` with Lipschitz
+  constant ``c M^(c-1)`` where ``M >= |X_k|, |X*_k|``;
+* ``kappa = (1 + sqrt(5) u)^(2c) - 1``: binary powering's own rounding
+  (:mod:`pld.kernels.power`);
+* the inverse transform's rounding, relative to the computed spectrum ``Y``.
+
+The parts of ``t*`` outside the array are then moved safely by
+:meth:`GridPLD.truncate` (``beyond``: Chernoff bounds of their untilted
+mass from the carried MGF bound), exactly as a squaring's truncation does.
+Mass at ``+inf`` composes as ``(f + i)^c - f^c`` (``f`` finite, ``i``
+infinite mass of the step), increasing in ``f``, so the side's bound on
+``f`` gives the side's bound on the result.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from pld import _fft
+from pld.grid import THETA, _I0, GridPLD, _chernoff
+from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, spectrum_norm
+
+_U = 2.0 ** -53
+_C_ERR = _fft._C_ERR
+#: Chernoff parameters (absolute) for the tilted aliasing bound
+_ALIAS_THETA = np.logspace(-3, 7, 41)
+
+
+def _alias_thetas(h: float) -> np.ndarray:
+    """The Chernoff parameters worth trying on spacing ``h``: beyond ``theta h = 2``
+    a bound resolves less than a grid cell (and the MGF kernel turns slow)."""
+    th = _ALIAS_THETA[_ALIAS_THETA * h <= 2.0]
+    return th if th.size else _ALIAS_THETA[:1]
+
+
+def _tilted_log_mgf(g: GridPLD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(thetas, pos, neg)``: upper bounds on ``log sum p*_i e^{+-theta l_i}``
+    (the tilted law) over the Chernoff parameters ``thetas > 0``."""
+    h = g.h
+    n = g.p.size
+    l0 = g.k0 * h
+    l1 = (g.k0 + n - 1) * h
+    with np.errstate(divide="ignore"):
+        lp = np.log(np.maximum(g.p, 0.0))
+    fin = lp[np.isfinite(lp)]
+    top_lp = float(np.max(np.abs(fin))) if fin.size else 0.0
+    ths = _alias_thetas(h)
+    th = np.concatenate((ths, -ths))
+    m = log_mgf_grid(lp, l0, h, th)
+    if g.rel_err is not None:
+        # entrywise: M_{p*} <= (1 + rel) M_p
+        bound = m + math.log1p(g.rel_err)
+    else:
+        # ||e^{theta l}||_2 over the n grid points, in logs (geometric series)
+        a = np.abs(th)
+        with np.errstate(divide="ignore", over="ignore"):
+            geo = 0.5 * np.log(-np.expm1(-2.0 * a * h * n) / -np.expm1(-2.0 * a * h))
+        top = np.where(th > 0, th * l1, th * l0)
+        with np.errstate(divide="ignore"):
+            log_err = math.log(g.err) if g.err > 0 else -math.inf
+        bound = np.logaddexp(m, log_err + top + geo)
+    # rounding of the kernel and of the exponents (as for the carried MGF bound)
+    bound += 1e-12 + 8.0 * _U * (np.abs(th) * max(abs(l0), abs(l1)) + top_lp)
+    k = ths.size
+    return ths, bound[:k], bound[k:]
+
+
+def _tail_exponents(mgf: tuple, c: int, log_tau: float) -> tuple[float, float]:
+    """Loss range outside which the tilted ``c``-fold law has mass ``<= e^log_tau`` per side."""
+    th, pos, neg = mgf
+    hi = float(np.min((c * pos - log_tau) / th))
+    lo = float(np.max((log_tau - c * neg) / th))
+    return lo, hi
+
+
+def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
+    """log of a bound on the tilted ``c``-fold mass at losses ``<= lo`` plus ``>= hi``."""
+    th, pos, neg = mgf
+    up = float(np.min(c * pos - th * hi))
+    dn = float(np.min(c * neg + th * lo))
+    return float(np.logaddexp(up, dn))
+
+
+def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
+                        max_points: int) -> list[GridPLD] | None:
+    """``g`` composed ``c`` times for each ``c`` in ``counts`` (one or two of them,
+    the largest first), truncated to the matching loss window.
+
+    One forward transform serves all counts.  Returns None when the transform
+    length that keeps aliasing negligible would exceed ``max_points`` or the
+    powers would lose their accuracy (then repeated squaring is used).
+    """
+    c_top = counts[0]
+    h = g.h
+    n = g.p.size
+    if _fft._canonical_size(n) > max_points:
+        return None
+    p1, p2 = l1_l2_norms(g.p)
+    if not (p1 > 0 and math.isfinite(p1)):
+        return None
+    if g.pessimistic and g.log_mgf_bound is None:
+        return None
+    mgf = g.__dict__.get("_alias_mgf") or _tilted_log_mgf(g)
+    object.__setattr__(g, "_alias_mgf", mgf)  # a retry with fewer steps reuses it
+    # aliasing is held to a thousandth of the round-off it joins
+    est = c_top * _C_ERR * _U * 20.0 * p2
+    log_tau = math.log(max(1e-3 * est, 1e-300))
+    # each count's range: its window and its tilted law's, within its support
+    ranges = []
+    for c, win in zip(counts, windows):
+        lo_t, hi_t = _tail_exponents(mgf, c, log_tau)
+        s_lo, s_hi = c * g.k0, c * (g.k0 + n - 1)
+        a0 = max(s_lo, min(int(math.floor(lo_t / h)), int(math.floor(win[0] / h))))
+        a1 = min(s_hi, max(int(math.ceil(hi_t / h)), int(math.ceil(win[1] / h))))
+        if a1 < a0:
+            return None
+        ranges.append((a0, a1, s_lo, s_hi))
+    size = _fft._canonical_size(max(max(a1 - a0 + 1 for a0, a1, _, _ in ranges), n))
+    if size > max_points:
+        return None
+    # a count whose whole support fits has no aliasing at all
+    starts = [s_lo if s_hi - s_lo + 1 <= size else a0 for a0, _, s_lo, s_hi in ranges]
+    log_n = math.log2(size) + 1.0
+    with _fft.power_plan(size) as (buf, spec, out, fwd, inv):
+        buf[:n] = g.p
+        buf[n:] = 0.0
+        fwd()
+        _, x_top = spectrum_norm(spec, size)
+        # |X_k|, |X*_k| <= ||p*||_1 (p summed with rounding, plus the error ball)
+        m_bound = max(p1 * (1.0 + n * _U) + math.sqrt(n) * g.err, x_top)
+        e1 = g.err + _C_ERR * _U * log_n * p2
+        second = np.empty(out.size if len(counts) > 1 else 0, dtype=out.dtype)
+        complex_powers(spec, counts[0], counts[1] if len(counts) > 1 else 0, out, second)
+        results = []
+        for idx, (c, win) in enumerate(zip(counts, windows)):
+            growth = (c - 1) * math.log(m_bound)
+            kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * _U))
+            if growth > 1.0 or kappa > 0.01:
+                return None  # the bound would be vacuous: squaring instead
+            if idx == 1:
+                out[:] = second
+            y_norm, _ = spectrum_norm(out, size)
+            inv()  # normalised by 1/size; destroys `out`
+            round_off = (c * math.exp(growth) * e1
+                         + (kappa / (1.0 - kappa) + _C_ERR * _U * log_n) * y_norm / math.sqrt(size)
+                         + size * c * 1e-300)
+            g_c = _assemble(g, c, buf.copy(), starts[idx], win, mgf, round_off)
+            if g_c is None:
+                return None
+            results.append(g_c)
+    return results
+
+
+def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
+              mgf: tuple, round_off: float) -> GridPLD | None:
+    """The circular result ``y``, read as lattice points ``a0 .. a0 + len(y) - 1``,
+    as a certified GridPLD truncated to ``window`` (None if aliasing is not
+    negligible there)."""
+    h = g.h
+    n = g.p.size
+    size = y.size
+    s_lo, s_hi = c * g.k0, c * (g.k0 + n - 1)
+    # circular index j holds lattice points s_lo + j (mod size): rotate so that
+    # position 0 is lattice point a0
+    y = np.roll(y, -((a0 - s_lo) % size))
+    a1 = a0 + size - 1
+    if a0 <= s_lo and a1 >= s_hi:
+        tau = 0.0
+    else:
+        # folded in: the mass at lattice points a0 - 1 and below, a1 + 1 and above
+        tau = math.exp(min(700.0, _log_tail(mgf, c, (a0 - 1) * h, (a1 + 1) * h)))
+    if tau > round_off:
+        return None  # this count's law does not fit the transform length
+    err = round_off + tau
+    tot = float(y.sum())
+    expect = float(g.p.sum()) ** c
+    # (a sanity check against numerical failure: both totals carry c n u of rounding)
+    slack = (1e-9 + 4.0 * c * n * _U) * expect + math.sqrt(size) * err
+    if not (tot > 0 and math.isfinite(tot)) or abs(tot - expect) > slack:
+        raise FloatingPointError(
+            f"FFT power drifted in total mass ({tot!r} vs {expect!r}); "
+            "this indicates a numerical failure, please report it")
+    y /= tot
+    err /= tot
+    # c * log_scale can be large (long runs, strong tilts): round it exactly
+    # and fold the rounding into y, so only the stored sum's own rounding (a
+    # common relative error of every entry) is left for the error term
+    exact = Fraction(c) * Fraction(g.log_scale)
+    cs = float(exact)
+    y *= math.exp(float(exact - Fraction(cs)))
+    log_tot = math.log(tot)
+    log_scale = cs + log_tot
+    err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * float(np.linalg.norm(y))
+    inf_mass = _inf_mass_power(g, c)
+    bound = None
+    beyond = (0.0, 0.0)
+    if g.pessimistic and g.log_mgf_bound is not None:
+        bound = c * g.log_mgf_bound
+        # untilted P-mass of the c-fold object below and above the array
+        beyond = (_chernoff(bound, (a0 - 1) * h, upper=False) if a0 > s_lo else 0.0,
+                  _chernoff(bound, (a1 + 1) * h, upper=True) if a1 < s_hi else 0.0)
+    out = GridPLD(h, a0, y, g.lam, log_scale, inf_mass, err, g.pessimistic, bound)
+    # nothing lies outside the support (the transform may be longer than it)
+    lo = max(window[0], (s_lo - 0.5) * h)
+    hi = min(window[1], (s_hi + 0.5) * h)
+    return out.truncate(lo, hi, beyond=beyond)
+
+
+def _inf_mass_power(g: GridPLD, c: int) -> float:
+    """Mass at ``+inf`` of ``c`` compositions: ``(f + i)^c - f^c``."""
+    i = g.inf_mass
+    if i == 0.0:
+        return 0.0
+    f = g._finite_mass_upper() if g.pessimistic else g._finite_mass_lower()
+    if f <= 0.0:
+        return min(1.0, (i ** c) if i < 1 else 1.0)
+    val = math.exp(min(700.0, c * math.log(f))) * math.expm1(min(700.0, c * math.log1p(i / f)))
+    return min(1.0, val)

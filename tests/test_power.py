@@ -1,0 +1,212 @@
+"""Self-composition by one FFT power (``pld._power``) keeps the certificate.
+
+Truths used here do not come from the power code:
+
+* the exact delta of a composition of Gaussian mechanisms (``pld.exact``,
+  closed form): the dominating grid's power must stay above it and the
+  dominated grid's below it, on both sides of the query;
+* the c-fold linear convolution of the same first-step vector in extended
+  precision (``numpy.longdouble``, 11 more bits than the FFT): the power's
+  result must lie within its stated l2 error of it, also when the composed law
+  does not fit the transform and the circular convolution folds mass over;
+* the mass at ``+inf`` of c approximate-DP steps, ``1 - (1 - delta0)^c``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pld import _power
+from pld.discretize import discretize
+from pld.exact import gaussian_delta
+from pld.grid import GridPLD
+from pld.mechanisms import ApproxDP, Gaussian
+
+
+def _gaussian_step(sigma: float, h: float, lam: float, pessimistic: bool) -> GridPLD:
+    model = Gaussian(sigma).loss_model("remove")
+    mu = 1.0 / sigma
+    lo, hi = 0.5 * mu * mu - 14.0 * mu, 0.5 * mu * mu + 14.0 * mu
+    return discretize(model, h, int(math.floor(lo / h)), int(math.ceil(hi / h)), lam, pessimistic)
+
+
+def _window(g: GridPLD, c: int, width_sd: float = 14.0) -> tuple[float, float]:
+    losses = g.losses()
+    with np.errstate(under="ignore"):
+        w = np.exp(g.log_masses() - np.max(g.log_masses()))
+    w /= w.sum()
+    m = float(np.dot(w, losses))
+    sd = math.sqrt(float(np.dot(w, (losses - m) ** 2)))
+    return c * m - width_sd * math.sqrt(c) * sd - g.h, c * m + width_sd * math.sqrt(c) * sd + g.h
+
+
+@settings(max_examples=25, deadline=None)
+@given(sigma=st.floats(0.6, 4.0), c=st.integers(4, 3000), lam_frac=st.floats(0.0, 1.0),
+       h_frac=st.floats(0.002, 0.03))
+def test_power_brackets_exact_gaussian_composition(sigma, c, lam_frac, h_frac):
+    mu1 = 1.0 / sigma
+    h = h_frac * mu1
+    mu = math.sqrt(c) * mu1
+    # query points around the bulk and into the tail, tilt up to the Chernoff one there
+    eps = 0.5 * mu * mu + mu * np.array([-1.0, 0.0, 1.5, 3.0, 5.0])
+    lam = lam_frac * 4.0 / mu
+    exact = np.asarray(gaussian_delta(eps, mu))
+    for pessimistic in (True, False):
+        g = _gaussian_step(sigma, h, lam, pessimistic)
+        out = _power.self_compose_powers(g, (c,), (_window(g, c),), 1 << 20)
+        assert out is not None
+        d = out[0].delta(eps)
+        if pessimistic:
+            assert np.all(d >= exact * (1 - 1e-9)), (d, exact)
+        else:
+            assert np.all(d <= exact * (1 + 1e-9) + 1e-300), (d, exact)
+
+
+def _reference_power(p: np.ndarray, c: int) -> np.ndarray:
+    """c-fold linear convolution in extended precision (binary powering)."""
+    base = p.astype(np.longdouble)
+    acc = None
+    e = c
+    while e:
+        if e & 1:
+            acc = base if acc is None else np.convolve(acc, base)
+        e >>= 1
+        if e:
+            base = np.convolve(base, base)
+    return acc
+
+
+def _random_step(seed: int, n: int, h: float, lam: float) -> GridPLD:
+    rng = np.random.default_rng(seed)
+    losses = (-n // 3 + np.arange(n)) * h
+    log_p = -0.5 * ((losses - losses.mean()) / (0.2 * n * h)) ** 2
+    spikes = rng.choice(n, size=3, replace=False)
+    log_p[spikes] += rng.uniform(0.0, 3.0, size=3)
+    log_p += rng.uniform(-0.5, 0.0, size=n)
+    return GridPLD.from_log_masses(log_p, -n // 3, h, lam, 0.0, bool(seed % 2))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 120), c=st.integers(4, 96),
+       lam=st.floats(0.0, 3.0), narrow=st.booleans())
+def test_power_within_its_error_of_extended_precision(seed, n, c, lam, narrow):
+    h = 0.05
+    g = _random_step(seed, n, h, lam)
+    ref = _reference_power(g.p, c)
+    s_lo = c * g.k0
+    # a window of a few sd: the c-fold support no longer fits the transform,
+    # so the circular result folds tail mass in and must say so in its error
+    lo, hi = _window(g, c, 3.0 if narrow else 40.0)
+    out = _power.self_compose_powers(g, (c,), ((lo, hi),), 1 << 16)
+    assert out is not None
+    r = out[0]
+    # undo the normalisation: r.p * e^{log_scale} is the c-fold of g.p * e^{g.log_scale}
+    scale = math.exp(r.log_scale - c * g.log_scale)
+    idx = r.k0 - s_lo + np.arange(r.size)
+    want = np.asarray(ref[idx], dtype=float)
+    got = r.p * scale
+    if r.pessimistic:
+        # the lowest kept point also holds the mass moved up from below
+        got, want = got[1:], want[1:]
+    dist = float(np.linalg.norm(got - want))
+    assert dist <= r.err * scale * 1.0001 + 1e-300, (dist, r.err * scale)
+
+
+def test_aliasing_is_counted_when_the_law_outgrows_the_transform():
+    """Exact aliasing: a wide step composed many times on a transform that
+    cannot hold the c-fold support; the error bound covers the fold-over."""
+    g = _random_step(7, 200, 0.05, 0.0)
+    c = 64
+    lo, hi = _window(g, c, 4.0)
+    out = _power.self_compose_powers(g, (c,), ((lo, hi),), 1 << 14)
+    assert out is not None
+    r = out[0]
+    assert (c * (g.size - 1) + 1) > 1 << 13  # support longer than any transform used here
+    ref = _reference_power(g.p, c)
+    scale = math.exp(r.log_scale - c * g.log_scale)
+    idx = r.k0 - c * g.k0 + np.arange(1, r.size)
+    dist = float(np.linalg.norm(r.p[1:] * scale - np.asarray(ref[idx], dtype=float)))
+    assert dist <= r.err * scale
+
+
+def test_power_and_remainder_share_one_transform():
+    g = _random_step(3, 80, 0.05, 0.5)
+    c, rem = 64, 23
+    out = _power.self_compose_powers(g, (c, rem), (_window(g, c, 30.0), _window(g, rem, 30.0)), 1 << 16)
+    assert out is not None and len(out) == 2
+    for r, k in zip(out, (c, rem)):
+        ref = _reference_power(g.p, k)
+        scale = math.exp(r.log_scale - k * g.log_scale)
+        idx = r.k0 - k * g.k0 + np.arange(1, r.size)
+        dist = float(np.linalg.norm(r.p[1:] * scale - np.asarray(ref[idx], dtype=float)))
+        assert dist <= r.err * scale * 1.0001 + 1e-300
+
+
+@pytest.mark.parametrize("pessimistic", [True, False])
+def test_infinity_mass_composes_exactly_on_the_safe_side(pessimistic):
+    eps0, delta0, c = 0.3, 1e-4, 500
+    model = ApproxDP(eps0, delta0).loss_model("remove")
+    g = discretize(model, eps0 / 4, -8, 8, 0.0, pessimistic)
+    out = _power.self_compose_powers(g, (c,), ((-c * eps0 - 1, c * eps0 + 1),), 1 << 16)
+    assert out is not None
+    exact = -math.expm1(c * math.log1p(-delta0))
+    if pessimistic:
+        assert out[0].inf_mass >= exact * (1 - 1e-12)
+    else:
+        assert out[0].inf_mass <= exact * (1 + 1e-12)
+    assert out[0].inf_mass == pytest.approx(exact, rel=1e-6)
+
+
+def test_too_long_a_transform_declines():
+    g = _random_step(1, 5000, 0.01, 0.0)
+    assert _power.self_compose_powers(g, (1024,), (_window(g, 1024),), 1 << 12) is None
+
+
+@pytest.mark.parametrize("lam", [0.0, 1.5])
+def test_alias_bound_covers_the_folded_mass(lam):
+    """The Chernoff bound on the mass outside ``N`` lattice points covers what a
+    length-``N`` circular convolution folds back (computed exactly here), and
+    is not vacuous."""
+    g = _random_step(11, 150, 0.05, lam)
+    c = 40
+    mgf = _power._tilted_log_mgf(g)
+    ref = np.asarray(_reference_power(g.p, c), dtype=float)
+    s_lo = c * g.k0
+    centre = int(np.argmax(ref))
+    for half in (100, 200, 300, 500):
+        a0 = s_lo + max(0, centre - half)
+        size = 2 * half
+        a1 = a0 + size - 1
+        i0 = a0 - s_lo
+        folded = np.zeros(size)
+        for j, v in enumerate(ref):  # circular convolution, exactly: index mod size
+            folded[(j - i0) % size] += v
+        linear = ref[i0: i0 + size]
+        linear = np.concatenate((linear, np.zeros(size - linear.size)))
+        outside = float(ref[:i0].sum() + ref[i0 + size:].sum())
+        bound = math.exp(_power._log_tail(mgf, c, (a0 - 1) * g.h, (a1 + 1) * g.h))
+        assert float(np.abs(folded - linear).sum()) <= outside * (1 + 1e-9) + 1e-300
+        assert bound >= outside * (1 - 1e-9)
+        assert bound <= max(1e4 * outside, 1e-250)  # Chernoff, not a vacuous bound
+
+
+def test_tilted_mgf_bound_holds_for_the_error_ball():
+    """Without an entrywise bound the tilted MGF uses the l2 ball: an
+    adversarial vector at the edge of the ball stays below it."""
+    g = _random_step(5, 100, 0.05, 1.0)
+    err = 1e-6
+    g_ball = GridPLD(g.h, g.k0, g.p, g.lam, g.log_scale, 0.0, err, g.pessimistic, g.log_mgf_bound)
+    th, pos, neg = _power._tilted_log_mgf(g_ball)
+    losses = g.losses()
+    for k, t in enumerate(th):
+        w = np.exp(t * losses)
+        worst = g.p + err * w / np.linalg.norm(w)  # the ball's worst case for this theta
+        assert math.log(float(np.dot(worst, w))) <= pos[k] + 1e-12
+        w = np.exp(-t * losses)
+        worst = g.p + err * w / np.linalg.norm(w)
+        assert math.log(float(np.dot(worst, w))) <= neg[k] + 1e-12
