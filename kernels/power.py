@@ -22,8 +22,17 @@ def complex_powers(z, c_a, c_b, out_a, out_b):
     ``c_a >= 1``; both exponents are non-negative integers.
     """
     top = max(c_a, c_b)
+    # |z|^2 below this makes both powers smaller than 1e-300: written as 0
+    # (callers add 1e-300 per entry to their error bound)
+    c_min = c_a if c_b <= 0 else min(c_a, c_b)
+    tiny = np.exp(-2.0 * 691.0 / c_min)
     for k in range(z.shape[0]):
         base = z[k]
+        if base.real * base.real + base.imag * base.imag < tiny:
+            out_a[k] = 0.0
+            if c_b > 0:
+                out_b[k] = 0.0
+            continue
         acc_a = 1.0 + 0.0j
         acc_b = 1.0 + 0.0j
         bit = 1
@@ -38,20 +47,3 @@ def complex_powers(z, c_a, c_b, out_a, out_b):
         out_a[k] = acc_a
         if c_b > 0:
             out_b[k] = acc_b
-
-
-@njit(cache=True, nogil=True)
-def spectrum_norm(z, n):
-    """l2 norm of the full length-``n`` spectrum whose first ``n//2 + 1`` entries
-    are ``z`` (a real signal's: the rest are conjugates), and its largest modulus."""
-    half = z.shape[0]
-    s = 0.0
-    top = 0.0
-    for k in range(half):
-        a = abs(z[k])
-        if a > top:
-            top = a
-        # interior bins stand for themselves and their conjugate
-        w = 1.0 if (k == 0 or (n % 2 == 0 and k == half - 1)) else 2.0
-        s += w * a * a
-    return np.sqrt(s), top

@@ -44,9 +44,19 @@ def _log_diff_exp(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
 
 def normal_interval_logmass(a: np.ndarray, b: np.ndarray, mean: float, sd: float) -> np.ndarray:
     """``log P(a < X <= b)`` for ``X ~ N(mean, sd^2)``, accurate in both tails."""
-    za = (np.asarray(a, float) - mean) / sd
-    zb = (np.asarray(b, float) - mean) / sd
+    a = np.asarray(a, float)
+    b = np.asarray(b, float)
     # lower side: Phi(zb) - Phi(za); upper side: Phi(-za) - Phi(-zb)
+    if a.ndim == 1 and a.size > 1 and b.shape == a.shape and np.array_equal(a[1:], b[:-1]):
+        # consecutive cells (the usual call): each edge's log Phi once, not twice
+        z = (np.concatenate((a, b[-1:])) - mean) / sd
+        with np.errstate(invalid="ignore"):
+            lz, lnz = log_ndtr(z), log_ndtr(-z)
+            lower = _log_diff_exp(lz[1:], lz[:-1])
+            upper = _log_diff_exp(lnz[:-1], lnz[1:])
+        return np.where(z[:-1] + z[1:] < 0.0, lower, upper)
+    za = (a - mean) / sd
+    zb = (b - mean) / sd
     with np.errstate(invalid="ignore"):
         lower = _log_diff_exp(log_ndtr(zb), log_ndtr(za))
         upper = _log_diff_exp(log_ndtr(-za), log_ndtr(-zb))

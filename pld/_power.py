@@ -13,6 +13,8 @@ result ``y`` on grid points ``[A, A + N)`` satisfies
 
 ``||y - t*|_[A, A+N)||_2 <= tau + c M^(c-1) e_1 + (kappa / (1 - kappa) + C u (log2 N + 1)) ||Y||_2 / sqrt(N)``
 
+(plus the rounding of the stored scale, a common relative error of all entries)
+
 * ``tau``: tilted mass of ``t*`` outside ``[A, A + N)`` (all of it is folded
   in, and ``||a||_2 <= ||a||_1`` for the non-negative folded vector ``a``),
   bounded by Chernoff with the step's tilted MGF, ``M_{p*}(theta) <= (1 +
@@ -24,7 +26,8 @@ result ``y`` on grid points ``[A, A + N)`` satisfies
   constant ``c M^(c-1)`` where ``M >= |X_k|, |X*_k|``;
 * ``kappa = (1 + sqrt(5) u)^(2c) - 1``: binary powering's own rounding
   (:mod:`pld.kernels.power`);
-* the inverse transform's rounding, relative to the computed spectrum ``Y``.
+* the inverse transform's rounding, relative to ``||Y||_2 / sqrt(N)``, which
+  is the l2 norm of the exact inverse and is bounded through the computed one.
 
 The parts of ``t*`` outside the array are then moved safely by
 :meth:`GridPLD.truncate` (``beyond``: Chernoff bounds of their untilted
@@ -43,7 +46,7 @@ import numpy as np
 
 from pld import _fft
 from pld.grid import THETA, _I0, GridPLD, _chernoff
-from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, spectrum_norm
+from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid
 
 _U = 2.0 ** -53
 _C_ERR = _fft._C_ERR
@@ -150,9 +153,11 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
         buf[:n] = g.p
         buf[n:] = 0.0
         fwd()
-        _, x_top = spectrum_norm(spec, size)
-        # |X_k|, |X*_k| <= ||p*||_1 (p summed with rounding, plus the error ball)
-        m_bound = max(p1 * (1.0 + n * _U) + math.sqrt(n) * g.err, x_top)
+        # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
+        # the computed |X_k| exceed |F p|_k by at most the forward error (an
+        # l2 bound, so also a bound per entry)
+        l1 = p1 * (1.0 + n * _U)
+        m_bound = l1 + max(math.sqrt(n) * g.err, math.sqrt(size) * _C_ERR * _U * log_n * p2)
         e1 = g.err + _C_ERR * _U * log_n * p2
         second = np.empty(out.size if len(counts) > 1 else 0, dtype=out.dtype)
         complex_powers(spec, counts[0], counts[1] if len(counts) > 1 else 0, out, second)
@@ -164,12 +169,15 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
                 return None  # the bound would be vacuous: squaring instead
             if idx == 1:
                 out[:] = second
-            y_norm, _ = spectrum_norm(out, size)
             inv()  # normalised by 1/size; destroys `out`
+            # ||Y||_2 / sqrt(size) = ||F^-1 Y||_2, which the computed inverse
+            # matches to its own (relative) rounding: bound it from the result
+            inv_rel = _C_ERR * _U * log_n
+            y_norm = l1_l2_norms(buf)[1] * (1.0 + 1e-12) / (1.0 - inv_rel)
             round_off = (c * math.exp(growth) * e1
-                         + (kappa / (1.0 - kappa) + _C_ERR * _U * log_n) * y_norm / math.sqrt(size)
+                         + (kappa / (1.0 - kappa) + inv_rel) * y_norm
                          + size * c * 1e-300)
-            g_c = _assemble(g, c, buf.copy(), starts[idx], win, mgf, round_off)
+            g_c = _assemble(g, c, buf, starts[idx], win, mgf, round_off)
             if g_c is None:
                 return None
             results.append(g_c)
@@ -178,7 +186,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
               mgf: tuple, round_off: float) -> GridPLD | None:
-    """The circular result ``y``, read as lattice points ``a0 .. a0 + len(y) - 1``,
+    """The circular result ``y`` (not modified), read as lattice points ``a0 .. a0 + len(y) - 1``,
     as a certified GridPLD truncated to ``window`` (None if aliasing is not
     negligible there)."""
     h = g.h
@@ -187,7 +195,9 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     s_lo, s_hi = c * g.k0, c * (g.k0 + n - 1)
     # circular index j holds lattice points s_lo + j (mod size): rotate so that
     # position 0 is lattice point a0
-    y = np.roll(y, -((a0 - s_lo) % size))
+    shift = (a0 - s_lo) % size
+    # (a new array either way: `y` is the transform's buffer)
+    y = np.concatenate((y[shift:], y[:shift])) if shift else y.copy()
     a1 = a0 + size - 1
     if a0 <= s_lo and a1 >= s_hi:
         tau = 0.0

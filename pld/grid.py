@@ -97,7 +97,7 @@ class GridPLD:
         rel = np.where(p > 0, rel, 0.0) * (u * 1.01)
         err = l1_l2_norms(p * rel)[1] * 1.01
         rel_err = float(np.max(rel)) if rel.size else 0.0
-        bound = _mgf_bound_from(lm, loss) if pessimistic else None
+        bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
         return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
 
     def _finite_mass_upper(self) -> float:
@@ -446,7 +446,11 @@ THETA = np.concatenate((-np.logspace(-3, 6, 28)[::-1], [0.0],
 _I0 = int(np.flatnonzero(THETA == 0.0)[0])
 
 
-def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray) -> np.ndarray:
+#: entries summed exactly at each end for steep Chernoff parameters
+_MGF_EDGE = 512
+
+
+def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndarray:
     """Upper bound on ``log sum_i e^{log_mass_i + theta l_i}`` on ``THETA``.
 
     Computed to rounding (:func:`pld.kernels.log_mgf_grid`, ~1e-13 relative
@@ -457,12 +461,39 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray) -> np.ndarray:
     """
     if log_mass.size == 0:
         return np.full(THETA.size, -np.inf)
-    h = float(loss[1] - loss[0]) if loss.size > 1 else 1.0
+    # the spacing as given, not loss[1] - loss[0]: that difference carries the
+    # rounding of loss[0], which n steps of the kernel would multiply by n
     fin = log_mass[np.isfinite(log_mass)]
     top_lm = float(np.max(np.abs(fin))) if fin.size else 0.0
     top_l = max(abs(float(loss[0])), abs(float(loss[-1])))
     slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(THETA) * top_l)
-    return log_mgf_grid(np.ascontiguousarray(log_mass, dtype=float), float(loss[0]), h, THETA) + slack
+    lm = np.ascontiguousarray(log_mass, dtype=float)
+    n = lm.size
+    # |theta| h > 2 on a long grid: the kernel's exact pass (an exp per entry)
+    # would dominate, yet the sum lives in the last entries on the theta side.
+    # Sum those _MGF_EDGE exactly and bound the rest by its total mass at the
+    # largest weight it can have (a wall, e.g. the bounded losses of the add
+    # direction, needs these large theta: they are not dropped).
+    fin_idx = np.flatnonzero(np.isfinite(lm))
+    i_lo, i_hi = (int(fin_idx[0]), int(fin_idx[-1]) + 1) if fin_idx.size else (0, n)
+    steep = (np.abs(THETA) * h > 2.0) & (i_hi - i_lo > 4 * _MGF_EDGE)
+    out = np.empty(THETA.size)
+    out[~steep] = log_mgf_grid(lm, float(loss[0]), h, THETA[~steep])
+    if np.any(steep):
+        k = _MGF_EDGE
+        body = lm[i_lo:i_hi]
+        ls = loss[i_lo:i_hi]
+        rest_hi = logsumexp(body[:-k])  # everything below the top k
+        rest_lo = logsumexp(body[k:])   # everything above the bottom k
+        for j in np.flatnonzero(steep):
+            th = THETA[j]
+            if th > 0:
+                top = logsumexp(body[-k:] + th * ls[-k:])
+                out[j] = np.logaddexp(top, rest_hi + th * ls[-k - 1])
+            else:
+                top = logsumexp(body[:k] + th * ls[:k])
+                out[j] = np.logaddexp(top, rest_lo + th * ls[k])
+    return out + slack
 
 
 def _chernoff(log_mgf: np.ndarray, t: float, upper: bool) -> float:

@@ -92,6 +92,8 @@ class PLD:
         self._cache: dict = {}
         self._explore_cache: dict = {}
         self._chernoff_cache: dict = {}
+        #: materialisations being built in the background, by cache key
+        self._inflight: dict = {}
         self._h_memo: dict = {}
         self._used: dict = {}
 
@@ -303,13 +305,21 @@ class PLD:
         used = {}
         dirs = self._ordered_directions(delta)
         lead = dirs[0][1]
+        query = ("delta", delta, rtol)
+        for d, est in dirs[1:]:
+            if est < 0.95 * lead:
+                # the probe grid does not depend on the leader's answer: on two
+                # cores it is built while the leader is
+                probe = self._probe_settings(d, query)
+                if probe is not None:
+                    self._speculate(d, *probe)
         for i, (d, est) in enumerate(dirs):
             # floor=lo: a direction whose upper end stays below the bracket found
             # so far cannot move either end of max(...), so it needs no refining;
             # one that the Chernoff estimate puts clearly below the leader is
             # first tried on a coarse grid, which usually shows exactly that
             probe = i > 0 and est < 0.95 * lead
-            settings = self._settings(d, ("delta", delta, rtol), floor=lo, probe=probe)
+            settings = self._settings(d, query, floor=lo, probe=probe)
             used[d] = settings
             pess, opt = self._materialize(d, *settings)
             hi = max(hi, pess.epsilon(delta))
@@ -359,18 +369,16 @@ class PLD:
         if memo is not None:
             h, lam = memo
         else:
-            h = self._initial_spacing(direction, query)
-            while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
-                h = _round_spacing(h * 2.0)
+            h = self._first_spacing(direction, query, lam, log_eta)
             if probe and floor > 0:
                 # a direction that does not bind needs only a bracket below the
                 # floor: a grid _PROBE_COARSENING times coarser (the bias grows
                 # like h^2) settles that at a fraction of the cost
-                h_probe = self._align(direction, _round_spacing(h * self._PROBE_COARSENING))
-                if self._grid_points(direction, h_probe, lam, log_eta) <= MAX_GRID_POINTS:
-                    _, _, value, _ = self._width(direction, query, h_probe, lam, log_eta)
+                settings = self._probe_settings(direction, query)
+                if settings is not None:
+                    _, _, value, _ = self._width(direction, query, *settings)
                     if value <= floor:
-                        return h_probe, lam, log_eta
+                        return settings
         best = (math.inf, h, lam)
         stalled = 0
         # atoms between grid points make the dominated side's error first order
@@ -424,6 +432,41 @@ class PLD:
             if memo is None or h < memo[0]:
                 self._h_memo[key] = (h, lam)
         return h, lam, log_eta
+
+    def _first_spacing(self, direction: str, query: tuple, lam: float, log_eta) -> float:
+        h = self._initial_spacing(direction, query)
+        while self._grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+            h = _round_spacing(h * 2.0)
+        return h
+
+    def _probe_settings(self, direction: str, query: tuple) -> tuple[float, float, tuple] | None:
+        """``(h, lam, log_eta)`` of the coarse grid that first tries a direction
+        which should not bind, or None (a remembered spacing, a fixed one, or
+        a probe grid above the memory cap)."""
+        if self._h_fixed is not None:
+            return None
+        lam_star = self._tilt_star(direction, query)
+        lam = w.quantize_tilt(self._TILT_FRACTION * lam_star)
+        log_eta = self._log_eta(direction, query)
+        with self._lock:
+            if (direction, w.quantize_tilt(lam_star), log_eta, _rtol(query)) in self._h_memo:
+                return None
+        h = self._first_spacing(direction, query, lam, log_eta)
+        h_probe = self._align(direction, _round_spacing(h * self._PROBE_COARSENING))
+        if self._grid_points(direction, h_probe, lam, log_eta) > MAX_GRID_POINTS:
+            return None
+        return h_probe, lam, log_eta
+
+    def _speculate(self, direction: str, h: float, lam: float, log_eta) -> None:
+        """Start a materialisation in the background (two cores), if not known."""
+        pool = _side_pool()
+        if pool is None:
+            return
+        key = (direction, h, lam, log_eta)
+        with self._lock:
+            if key in self._cache or key in self._inflight:
+                return
+            self._inflight[key] = pool.submit(self._materialize, direction, h, lam, log_eta, serial=True)
 
     def _log_eta(self, direction: str, query: tuple) -> tuple[float, float]:
         """Mass allowed outside each truncation window, relative to the query.
@@ -514,12 +557,15 @@ class PLD:
         return n
 
     def _materialize(self, direction: str, h: float, lam: float,
-                     log_eta=_LOG_ETA) -> tuple[GridPLD, GridPLD]:
+                     log_eta=_LOG_ETA, serial: bool = False) -> tuple[GridPLD, GridPLD]:
         key = (direction, h, lam, log_eta)
         with self._lock:
             hit = self._cache.get(key)
+            pending = None if hit is not None or serial else self._inflight.get(key)
         if hit is not None:
             return hit
+        if pending is not None:
+            return pending.result()  # built in the background already
         n_final = self._grid_points(direction, h, lam, log_eta)
         if n_final > MAX_GRID_POINTS:
             raise GridTooLargeError(
@@ -546,18 +592,23 @@ class PLD:
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
-        pool = _side_pool()
-        if pool is None:
-            result = [side(True), side(False)]
-        else:
-            future = pool.submit(side, True)
-            dominated = side(False)
-            result = [future.result(), dominated]
-        pair = (result[0], result[1])
-        with self._lock:
-            if len(self._cache) > 32:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = pair
+        pool = None if serial else _side_pool()
+        try:
+            if pool is None:
+                result = [side(True), side(False)]
+            else:
+                future = pool.submit(side, True)
+                dominated = side(False)
+                result = [future.result(), dominated]
+            pair = (result[0], result[1])
+            with self._lock:
+                if len(self._cache) > 32:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = pair
+        finally:
+            if serial:
+                with self._lock:
+                    self._inflight.pop(key, None)
         return pair
 
 
@@ -614,8 +665,7 @@ class _Step:
     k_lo: int
     k_hi: int
     cells: tuple
-    #: the dominating first-step grid (also the sizing law of the levels)
-    dominating: GridPLD
+    #: sizing law of the levels, from the discretised step
     ex_grid: w.Exploration | None
     #: level windows by step count (both sides truncate at the same ones)
     windows: dict = field(default_factory=dict)
@@ -641,30 +691,43 @@ def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: f
 
 def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
                   total_steps: int, log_eta) -> _Step:
-    """First-step window, cell masses, dominating grid and sizing law of one component.
+    """First-step window, cell masses and sizing law of one component.
 
-    The dominated side discretises the same cells; sizing both sides' levels
-    from the dominating grid (whose spread reaches furthest up) costs nothing
-    in certification, since windows only decide what is moved, never whether
-    moved mass is accounted for.
+    Both sides discretise the same cells and size their levels from the same
+    law (windows only decide what is moved, never whether moved mass is
+    accounted for, so sizing costs nothing in certification).
     """
     lo, hi = _level_window(ex, None, 1, h, lam, total_steps, log_eta)
     lo = max(lo, ex.loss_min)
     hi = min(hi, ex.loss_max)
     k_lo = int(math.floor(lo / h))
     k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
-    cells = model.cells((k_lo + np.arange(k_hi - k_lo + 1)) * h)
-    dominating = discretize(model, h, k_lo, k_hi, lam, True, cells=cells)
-    # Size the composed levels from the discretised step itself: a spread onto a
-    # grid coarse next to the step's own range (tiny sampling rates) pushes mass
-    # up to a cell beyond the exact law's support, and windows drawn from the
-    # exact law would send that mass to +inf at every level.
-    ex_grid = w.from_grid(dominating.losses(), dominating.log_masses())
+    grid = (k_lo + np.arange(k_hi - k_lo + 1)) * h
+    cells = model.cells(grid)
+    # Size the composed levels from the discretised step: a spread onto a grid
+    # coarse next to the step's own range (tiny sampling rates) pushes mass up
+    # to a cell beyond the exact law's support, and windows drawn from the
+    # exact law would send that mass to +inf at every level.  Every cell's mass
+    # at its upper end bounds where either side's discretisation puts it.
+    ex_grid = w.from_grid(grid, _upper_end_masses(model, cells[0], grid, h))
     if ex_grid is not None:
         # fill its psi cache here, not racing in the two side threads
         ex_grid.psi_around(lam)
         ex_grid.psi_around(0.0)
-    return _Step(model, ex, count, k_lo, k_hi, cells, dominating, ex_grid)
+    return _Step(model, ex, count, k_lo, k_hi, cells, ex_grid)
+
+
+def _upper_end_masses(model, cell_lp: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
+    """log P-mass on ``grid`` with each cell's mass (and each atom's) at the
+    grid point at or above it (sizing only)."""
+    out = np.full(grid.size, -np.inf)
+    out[1:] = cell_lp[1:-1]
+    loss, lp, _ = model.atoms()
+    sel = np.isfinite(loss) & (lp > -np.inf) & (loss >= grid[0]) & (loss <= grid[-1])
+    if np.any(sel):
+        idx = np.clip(np.ceil((loss[sel] - grid[0]) / h - 1e-9).astype(np.int64), 0, grid.size - 1)
+        np.logaddexp.at(out, idx, lp[sel])
+    return out
 
 
 def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_steps: int,
@@ -708,10 +771,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
             g = g.coarsen()
         return g
 
-    if pessimistic:
-        base = step.dominating
-    else:
-        base = discretize(step.model, h, step.k_lo, step.k_hi, lam, False, cells=step.cells)
+    base = discretize(step.model, h, step.k_lo, step.k_hi, lam, pessimistic, cells=step.cells)
     result = None
     result_count = 0
     cur, cur_count = base, 1

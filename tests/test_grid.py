@@ -203,3 +203,29 @@ def test_direct_convolution_keeps_an_entrywise_error():
     diff = np.abs(c.p.astype(np.longdouble) - exact)
     assert np.all(diff <= np.longdouble(c.rel_err) * c.p.astype(np.longdouble))
     assert float(np.min(c.p[c.p > 0])) < 1e-6 * c.err  # entries the l2 bound alone would lose
+
+
+@pytest.mark.parametrize("n", [300, 3000, 40000])
+def test_carried_mgf_bound_is_an_upper_bound(n):
+    """``_mgf_bound_from`` bounds ``log sum m_i e^{theta l_i}`` at every Chernoff
+    parameter, against the exact grid losses ``(k0 + i) h`` in extended
+    precision: steep parameters summed at the edges, a wall at the top (the
+    bounded losses of an add direction), and a spacing that is not a binary
+    fraction (an h recovered from float losses would drift by n ulps)."""
+    from pld.grid import THETA, _mgf_bound_from
+
+    rng = np.random.default_rng(n)
+    h = 1e-2 * math.pi / 3
+    k0 = -n // 2
+    losses = (k0 + np.arange(n)) * h
+    log_mass = -0.5 * (losses / (0.2 * n * h)) ** 2 + rng.uniform(-3.0, 0.0, size=n)
+    log_mass[-n // 10:] = -np.inf  # a wall below the top of the grid
+    bound = _mgf_bound_from(log_mass, losses, h)
+    exact_l = (np.arange(n).astype(np.longdouble) + k0) * np.longdouble(h)
+    lm = log_mass.astype(np.longdouble)
+    for j, t in enumerate(THETA):
+        x = lm + np.longdouble(t) * exact_l
+        m = np.max(x)
+        exact = m + np.log(np.sum(np.exp(x - m)))
+        assert bound[j] >= exact, (t, float(bound[j] - exact))
+        assert bound[j] <= exact + 1e-5 + 1e-9 * abs(float(exact)), (t, float(bound[j] - exact))
