@@ -321,9 +321,12 @@ class PLD:
             probe = i > 0 and est < 0.95 * lead
             settings = self._settings(d, query, floor=lo, probe=probe)
             used[d] = settings
-            pess, opt = self._materialize(d, *settings)
-            hi = max(hi, pess.epsilon(delta))
-            lo = max(lo, opt.epsilon(delta))
+            pess, _ = self._materialize(d, *settings, lower=False)
+            upper = pess.epsilon(delta)
+            hi = max(hi, upper)
+            if upper > lo:  # else this direction cannot move either end
+                _, opt = self._materialize(d, *settings)
+                lo = max(lo, opt.epsilon(delta))
         with self._lock:
             if len(self._used) > 256:
                 self._used.pop(next(iter(self._used)))
@@ -375,9 +378,9 @@ class PLD:
                 # floor: a grid _PROBE_COARSENING times coarser (the bias grows
                 # like h^2) settles that at a fraction of the cost
                 settings = self._probe_settings(direction, query)
-                if settings is not None:
-                    _, _, value, _ = self._width(direction, query, *settings)
-                    if value <= floor:
+                if settings is not None and query[0] == "delta":
+                    pess, _ = self._materialize(direction, *settings, lower=False)
+                    if pess.epsilon(query[1]) <= floor:
                         return settings
         best = (math.inf, h, lam)
         stalled = 0
@@ -466,7 +469,9 @@ class PLD:
         with self._lock:
             if key in self._cache or key in self._inflight:
                 return
-            self._inflight[key] = pool.submit(self._materialize, direction, h, lam, log_eta, serial=True)
+            # (the pid: a forked child must not wait on its parent's threads)
+            self._inflight[key] = (os.getpid(), pool.submit(self._materialize, direction, h, lam, log_eta,
+                                                            serial=True, lower=False))
 
     def _log_eta(self, direction: str, query: tuple) -> tuple[float, float]:
         """Mass allowed outside each truncation window, relative to the query.
@@ -556,60 +561,83 @@ class PLD:
                 n = max(n, int((hi - lo) / h) + 2)
         return n
 
-    def _materialize(self, direction: str, h: float, lam: float,
-                     log_eta=_LOG_ETA, serial: bool = False) -> tuple[GridPLD, GridPLD]:
+    def _materialize(self, direction: str, h: float, lam: float, log_eta=_LOG_ETA,
+                     serial: bool = False, lower: bool = True) -> tuple[GridPLD, GridPLD | None]:
+        """``(dominating, dominated)`` grids of one direction (cached).
+
+        ``lower=False`` may leave the dominated side out (None): a direction
+        whose upper end stays below the other's lower end needs no lower end.
+        ``serial`` builds both sides in the calling thread (background builds).
+        """
         key = (direction, h, lam, log_eta)
         with self._lock:
             hit = self._cache.get(key)
             pending = None if hit is not None or serial else self._inflight.get(key)
-        if hit is not None:
-            return hit
-        if pending is not None:
-            return pending.result()  # built in the background already
-        n_final = self._grid_points(direction, h, lam, log_eta)
-        if n_final > MAX_GRID_POINTS:
-            raise GridTooLargeError(
-                f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
-                f"{MAX_GRID_POINTS}; pass a larger value_discretization_interval or accept a wider bracket")
-        comp = self._exploration(direction)
-        steps = comp.steps()
-        final_window = w.window(comp, lam, log_eta, h)
-
-        # what both sides share: each step's window, cells and sizing law
-        prepared = [_prepare_step(mech.loss_model(direction), ex, count, h, lam, steps, log_eta)
-                    for (mech, count), (ex, _) in zip(self._components, comp.parts)]
+        if hit is None and pending is not None and pending[0] == os.getpid():
+            pending[1].result()  # built in the background already
+            with self._lock:
+                hit = self._cache.get(key)
+        if hit is not None and (hit.dominated is not None or not lower):
+            return hit.dominating, hit.dominated
+        if hit is None:
+            n_final = self._grid_points(direction, h, lam, log_eta)
+            if n_final > MAX_GRID_POINTS:
+                raise GridTooLargeError(
+                    f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
+                    f"{MAX_GRID_POINTS}; pass a larger value_discretization_interval or accept a wider bracket")
+            comp = self._exploration(direction)
+            # what both sides share: each step's window, cells and sizing law
+            entry = _Materialized([_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(),
+                                                 log_eta)
+                                   for (mech, count), (ex, _) in zip(self._components, comp.parts)],
+                                  w.window(comp, lam, log_eta, h))
+        else:
+            entry = hit
+        steps = self._exploration(direction).steps()
 
         def side(pessimistic: bool) -> GridPLD:
             total = None
-            for step in prepared:
+            for step in entry.prepared:
                 g = _self_compose(step, h, lam, pessimistic, steps, log_eta)
                 if total is None:
                     total = g
                 else:
                     a, b = _same_grid(total, g)
-                    total = _fit(_truncate(a.convolve(b), final_window))
+                    total = _fit(_truncate(a.convolve(b), entry.final_window))
             return total
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
         pool = None if serial else _side_pool()
         try:
-            if pool is None:
-                result = [side(True), side(False)]
-            else:
+            if entry.dominating is None and lower and pool is not None:
                 future = pool.submit(side, True)
-                dominated = side(False)
-                result = [future.result(), dominated]
-            pair = (result[0], result[1])
+                entry.dominated = side(False)
+                entry.dominating = future.result()
+            else:
+                if entry.dominating is None:
+                    entry.dominating = side(True)
+                if lower and entry.dominated is None:
+                    entry.dominated = side(False)
             with self._lock:
-                if len(self._cache) > 32:
+                if key not in self._cache and len(self._cache) > 32:
                     self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = pair
+                self._cache[key] = entry
         finally:
             if serial:
                 with self._lock:
                     self._inflight.pop(key, None)
-        return pair
+        return entry.dominating, entry.dominated
+
+
+@dataclass(eq=False)
+class _Materialized:
+    """One direction's grids at one setting, and what building them shared."""
+
+    prepared: list
+    final_window: tuple
+    dominating: GridPLD | None = None
+    dominated: GridPLD | None = None
 
 
 _POOL_LOCK = threading.Lock()
