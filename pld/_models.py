@@ -48,13 +48,21 @@ def normal_interval_logmass(a: np.ndarray, b: np.ndarray, mean: float, sd: float
     b = np.asarray(b, float)
     # lower side: Phi(zb) - Phi(za); upper side: Phi(-za) - Phi(-zb)
     if a.ndim == 1 and a.size > 1 and b.shape == a.shape and np.array_equal(a[1:], b[:-1]):
-        # consecutive cells (the usual call): each edge's log Phi once, not twice
+        # consecutive cells (the usual call): each edge's log Phi once, not
+        # twice, and on increasing edges only the side each cell uses: the
+        # lower cells (z_a + z_b < 0) form a prefix
         z = (np.concatenate((a, b[-1:])) - mean) / sd
         with np.errstate(invalid="ignore"):
+            use_lower = z[:-1] + z[1:] < 0.0
+            if np.all(z[1:] >= z[:-1]):  # (repeated -inf edges are fine)
+                m = int(np.count_nonzero(use_lower))
+                lz = log_ndtr(z[:m + 1])
+                lnz = log_ndtr(-z[m:])
+                return np.concatenate((_log_diff_exp(lz[1:], lz[:-1]), _log_diff_exp(lnz[:-1], lnz[1:])))
             lz, lnz = log_ndtr(z), log_ndtr(-z)
             lower = _log_diff_exp(lz[1:], lz[:-1])
             upper = _log_diff_exp(lnz[:-1], lnz[1:])
-        return np.where(z[:-1] + z[1:] < 0.0, lower, upper)
+        return np.where(use_lower, lower, upper)
     za = (a - mean) / sd
     zb = (b - mean) / sd
     with np.errstate(invalid="ignore"):

@@ -483,17 +483,27 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndar
         k = _MGF_EDGE
         body = lm[i_lo:i_hi]
         ls = loss[i_lo:i_hi]
-        rest_hi = logsumexp(body[:-k])  # everything below the top k
-        rest_lo = logsumexp(body[k:])   # everything above the bottom k
-        for j in np.flatnonzero(steep):
-            th = THETA[j]
-            if th > 0:
-                top = logsumexp(body[-k:] + th * ls[-k:])
-                out[j] = np.logaddexp(top, rest_hi + th * ls[-k - 1])
-            else:
-                top = logsumexp(body[:k] + th * ls[:k])
-                out[j] = np.logaddexp(top, rest_lo + th * ls[k])
+        for positive in (True, False):
+            idx = np.flatnonzero(steep & ((THETA > 0) if positive else (THETA < 0)))
+            if idx.size == 0:
+                continue
+            th = THETA[idx][:, None]
+            # the k entries at the theta side, exactly, and the rest at most
+            # its total mass at the largest weight it can have
+            edge, edge_l = (body[-k:], ls[-k:]) if positive else (body[:k], ls[:k])
+            rest = _lse_rows((body[:-k] if positive else body[k:])[None, :])[0]
+            wall = ls[-k - 1] if positive else ls[k]
+            top = _lse_rows(edge[None, :] + th * edge_l[None, :])
+            out[idx] = np.logaddexp(top, rest + th[:, 0] * wall)
     return out + slack
+
+
+def _lse_rows(x: np.ndarray) -> np.ndarray:
+    """Row-wise ``log sum exp`` (no scipy call overhead; -inf rows give -inf)."""
+    m = np.max(x, axis=1)
+    mm = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore", under="ignore"):
+        return mm + np.log(np.sum(np.exp(x - mm[:, None]), axis=1))
 
 
 def _chernoff(log_mgf: np.ndarray, t: float, upper: bool) -> float:
