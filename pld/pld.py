@@ -11,9 +11,10 @@ each side (dominating/pessimistic and dominated/optimistic) the engine
 
 1. discretises every component onto the same grid (connect-the-dots spread /
    merge-to-grid post-processing, :mod:`pld.discretize`),
-2. self-composes each component by repeated squaring with FFT convolutions,
-   truncating to Chernoff-sized windows between squarings with the truncated
-   mass moved to the safe side,
+2. self-composes each component: the first ~T/8 steps by one FFT power with
+   certified aliasing (:mod:`pld._power`), the rest by repeated squaring with
+   FFT convolutions on re-gridded levels, truncating to Chernoff-sized windows
+   with the truncated mass moved to the safe side,
 3. convolves the components, and
 4. evaluates the hockey-stick divergence with the FFT round-off bound added
    (pessimistic) or subtracted (optimistic).
@@ -760,7 +761,14 @@ def _upper_end_masses(model, cell_lp: np.ndarray, grid: np.ndarray, h: float) ->
 
 def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_steps: int,
                   log_eta=_LOG_ETA) -> GridPLD:
-    """``count``-fold composition by repeated squaring with windowed truncation.
+    """``count``-fold composition: one FFT power, then squaring with windowed truncation.
+
+    The levels up to the first late one (``8 c >= count``) all sit on the
+    first spacing, so they are computed at once as ``X^c`` in the frequency
+    domain (:func:`pld._power.self_compose_powers`, with the remainder
+    ``count mod c`` from the same transform); a transform that would have to
+    be too long to keep aliasing negligible halves ``c`` until it fits, down
+    to plain squaring.
 
     Evolving discretisation: the level holding ``c`` steps is re-gridded to a
     doubled spacing when that is cheap in accuracy.  A re-grid at spacing
