@@ -226,11 +226,20 @@ class PLD:
                 "binding": bool(upper > lo),
                 "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
                 "grid_spacing_first_step": h, "grid_spacing_final": pess.h, "tilt": lam,
+                # per component: steps composed by one FFT power (1: squaring only)
+                "fft_power_steps": self._power_steps(d, h, lam, log_eta),
                 "grid_points": pess.size, "fft_error_bound": pess.err,
                 "infinity_mass_upper": pess.inf_mass,
                 "loss_window": (pess.k0 * pess.h, (pess.k0 + pess.size - 1) * pess.h),
             }
         return out
+
+    def _power_steps(self, direction: str, h: float, lam: float, log_eta) -> list[int]:
+        with self._lock:
+            entry = self._cache.get((direction, h, lam, log_eta))
+        if entry is None:
+            return []
+        return [step.power_steps.get(True, 1) for step in entry.prepared]
 
     def distribution(self, direction: str = "remove", side: str = "upper", *,
                      delta: float = 1e-6, tilt: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -698,6 +707,8 @@ class _Step:
     ex_grid: w.Exploration | None
     #: level windows by step count (both sides truncate at the same ones)
     windows: dict = field(default_factory=dict)
+    #: steps composed by one FFT power, per side (True: dominating); 1 if none
+    power_steps: dict = field(default_factory=dict)
 
 
 def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: float, lam: float,
@@ -815,6 +826,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     # The early levels (all on spacing h) in one FFT power; the late ones,
     # which are re-gridded as the law widens, by squaring.
     jump = _power_jump(count)
+    step.power_steps[pessimistic] = 1
     # a transform no longer than squaring the first step would use is always a gain
     power_points = min(max(POWER_POINTS, 2 * base.size), 2 * MAX_GRID_POINTS)
     while jump >= 4:
@@ -827,6 +839,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
             if rem:
                 result, result_count = fit(powered[1], rem), rem
             remaining = count // jump
+            step.power_steps[pessimistic] = jump
             break
         jump //= 2
     while True:
