@@ -110,13 +110,16 @@ def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
 
 
 def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
-                        max_points: int) -> list[GridPLD] | None:
+                        max_points: int, total: int | None = None) -> list[GridPLD] | None:
     """``g`` composed ``c`` times for each ``c`` in ``counts`` (one or two of them,
     the largest first), truncated to the matching loss window.
 
     One forward transform serves all counts.  Returns None when the transform
     length that keeps aliasing negligible would exceed ``max_points`` or the
     powers would lose their accuracy (then repeated squaring is used).
+    ``total`` is the number of steps the whole composition will have: the
+    round-off it accumulates (about ``total`` times a transform's) sets how
+    much aliasing is negligible.
     """
     c_top = counts[0]
     h = g.h
@@ -130,8 +133,9 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
         return None
     mgf = g.__dict__.get("_alias_mgf") or _tilted_log_mgf(g)
     object.__setattr__(g, "_alias_mgf", mgf)  # a retry with fewer steps reuses it
-    # aliasing is held to a thousandth of the round-off it joins
-    est = c_top * _C_ERR * _U * 20.0 * p2
+    # aliasing is held to a thousandth of the round-off the whole composition
+    # will carry (itself about total transforms' worth)
+    est = max(c_top, total or 0) * _C_ERR * _U * 20.0 * p2
     log_tau = math.log(max(1e-3 * est, 1e-300))
     # each count's range: its window and its tilted law's, within its support
     ranges = []
@@ -177,7 +181,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             round_off = (c * math.exp(growth) * e1
                          + (kappa / (1.0 - kappa) + inv_rel) * y_norm
                          + size * c * 1e-300)
-            g_c = _assemble(g, c, buf, starts[idx], win, mgf, round_off)
+            g_c = _assemble(g, c, buf, starts[idx], win, mgf, round_off, max(1e-3 * est, round_off))
             if g_c is None:
                 return None
             results.append(g_c)
@@ -185,7 +189,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
 
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
-              mgf: tuple, round_off: float) -> GridPLD | None:
+              mgf: tuple, round_off: float, tau_max: float) -> GridPLD | None:
     """The circular result ``y`` (not modified), read as lattice points ``a0 .. a0 + len(y) - 1``,
     as a certified GridPLD truncated to ``window`` (None if aliasing is not
     negligible there)."""
@@ -204,7 +208,7 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     else:
         # folded in: the mass at lattice points a0 - 1 and below, a1 + 1 and above
         tau = math.exp(min(700.0, _log_tail(mgf, c, (a0 - 1) * h, (a1 + 1) * h)))
-    if tau > round_off:
+    if tau > tau_max:
         return None  # this count's law does not fit the transform length
     err = round_off + tau
     tot = float(y.sum())

@@ -36,6 +36,7 @@ import numpy as np
 
 from pld import _validate as v
 from pld import _windows as w
+from pld._fft import _canonical_size as _fft_size
 from pld._power import self_compose_powers
 from pld.discretize import discretize
 from pld.grid import GridPLD
@@ -828,12 +829,12 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     jump = _power_jump(count)
     step.power_steps[pessimistic] = 1
     # a transform no longer than squaring the first step would use is always a gain
-    power_points = min(max(POWER_POINTS, 2 * base.size), 2 * MAX_GRID_POINTS)
+    power_points = min(max(POWER_POINTS, _fft_size(2 * base.size)), 2 * MAX_GRID_POINTS)
     while jump >= 4:
         rem = count % jump
         counts = (jump, rem) if rem else (jump,)
         powered = self_compose_powers(base, counts, tuple(_padded(win(c), h) for c in counts),
-                                      power_points)
+                                      power_points, total=count)
         if powered is not None:
             cur, cur_count = fit(powered[0], jump), jump
             if rem:
