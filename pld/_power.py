@@ -45,7 +45,7 @@ from fractions import Fraction
 import numpy as np
 
 from pld import _fft
-from pld.grid import THETA, _I0, GridPLD, _chernoff
+from pld.grid import THETA, GridPLD, _chernoff
 from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid
 
 _U = 2.0 ** -53
@@ -61,9 +61,23 @@ def _alias_thetas(h: float) -> np.ndarray:
     return th if th.size else _ALIAS_THETA[:1]
 
 
-def _tilted_log_mgf(g: GridPLD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(thetas, pos, neg)``: upper bounds on ``log sum p*_i e^{+-theta l_i}``
-    (the tilted law) over the Chernoff parameters ``thetas > 0``."""
+def _tilted_log_mgf(g: GridPLD) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(theta_up, pos, theta_down, neg)``: upper bounds ``pos`` on ``log sum
+    p*_i e^{theta l_i}`` and ``neg`` on ``log sum p*_i e^{-theta l_i}`` (the
+    tilted law), at Chernoff parameters ``theta > 0``.
+
+    A dominating grid carries a bound on the untilted MGF of its exact object
+    on ``THETA``; the tilted law's is the same at ``theta' - lam``, shifted by
+    the stored scale (``p*_i = m*_i e^{lam l_i - log_scale}``), so it costs no
+    pass over the grid.  Otherwise the grid is summed.
+    """
+    if g.log_mgf_bound is not None:
+        b = g.log_mgf_bound - g.log_scale
+        ok = np.isfinite(b)
+        up = ok & (THETA > g.lam)
+        dn = ok & (THETA < g.lam)
+        if np.any(up) and np.any(dn):
+            return THETA[up] - g.lam, b[up], g.lam - THETA[dn], b[dn]
     h = g.h
     n = g.p.size
     l0 = g.k0 * h
@@ -90,22 +104,22 @@ def _tilted_log_mgf(g: GridPLD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # rounding of the kernel and of the exponents (as for the carried MGF bound)
     bound += 1e-12 + 8.0 * _U * (np.abs(th) * max(abs(l0), abs(l1)) + top_lp)
     k = ths.size
-    return ths, bound[:k], bound[k:]
+    return ths, bound[:k], ths, bound[k:]
 
 
 def _tail_exponents(mgf: tuple, c: int, log_tau: float) -> tuple[float, float]:
     """Loss range outside which the tilted ``c``-fold law has mass ``<= e^log_tau`` per side."""
-    th, pos, neg = mgf
-    hi = float(np.min((c * pos - log_tau) / th))
-    lo = float(np.max((log_tau - c * neg) / th))
+    th_up, pos, th_dn, neg = mgf
+    hi = float(np.min((c * pos - log_tau) / th_up))
+    lo = float(np.max((log_tau - c * neg) / th_dn))
     return lo, hi
 
 
 def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
     """log of a bound on the tilted ``c``-fold mass at losses ``<= lo`` plus ``>= hi``."""
-    th, pos, neg = mgf
-    up = float(np.min(c * pos - th * hi))
-    dn = float(np.min(c * neg + th * lo))
+    th_up, pos, th_dn, neg = mgf
+    up = float(np.min(c * pos - th_up * hi))
+    dn = float(np.min(c * neg + th_dn * lo))
     return float(np.logaddexp(up, dn))
 
 

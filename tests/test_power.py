@@ -168,11 +168,12 @@ def test_too_long_a_transform_declines():
 
 
 @pytest.mark.parametrize("lam", [0.0, 1.5])
-def test_alias_bound_covers_the_folded_mass(lam):
+@pytest.mark.parametrize("seed", [10, 11])  # dominated (summed MGF) / dominating (carried MGF bound)
+def test_alias_bound_covers_the_folded_mass(lam, seed):
     """The Chernoff bound on the mass outside ``N`` lattice points covers what a
     length-``N`` circular convolution folds back (computed exactly here), and
     is not vacuous."""
-    g = _random_step(11, 150, 0.05, lam)
+    g = _random_step(seed, 150, 0.05, lam)
     c = 40
     mgf = _power._tilted_log_mgf(g)
     ref = np.asarray(_reference_power(g.p, c), dtype=float)
@@ -200,8 +201,9 @@ def test_tilted_mgf_bound_holds_for_the_error_ball():
     adversarial vector at the edge of the ball stays below it."""
     g = _random_step(5, 100, 0.05, 1.0)
     err = 1e-6
-    g_ball = GridPLD(g.h, g.k0, g.p, g.lam, g.log_scale, 0.0, err, g.pessimistic, g.log_mgf_bound)
-    th, pos, neg = _power._tilted_log_mgf(g_ball)
+    g_ball = GridPLD(g.h, g.k0, g.p, g.lam, g.log_scale, 0.0, err, g.pessimistic, None)
+    th, pos, th_dn, neg = _power._tilted_log_mgf(g_ball)
+    assert np.array_equal(th, th_dn)
     losses = g.losses()
     for k, t in enumerate(th):
         w = np.exp(t * losses)
