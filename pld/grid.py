@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy.special import logsumexp
@@ -76,24 +77,44 @@ class GridPLD:
     @classmethod
     def from_log_masses(cls, log_mass: np.ndarray, k0: int, h: float, lam: float,
                         inf_mass: float, pessimistic: bool) -> "GridPLD":
-        """Tilt and normalise untilted log masses (exact up to rounding)."""
+        """Tilt and normalise untilted log masses (exact up to rounding).
+
+        The exponents are formed relative to the largest tilted entry,
+        ``d_i = (log m_i - log m_r) + (lam h) (i - r)``, so the entries that
+        carry the mass are rounded by a few ulps of small numbers; the stored
+        scale ``log m_r + lam l_r + log(total)`` is rounded exactly (rational
+        arithmetic) and its residual multiplied into the vector.  (Forming
+        ``log m_i + lam l_i`` directly costs ulps of |lam l_i| and of the
+        scale, ~100 at strong tilts, and the error bound must then say so,
+        which blurs the dominated side's resolution of tiny deltas.)
+        """
         lm = np.asarray(log_mass, float)
-        loss = (k0 + np.arange(lm.size)) * h
-        t = lm + lam * loss
-        s = float(np.max(t)) if lm.size and np.isfinite(np.max(t)) else 0.0
-        with np.errstate(under="ignore"):
-            p = np.exp(t - s)
-        tot = float(p.sum())
-        if tot > 0:
-            p /= tot
-            s += math.log(tot)
-        # Rounding, relative to each p_i: the exponent t_i - s is off by a few
-        # ulps of |lam l_i|, |t_i|, |t_i - s| and of the stored scale, exp and
-        # the normalisation by one ulp each (an exponent of size 100 costs
-        # ~100 ulps, not the 4 of exp alone).
+        n = lm.size
+        loss = (k0 + np.arange(n)) * h
         u = 2.0 ** -53
+        t = lm + lam * loss  # (only to find the reference entry)
+        top = float(np.max(t)) if n else -math.inf
+        if not math.isfinite(top):
+            p = np.zeros(n)
+            bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
+            return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0)
+        r = int(np.argmax(t))
+        steps = (np.arange(n) - r).astype(float)
+        lam_h = lam * h
+        d = (lm - lm[r]) + lam_h * steps
+        with np.errstate(under="ignore"):
+            p = np.exp(d)
+        tot = float(p.sum())
+        log_tot = math.log(tot)
+        exact = (Fraction(float(lm[r])) + Fraction(lam) * Fraction(int(k0) + r) * Fraction(h)
+                 + Fraction(log_tot))
+        s = float(exact)
+        p *= math.exp(float(exact - Fraction(s))) / tot
+        # Rounding, relative to each p_i: the two differences and the product
+        # in d_i (ulps of their sizes), exp, the normalisation and log(total),
+        # the residual factor.
         with np.errstate(invalid="ignore"):
-            rel = 6.0 + 2.0 * np.abs(lam * loss) + np.abs(t) + np.abs(t - s) + abs(s) + abs(math.log(tot) if tot > 0 else 0.0)
+            rel = np.abs(lm - lm[r]) + 2.0 * np.abs(lam_h * steps) + np.abs(d) + (abs(log_tot) + 8.0)
         rel = np.where(p > 0, rel, 0.0) * (u * 1.01)
         err = l1_l2_norms(p * rel)[1] * 1.01
         rel_err = float(np.max(rel)) if rel.size else 0.0

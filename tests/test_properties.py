@@ -343,3 +343,17 @@ def test_regression_delta_extremely_close_to_one(sigma, t, u):
     lo, hi = pld.Gaussian(sigma).pld().self_compose(t).epsilon_bounds(delta)
     assert lo == 0.0
     assert hi <= EPS_ATOL, f"upper {hi}"
+
+
+def test_regression_delta_curve_lower_bound_keeps_tiny_deltas():
+    # Found by the long hypothesis profile: once the fresh grids' error counted
+    # the rounding of exponents formed as log m + lam l (~100 ulps at strong
+    # tilts), the lower bound at eps=1 (delta ~1e-25) fell to 0 while eps=2
+    # kept 3.7e-91, so the lower curve rose.  Exponents are now formed
+    # relative to the largest entry.
+    e = np.array([0.0, 1.0, 2.0, 3.0])
+    lo, hi = pld.Gaussian(10.0).pld().self_compose(1).delta_bounds(e)
+    assert _non_increasing(lo) and _non_increasing(hi)
+    exact = np.asarray(X.gaussian_delta(e, 0.1))
+    assert np.all(lo <= exact * (1 + 1e-9)) and np.all(hi >= exact * (1 - 1e-9))
+    assert lo[1] > 0.99 * exact[1]
