@@ -52,6 +52,10 @@ _LOG_ETA = math.log(1e-16)
 #: largest number of grid points in any one array (memory cap: ~16 MB per array,
 #: a few hundred MB at peak with the discretiser's temporaries)
 MAX_GRID_POINTS = 1 << 21
+#: delta curves: points whose bracket is wider than this (relative) get a grid
+#: tuned at them, at most _DELTA_EXTRA_GRIDS per call
+_DELTA_LOOSE = 1e-2
+_DELTA_EXTRA_GRIDS = 4
 #: a composed result used once (heterogeneous composition) is coarsened above this
 LEVEL_POINTS = 1 << 16
 
@@ -177,12 +181,43 @@ class PLD:
         if np.any(np.isinf(e)):
             raise ValueError("epsilon must be finite")
         flat = e.ravel()
-        lo = np.zeros(flat.shape)
-        hi = np.zeros(flat.shape)
         # Grids are tuned at up to three representative epsilons (smallest,
         # median, largest); every point is evaluated on each of them and the
         # brackets intersected (each one is certified, so their intersection is).
         reps = np.unique(np.quantile(flat, [0.0, 0.5, 1.0], method="nearest")) if flat.size else flat
+        lo, hi = self._delta_pass(flat, reps)
+        # A point between two tuning epsilons whose tails differ by orders of
+        # magnitude is resolved by neither grid: the loosest few get their own.
+        tried = {float(r) for r in reps}
+        for _ in range(_DELTA_EXTRA_GRIDS):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
+            cand = [j for j in np.argsort(-loose, kind="stable")
+                    if loose[j] > _DELTA_LOOSE and float(flat[j]) not in tried]
+            if not cand:
+                break
+            r = float(flat[cand[0]])
+            tried.add(r)
+            lo_r, hi_r = self._delta_pass(flat, [r])
+            lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
+        # delta(eps) is non-increasing: a lower bound at a larger epsilon holds
+        # at every smaller one, an upper bound at a smaller epsilon at every
+        # larger one.  (A point between two tuning epsilons whose tails differ
+        # by orders of magnitude is otherwise resolved by neither grid.)
+        if flat.size > 1:
+            order = np.argsort(flat, kind="stable")
+            lo[order] = np.maximum.accumulate(lo[order][::-1])[::-1]
+            hi[order] = np.minimum.accumulate(hi[order])
+        hi = np.maximum(hi, lo).reshape(e.shape)
+        lo = lo.reshape(e.shape)
+        if scalar:
+            return float(lo), float(hi)
+        return lo, hi
+
+    def _delta_pass(self, flat: np.ndarray, reps) -> tuple[np.ndarray, np.ndarray]:
+        """Brackets of delta at every point of ``flat`` from grids tuned at ``reps``."""
+        lo = np.zeros(flat.shape)
+        hi = np.zeros(flat.shape)
         for i, d in enumerate(self._directions()):
             d_lo = np.zeros(flat.shape)
             d_hi = np.ones(flat.shape)
@@ -193,10 +228,6 @@ class PLD:
                 d_lo = np.maximum(d_lo, opt.delta(flat))
             hi = np.maximum(hi, d_hi)
             lo = np.maximum(lo, d_lo)
-        hi = np.maximum(hi, lo).reshape(e.shape)
-        lo = lo.reshape(e.shape)
-        if scalar:
-            return float(lo), float(hi)
         return lo, hi
 
     def delta(self, epsilon):

@@ -357,3 +357,16 @@ def test_regression_delta_curve_lower_bound_keeps_tiny_deltas():
     exact = np.asarray(X.gaussian_delta(e, 0.1))
     assert np.all(lo <= exact * (1 + 1e-9)) and np.all(hi >= exact * (1 - 1e-9))
     assert lo[1] > 0.99 * exact[1]
+
+
+def test_regression_delta_curve_point_between_tuning_epsilons():
+    # Found by the long hypothesis profile (also before this fix's session):
+    # eps = 1 between tuning epsilons 0 and 3 got [0, 1.3e-10] around 2.4e-14,
+    # a lower curve that rose.  Loose points now get a grid of their own, and
+    # the curve is made monotone (both ends stay certified).
+    e = np.array([0.0, 1.0, 3.0, 4.0])
+    lo, hi = pld.Gaussian(10.0).pld().self_compose(2).delta_bounds(e)
+    exact = np.asarray(X.gaussian_delta(e, 0.1 * math.sqrt(2.0)))
+    assert _non_increasing(lo) and _non_increasing(hi)
+    assert np.all(lo <= exact * (1 + 1e-9)) and np.all(hi >= exact * (1 - 1e-9))
+    assert hi[1] - lo[1] <= 0.01 * exact[1]
