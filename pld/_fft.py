@@ -90,37 +90,16 @@ def _acquire_plan(n: int):
         return plan
 
 
-def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
-    plan = _acquire_plan(n)
-    buf, f, g, fwd, inv, lock = plan
-    try:
-        buf[: a.size] = a
-        buf[a.size:] = 0.0
-        fwd()
-        if same:
-            np.multiply(f, f, out=g)
-        else:
-            fa = f.copy()
-            buf[: b.size] = b
-            buf[b.size:] = 0.0
-            fwd()
-            np.multiply(fa, f, out=g)
-        inv()  # pyfftw's __call__ normalises the inverse transform by 1/n
-        return buf[: a.size + b.size - 1].copy()
-    finally:
-        lock.release()
-
-
 @contextlib.contextmanager
-def power_plan(n: int):
+def transform(n: int):
     """``(buf, spec, out, fwd, inv)`` for a length-``n`` real transform held by
     the caller: ``fwd()`` maps ``buf`` to ``spec``, ``inv()`` maps ``out`` back
-    to ``buf`` normalised by ``1/n`` (and may destroy ``out``)."""
+    to ``buf`` normalised by ``1/n`` (and may destroy ``out``).  A pooled
+    pyfftw plan when there is one for ``n``, else ``scipy.fft`` on fresh buffers."""
     if _HAVE_PYFFTW and n <= _MAX_PLAN_SIZE:
-        plan = _acquire_plan(n)
-        buf, f, g, fwd, inv, lock = plan
+        buf, f, g, fwd, inv, lock = _acquire_plan(n)
         try:
-            yield buf, f, g, fwd, inv
+            yield buf, f, g, fwd, inv  # pyfftw's __call__ normalises the inverse by 1/n
         finally:
             lock.release()
         return
@@ -135,6 +114,23 @@ def power_plan(n: int):
         buf[:] = scipy.fft.irfft(out, n)
 
     yield buf, spec, out, fwd, inv
+
+
+def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
+    with transform(n) as (buf, f, g, fwd, inv):
+        buf[: a.size] = a
+        buf[a.size:] = 0.0
+        fwd()
+        if same:
+            np.multiply(f, f, out=g)
+        else:
+            fa = f.copy()
+            buf[: b.size] = b
+            buf[b.size:] = 0.0
+            fwd()
+            np.multiply(fa, f, out=g)
+        inv()
+        return buf[: a.size + b.size - 1].copy()
 
 
 def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:

@@ -48,7 +48,7 @@ from pld import _fft
 from pld.grid import THETA, GridPLD, _chernoff
 from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid
 
-_U = 2.0 ** -53
+_U = _fft._U
 _C_ERR = _fft._C_ERR
 #: Chernoff parameters (absolute) for the tilted aliasing bound
 _ALIAS_THETA = np.logspace(-3, 7, 41)
@@ -167,7 +167,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     # a count whose whole support fits has no aliasing at all
     starts = [s_lo if s_hi - s_lo + 1 <= size else a0 for a0, _, s_lo, s_hi in ranges]
     log_n = math.log2(size) + 1.0
-    with _fft.power_plan(size) as (buf, spec, out, fwd, inv):
+    with _fft.transform(size) as (buf, spec, out, fwd, inv):
         buf[:n] = g.p
         buf[n:] = 0.0
         fwd()

@@ -91,7 +91,6 @@ class GridPLD:
         lm = np.asarray(log_mass, float)
         n = lm.size
         loss = (k0 + np.arange(n)) * h
-        u = 2.0 ** -53
         t = lm + lam * loss  # (only to find the reference entry)
         top = float(np.max(t)) if n else -math.inf
         if not math.isfinite(top):
@@ -115,7 +114,7 @@ class GridPLD:
         # the residual factor.
         with np.errstate(invalid="ignore"):
             rel = np.abs(lm - lm[r]) + 2.0 * np.abs(lam_h * steps) + np.abs(d) + (abs(log_tot) + 8.0)
-        rel = np.where(p > 0, rel, 0.0) * (u * 1.01)
+        rel = np.where(p > 0, rel, 0.0) * (_U * 1.01)
         err = l1_l2_norms(p * rel)[1] * 1.01
         rel_err = float(np.max(rel)) if rel.size else 0.0
         bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
@@ -261,7 +260,8 @@ class GridPLD:
                     moved = min(moved, _bounded_sum(head, self.log_scale - self.lam * lhead, self.err)
                                 + beyond[0])
                 if moved > 0:
-                    keep[0] += moved * tilt_up
+                    # (the tilting factor is rounded: a little more, never less)
+                    keep[0] += moved * tilt_up * (1.0 + 1e-12)
                     if bound is not None:  # the moved mass now sits at llo: M(theta) grows for theta > 0
                         bound = bound.copy()
                         pos = THETA > 0

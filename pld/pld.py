@@ -202,8 +202,7 @@ class PLD:
             lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
         # delta(eps) is non-increasing: a lower bound at a larger epsilon holds
         # at every smaller one, an upper bound at a smaller epsilon at every
-        # larger one.  (A point between two tuning epsilons whose tails differ
-        # by orders of magnitude is otherwise resolved by neither grid.)
+        # larger one.
         if flat.size > 1:
             order = np.argsort(flat, kind="stable")
             lo[order] = np.maximum.accumulate(lo[order][::-1])[::-1]
@@ -348,20 +347,18 @@ class PLD:
         dirs = self._ordered_directions(delta)
         lead = dirs[0][1]
         query = ("delta", delta, rtol)
-        for d, est in dirs[1:]:
-            if est < 0.95 * lead:
-                # the probe grid does not depend on the leader's answer: on two
-                # cores it is built while the leader is
-                probe = self._probe_settings(d, query)
-                if probe is not None:
-                    self._speculate(d, *probe)
-        for i, (d, est) in enumerate(dirs):
-            # floor=lo: a direction whose upper end stays below the bracket found
-            # so far cannot move either end of max(...), so it needs no refining;
-            # one that the Chernoff estimate puts clearly below the leader is
-            # first tried on a coarse grid, which usually shows exactly that
-            probe = i > 0 and est < 0.95 * lead
-            settings = self._settings(d, query, floor=lo, probe=probe)
+        # floor=lo: a direction whose upper end stays below the bracket found
+        # so far cannot move either end of max(...), so it needs no refining;
+        # one that the Chernoff estimate puts clearly below the leader is first
+        # tried on a coarse grid, which usually shows exactly that.  That grid
+        # does not depend on the leader's answer: on two cores it is built
+        # while the leader is.
+        probes = {d: self._probe_settings(d, query) for d, est in dirs[1:] if est < 0.95 * lead}
+        for d, probe in probes.items():
+            if probe is not None:
+                self._speculate(d, *probe)
+        for d, _ in dirs:
+            settings = self._settings(d, query, floor=lo, probe=probes.get(d))
             used[d] = settings
             pess, _ = self._materialize(d, *settings, lower=False)
             upper = pess.epsilon(delta)
@@ -394,7 +391,7 @@ class PLD:
         return used
 
     def _settings(self, direction: str, query: tuple, floor: float = -math.inf,
-                  probe: bool = False) -> tuple[float, float, float]:
+                  probe: tuple | None = None) -> tuple[float, float, float]:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         The bias of both discretisations is second order in the spacing, so a
@@ -415,15 +412,14 @@ class PLD:
             h, lam = memo
         else:
             h = self._first_spacing(direction, query, lam, log_eta)
-            if probe and floor > 0:
+            if probe is not None and floor > 0 and query[0] == "delta":
                 # a direction that does not bind needs only a bracket below the
                 # floor: a grid _PROBE_COARSENING times coarser (the bias grows
-                # like h^2) settles that at a fraction of the cost
-                settings = self._probe_settings(direction, query)
-                if settings is not None and query[0] == "delta":
-                    pess, _ = self._materialize(direction, *settings, lower=False)
-                    if pess.epsilon(query[1]) <= floor:
-                        return settings
+                # like h^2, settings from _probe_settings) settles that at a
+                # fraction of the cost
+                pess, _ = self._materialize(direction, *probe, lower=False)
+                if pess.epsilon(query[1]) <= floor:
+                    return probe
         best = (math.inf, h, lam)
         stalled = 0
         # atoms between grid points make the dominated side's error first order
