@@ -15,7 +15,7 @@ import numpy as np
 
 from pld._models import LossModel
 from pld.grid import GridPLD
-from pld.kernels import optimistic_merge, pessimistic_spread
+from pld.kernels import optimistic_merge_centred, pessimistic_spread
 
 
 def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
@@ -35,8 +35,8 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     pessimistic : bool
         Dominating (True) or dominated (False) side.
     cells : (log_p, log_q), optional
-        ``model.cells(grid)`` when the caller has it already (both sides of a
-        materialisation discretise the same cells).
+        ``model.cells(grid)`` when the caller has it already (the dominating
+        side's cells; the dominated side cuts its own, centred on the grid).
     """
     n = int(k_hi - k_lo + 1)
     if n < 2:
@@ -66,24 +66,24 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
         inf_mass = min(1.0, inf_exact * (1 + 1e-12) + math.exp(log_inf))
         return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
 
-    # mass below the window is dropped (merging it in would drag buckets far
-    # below their grid targets); mass above is merged and rounded down.
-    cell_lp = cell_lp[1:]
-    cell_lq = cell_lq[1:]
-    below = a_loss < l0
-    lp = np.concatenate((cell_lp, a_lp[~below]))
-    lq = np.concatenate((cell_lq, a_lq[~below]))
-    ok = (lp > -np.inf) & (lq > -np.inf)
-    lp, lq = lp[ok], lq[ok]
-    with np.errstate(invalid="ignore"):
-        loss = lp - lq
-    order = np.argsort(loss, kind="stable")
-    # The merge works with linear masses and depends on P/Q ratios only; shift
-    # the losses so the window is centred on 0, or Q = P e^{-loss} would
-    # underflow for losses of several hundred (epsilon ~ 1000).
+    # The dominated side merges cells centred on the grid points,
+    # [l_k - h/2, l_k + h/2] (buckets one cell wide, see
+    # optimistic_merge_centred); each atom joins the cell it falls in (merging
+    # it with its cell is post-processing), mass below the first cell is
+    # dropped, mass above the last rounded down.  The kernel works with
+    # linear masses and depends on P/Q ratios only; the losses are shifted so
+    # the window is centred on 0, or Q = P e^{-loss} would underflow for
+    # losses of several hundred (epsilon ~ 1000).
     k_mid = (k_lo + k_hi) // 2
     shift = k_mid * h
-    mass = optimistic_merge(lp[order], lq[order] + shift, h, (k_lo - k_mid) * h, n)
+    mid_lp, mid_lq = model.cells((k_lo - 0.5 + np.arange(n + 1)) * h)
+    mid_lp, mid_lq = mid_lp[1:].copy(), mid_lq[1:].copy()
+    keep = (a_loss >= l0 - 0.5 * h) & (a_lp > -np.inf) & (a_lq > -np.inf)
+    if np.any(keep):
+        idx = np.minimum(np.floor((a_loss[keep] - l0) / h + 0.5), n).astype(np.int64)
+        np.logaddexp.at(mid_lp, idx, a_lp[keep])
+        np.logaddexp.at(mid_lq, idx, a_lq[keep])
+    mass = optimistic_merge_centred(mid_lp, mid_lq + shift, h, (k_lo - k_mid) * h, n)
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False)

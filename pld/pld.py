@@ -464,7 +464,8 @@ class PLD:
                 n = self._grid_points(direction, h, lam, log_eta)
                 h_new = self._align(direction, _round_spacing(h * n / MAX_GRID_POINTS * 1.02))
                 while h_new < 0.95 * h and self._grid_points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
-                    h_new = self._align(direction, _round_spacing(h_new * 1.05))
+                    # (x1.3: snapping to a quantum may take back up to 25%)
+                    h_new = self._align(direction, _round_spacing(h_new * 1.3))
                 if h_new >= 0.95 * h:
                     break
             h = h_new
@@ -554,11 +555,21 @@ class PLD:
         return hi - lo, rel * hi + 1e-300, hi, part
 
     def _align(self, direction: str, h: float) -> float:
-        """Snap ``h`` to ``u / k`` when every loss is a multiple of a quantum ``u``."""
+        """Snap ``h`` to ``u / k`` when every loss is a multiple of a quantum ``u``.
+
+        ``k`` is rounded up to ``m 2^j`` with ``m`` in 1, 3, 5, 7 (a spacing at
+        most 25% finer): levels re-gridded to doubled spacings then keep the
+        atoms on grid points for ``j`` doublings, where an odd ``k`` loses them
+        at the first (and the dominated side's rounding of atoms between grid
+        points is first order in the spacing).
+        """
         u = self._exploration(direction).quantum()
         if u is None:
             return h
-        return u / max(1, math.ceil(u / h - 1e-9))
+        k = max(1, math.ceil(u / h - 1e-9))
+        j = max(0, k.bit_length() - 3)
+        k = -(-k // (1 << j)) << j  # (k / 2^j rounded up: at most 7 << j)
+        return u / k
 
     def _initial_spacing(self, direction: str, query: tuple) -> float:
         comp = self._exploration(direction)
