@@ -1,22 +1,22 @@
 """Kernels that place a privacy-loss description onto a uniform loss grid.
 
-A direction of a mechanism is described by *pieces*, sorted by privacy loss:
-each piece has a P-mass and a Q-mass (in log space) and lies inside one grid
-cell ``[l_i, l_{i+1}]`` (continuous parts are cut at grid points beforehand;
-atoms are pieces of zero width).
+A direction of a mechanism is described by *pieces*, sorted by privacy loss,
+each with a P-mass and a Q-mass (in log space): cells of its continuous part
+and atoms.
 
-* ``pessimistic_spread`` builds a *dominating* grid PLD: every piece is split
-  between the two end points of its cell so that both its P-mass and its
-  Q-mass are preserved ("connect the dots", Doroshenko et al., PETS 2022).
-  Splitting a point mass into two points whose likelihood ratios bracket the
-  original one is a spread, so the new pair dominates the old one and the
-  bias is second order in the grid spacing.
-* ``optimistic_merge`` builds a *dominated* grid PLD by post-processing:
-  consecutive pieces are merged into buckets, taking a fraction of the next
-  piece (a randomised post-processing) so that each bucket's merged loss
-  ``log P(B)/Q(B)`` lands exactly on a grid point (never below it).  Merging
-  outputs is post-processing, hence the resulting pair is dominated by the
-  true one; losses that are not hit exactly are rounded *down*.
+* ``pessimistic_spread`` builds a *dominating* grid PLD from cells cut at the
+  grid points: every piece is split between the two end points of its cell
+  so that both its P-mass and its Q-mass are preserved ("connect the dots",
+  Doroshenko et al., PETS 2022).  Splitting a point mass into two points whose
+  likelihood ratios bracket the original one is a spread, so the new pair
+  dominates the old one and the bias is second order in the grid spacing.
+* ``optimistic_merge_centred`` builds a *dominated* grid PLD from cells
+  centred on the grid points, by post-processing: each cell is merged with
+  fractions of its neighbours (a randomised post-processing) so that each
+  bucket's merged loss ``log P(B)/Q(B)`` lands exactly on (never below) its
+  grid point.  Merging outputs is post-processing, hence the resulting pair
+  is dominated by the true one; losses that are not hit exactly are rounded
+  *down*.
 """
 
 from __future__ import annotations
@@ -104,108 +104,6 @@ def pessimistic_spread(log_p, log_q, index, h, l0, n):
     return out, log_inf
 
 
-@njit(cache=True, nogil=True)
-def optimistic_merge(log_p, log_q, h, l0, n):
-    """Merge pieces sorted by loss into buckets whose loss is a grid point.
-
-    Parameters
-    ----------
-    log_p, log_q : float64[m]
-        log P-mass and log Q-mass of each piece, sorted by the piece's loss
-        ``log_p - log_q`` (pieces with ``log_q = -inf`` have infinite loss and
-        must be left out by the caller).
-    h, l0 : float
-        Grid spacing and first grid point.
-    n : int
-        Number of grid points.
-
-    Returns
-    -------
-    mass : float64[n]
-        P-mass at each grid point, a dominated (optimistic) discretisation.
-
-    Notes
-    -----
-    A bucket ``(P_B, Q_B)`` with merged loss ``m_B`` aims at the first grid
-    point ``l_k >= m_B``.  A following piece with loss ``m > l_k`` is taken in
-    with the fraction ``t = P_B expm1(l_k - m_B) / (-p expm1(l_k - m))`` that
-    makes the merged loss exactly ``l_k``; the fraction is enlarged by a few
-    ulps so the merged loss is never below ``l_k`` (placing it on ``l_k`` then
-    only rounds down).  The rest of the piece opens the next bucket.  Mass whose
-    bucket never reaches a grid point is rounded down, or dropped below ``l0``.
-    """
-    out = np.zeros(n)
-    pb = 0.0
-    qb = 0.0
-    top = l0 + (n - 1) * h
-    m = log_p.shape[0]
-    for j in range(m):
-        if log_p[j] == -np.inf:
-            continue
-        p = math.exp(log_p[j])
-        q = math.exp(log_q[j])
-        lm = log_p[j] - log_q[j]
-        if p == 0.0:
-            continue
-        while p > 0.0:
-            if pb == 0.0:
-                # open a bucket with this piece
-                k = math.ceil((lm - l0) / h)
-                if k < 0:
-                    k = 0
-                if k > n - 1:
-                    # above the window: round down to the top grid point
-                    out[n - 1] += p
-                    break
-                if l0 + k * h <= lm:
-                    # on (or, by rounding of ceil, just above) a grid point
-                    out[k] += p
-                    break
-                pb = p
-                qb = q
-                break
-            mb = math.log(pb) - math.log(qb)
-            k = math.ceil((mb - l0) / h)
-            if k < 0:
-                k = 0
-            lk = l0 + k * h
-            if k > n - 1 or lk <= mb:
-                # the bucket already sits on (or above) a grid point: round down
-                k = min(k, n - 1)
-                while k > 0 and l0 + k * h > mb:
-                    k -= 1
-                out[k] += pb
-                pb = 0.0
-                qb = 0.0
-                continue
-            if lm <= lk:
-                pb += p
-                qb += q
-                break
-            # fraction t of the piece that lifts the merged loss exactly to l_k;
-            # enlarged slightly so that the merged loss is >= l_k
-            den = -p * math.expm1(lk - lm)
-            t = pb * math.expm1(lk - mb) / den if den > 0.0 else 2.0
-            t = t * (1.0 + 1e-12)
-            if t >= 1.0:
-                pb += p
-                qb += q
-                break
-            out[k] += pb + t * p
-            pb = 0.0
-            qb = 0.0
-            p = p * (1.0 - t)
-            q = q * (1.0 - t)
-    if pb > 0.0:
-        mb = math.log(pb) - math.log(qb)
-        k = min(math.floor((mb - l0) / h), n - 1)
-        while k >= 0 and l0 + k * h > mb:
-            k -= 1
-        if k >= 0:
-            out[k] += pb
-    return out
-
-
 #: slack by which a bucket's merged loss must clear its grid point (per unit
 #: of |loss|): piece masses carry ~1e-13 relative error from the log-CDF
 #: differences, so a merged loss computed a few ulps above ``l_k`` does not
@@ -256,10 +154,10 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
 
     Buckets are one cell wide and centred, so merging removes about
     ``h^2/12`` of loss variance per step.  Merging whole grid cells
-    ``[l_i, l_{i+1}]`` greedily (:func:`optimistic_merge`, still used for
-    atoms) needs two cells per bucket, ``h^2/3``: four times as much, and
-    twice the ``h^2/6`` the connect-the-dots spread adds on the dominating
-    side.  Measured on DP-SGD compositions, that rule gave the dominated side
+    ``[l_i, l_{i+1}]`` greedily, each bucket aimed at the first grid point
+    above it (this module's earlier rule), needs two cells per bucket,
+    ``h^2/3``: four times as much, and twice the ``h^2/6`` the
+    connect-the-dots spread adds on the dominating side.  Measured on DP-SGD compositions, that rule gave the dominated side
     two thirds of the bracket width.  Rounding a bucket *down* to ``l_i`` instead
     of lowering it costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with
     ``s`` the log-density slope: far too much for the narrow per-step laws
