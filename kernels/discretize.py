@@ -109,9 +109,9 @@ def pessimistic_spread(log_p, log_q, index, h, l0, n):
 #: differences, so a merged loss computed a few ulps above ``l_k`` does not
 #: prove that the true one is
 _MERGE_MARGIN = 1e-11
-#: largest fraction of a piece that one neighbouring bucket may take (two
-#: neighbours can never take all of it)
-_TAP_CAP = 0.45
+#: cells above the lowest one with mass that the dry run of the downward
+#: pass covers (it looks for buckets the lowering cannot serve)
+_DRY_RUN_CELLS = 4096
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -197,7 +197,13 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     # compositions).
     fail = -1
     dry = p.copy()
-    for i in range(n - 1, -1, -1):
+    # (only the lowest cells can fail: the dry run starts a few thousand
+    # cells above the first one with mass, where the demand passed down is
+    # negligible; `bottom` only steers the merge, never its validity)
+    first = 0
+    while first < n and p[first] == 0.0:
+        first += 1
+    for i in range(min(n - 1, first + _DRY_RUN_CELLS), -1, -1):
         li = l0 + i * h
         if dry[i] == 0.0 or loss[i] <= li:
             continue

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pld.grid import GridPLD
@@ -249,3 +249,48 @@ def test_carried_mgf_bound_is_an_upper_bound(n):
         exact = m + np.log(np.sum(np.exp(x - m)))
         assert bound[j] >= exact, (t, float(bound[j] - exact))
         assert bound[j] <= exact + 1e-5 + 1e-9 * abs(float(exact)), (t, float(bound[j] - exact))
+
+
+def _coarsen_dominated_reference(p, err0, lam, h):
+    """The dominated re-grid map written with numpy arrays (the form the
+    kernel replaced): coarse K keeps 2K, half of 2K+1, a fraction f_K of half
+    of 2K-1; the rest of that half goes to K-1."""
+    e_t, o_t = p[0::2], p[1::2]
+    m = e_t.size
+    pa = np.zeros(m)
+    pa[:-1] = o_t
+    pb = np.zeros(m)
+    pb[1:] = o_t
+    low_a = np.maximum(pa - err0, 0.0)
+    high_b = np.maximum(pb, 0.0) + err0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(high_b > 0, np.minimum(1.0, low_a / high_b * math.exp(-2.0 * lam * h - h)), 1.0)
+    f = f * (1.0 - 1e-12)
+    up, dn = math.exp(lam * h), math.exp(-lam * h)
+    out = e_t + 0.5 * pa * dn + f * 0.5 * pb * up
+    rest = (1.0 - f) * 0.5 * pb * dn
+    out[:-1] += rest[1:]
+    f_next = np.concatenate((f[1:], [1.0]))
+    a = 0.5 * dn + (1.0 - f_next) * 0.5 * dn
+    b = f * 0.5 * up
+    b_next = np.concatenate((b[1:], [0.0]))
+    a_prev = np.concatenate(([0.0], a[:-1]))
+    norm_m = math.sqrt(float(np.max(1.0 + a * a + b * b + a * b_next + a_prev * b)))
+    return out, norm_m
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(0, 400), lam=st.floats(0.0, 30.0),
+       h=st.floats(1e-5, 0.3), err_scale=st.sampled_from([0.0, 1e-14, 1e-3]))
+def test_dominated_coarsen_kernel_matches_the_array_form(seed, n, lam, h, err_scale):
+    from pld.kernels import coarsen_dominated
+
+    rng = np.random.default_rng(seed)
+    p = rng.exponential(size=2 * n + 1) * (rng.random(2 * n + 1) < 0.8)
+    p[rng.random(p.size) < 0.05] *= -1e-3  # computed vectors carry small negative entries
+    err0 = err_scale * float(np.abs(p).max(initial=1.0))
+    out, norm_m, l2 = coarsen_dominated(p, err0, lam, h)
+    ref, ref_norm = _coarsen_dominated_reference(p, err0, lam, h)
+    np.testing.assert_allclose(out, ref, rtol=1e-14, atol=1e-300)
+    assert norm_m == pytest.approx(ref_norm, rel=1e-14)
+    assert l2 == pytest.approx(float(np.linalg.norm(out)), rel=1e-12)
