@@ -61,11 +61,17 @@ class Exploration:
         return hit
 
     def mean_var(self) -> tuple[float, float]:
-        if not np.any(np.isfinite(self.log_p)):
-            return 0.0, 0.0  # no finite loss at all (all mass at +inf)
-        w = np.exp(self.log_p - logsumexp(self.log_p))
-        m = float(np.dot(w, self.loss))
-        return m, float(np.dot(w, (self.loss - m) ** 2))
+        # (asked several times per query: cached, the exploration is immutable)
+        hit = self.__dict__.get("_mean_var")
+        if hit is None:
+            if not np.any(np.isfinite(self.log_p)):
+                hit = (0.0, 0.0)  # no finite loss at all (all mass at +inf)
+            else:
+                w = np.exp(self.log_p - logsumexp(self.log_p))
+                m = float(np.dot(w, self.loss))
+                hit = (m, float(np.dot(w, (self.loss - m) ** 2)))
+            self.__dict__["_mean_var"] = hit
+        return hit
 
     #: set by explore() for models made of atoms only
     atoms_only: bool = False

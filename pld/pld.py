@@ -68,7 +68,7 @@ _DEBUG = False
 _WIDTH_PER_BIAS = 2.2
 #: fraction of the width target the first grid aims at: a first grid too
 #: fine wastes time, one too coarse costs a second materialisation
-_WIDTH_AIM = 0.8
+_WIDTH_AIM = 0.7
 
 
 class GridTooLargeError(MemoryError):
