@@ -236,40 +236,49 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
             below += p[i]
     # Pass 1, upwards: buckets below their grid point take the next cells
     # (the fraction that lifts them exactly there, enlarged by a few ulps).
+    # A bucket's Q-mass is only formed when it swallows a whole cell; one
+    # that hits its target is placed there without recomputing its loss.
+    target = np.full(n, -1, dtype=np.int64)  # grid index of a bucket that hit it
     for i in range(n):
         if avail[i] == 0.0 or ongrid[i]:
             continue
         li = l0 + i * h
         t = li + _MERGE_MARGIN * max(1.0, abs(li))
+        k = i
         if loss[i] >= t:
             if i >= bottom:
                 continue
-            li += h  # aim at the next grid point up
+            k = i + 1  # aim at the next grid point up
+            li += h
             t = li + _MERGE_MARGIN * max(1.0, abs(li))
         lifted[i] = True
         P = avail[i]
-        Q = P * math.exp(li - loss[i])
+        mb = loss[i]
+        Q = -1.0
         avail[i] = 0.0
         j = i + 1
         while j <= n:
             if avail[j] > 0.0 and loss[j] > t:
-                mb = math.log(P / Q) + li
                 if mb >= t:
+                    target[i] = k
                     break
                 den = -avail[j] * math.expm1(t - loss[j])
                 f = P * math.expm1(t - mb) / den * (1.0 + 1e-12) if den > 0.0 else 2.0
                 if f < 1.0:
                     take = f * avail[j]
                     P += take
-                    Q += take * math.exp(li - loss[j])
                     avail[j] = max(0.0, avail[j] - take)
+                    target[i] = k
                     break
+                if Q < 0.0:
+                    Q = P * math.exp(li - mb)
                 P += avail[j]
                 Q += avail[j] * math.exp(li - loss[j])
                 avail[j] = 0.0
+                mb = math.log(P / Q) + li
             j += 1
         pb[i] = P
-        qb[i] = Q
+        qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = li
     # Pass 2, downwards: buckets at or above their grid point keep what is
     # left of their cell and take the lower cells' fraction that lowers them
@@ -284,44 +293,50 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
         li = l0 + i * h
         t = li + _MERGE_MARGIN * max(1.0, abs(li))
         P = avail[i]
-        Q = P * math.exp(li - loss[i])
+        mb = loss[i]
+        Q = -1.0
         avail[i] = 0.0
         j = i - 1
-        while j >= 0 and loss[i] > t:
+        while j >= 0 and mb > t:
             if avail[j] > 0.0 and loss[j] < t:
-                mb = math.log(P / Q) + li
-                if mb <= t:
-                    break
                 den = avail[j] * math.expm1(t - loss[j])
                 f = P * (-math.expm1(t - mb)) / den * (1.0 - 1e-12) if den > 0.0 else 2.0
                 if f < 1.0:
                     take = f * avail[j]
                     P += take
-                    Q += take * math.exp(li - loss[j])
                     avail[j] = max(0.0, avail[j] - take)
+                    target[i] = i
                     break
+                if Q < 0.0:
+                    Q = P * math.exp(li - mb)
                 P += avail[j]
                 Q += avail[j] * math.exp(li - loss[j])
                 avail[j] = 0.0
+                mb = math.log(P / Q) + li
             j -= 1
+        if mb >= t:
+            target[i] = i  # (at or above its grid point: rounded down there)
         pb[i] = P
-        qb[i] = Q
+        qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = li
     out = np.zeros(n)
     out[n - 1] += avail[n]  # above the window, untaken: rounded down to the top
     for i in range(n):
         if not pb[i] > 0.0:
             continue  # (masses near underflow can round to <= 0)
-        # place each bucket at the highest grid point its merged loss clears
-        # (buckets that hit their target sit a margin above their grid point)
         if ongrid[i]:
             out[i] += pb[i]
             continue
+        if target[i] >= 0:
+            out[target[i]] += pb[i]  # merged loss at (or above) that grid point
+            continue
+        # a bucket that missed its target: the highest grid point its merged
+        # loss clears
         if not qb[i] > 0.0:
             out[min(i + 1, int(round((ref[i] - l0) / h)))] += pb[i]  # infinite merged loss
             continue
         mb = math.log(pb[i] / qb[i]) + ref[i]
-        mb -= 0.5 * _MERGE_MARGIN * max(1.0, abs(mb))
+        mb -= _MERGE_MARGIN * max(1.0, abs(mb))
         k = min(i + 1, math.floor((mb - l0) / h))
         while k >= 0 and l0 + k * h > mb:
             k -= 1
