@@ -68,8 +68,9 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
 
     # The dominated side merges cells centred on the grid points,
     # [l_k - h/2, l_k + h/2] (buckets one cell wide, see
-    # optimistic_merge_centred); each atom joins the cell it falls in (merging
-    # it with its cell is post-processing), mass below the first cell is
+    # optimistic_merge_centred); each atom off the grid joins the cell it
+    # falls in (merging it with its cell is post-processing; one on a grid
+    # point stays there, exact), mass below the first cell is
     # dropped, mass above the last rounded down.  The kernel works with
     # linear masses and depends on P/Q ratios only; the losses are shifted so
     # the window is centred on 0, or Q = P e^{-loss} would underflow for
@@ -79,11 +80,17 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     mid_lp, mid_lq = model.cells((k_lo - 0.5 + np.arange(n + 1)) * h)
     mid_lp, mid_lq = mid_lp[1:].copy(), mid_lq[1:].copy()
     keep = (a_loss >= l0 - 0.5 * h) & (a_lp > -np.inf) & (a_lq > -np.inf)
-    if np.any(keep):
-        idx = np.minimum(np.floor((a_loss[keep] - l0) / h + 0.5), n).astype(np.int64)
-        np.logaddexp.at(mid_lp, idx, a_lp[keep])
-        np.logaddexp.at(mid_lq, idx, a_lq[keep])
+    idx = np.minimum(np.floor((a_loss - l0) / h + 0.5), n).astype(np.int64)
+    # an atom on a grid point (up to rounding) is placed there as it is
+    on_grid = keep & (idx < n) & (np.abs(a_loss - (k_lo + idx) * h)
+                                  <= 8.0 * 2.0 ** -52 * np.maximum(1.0, np.abs(a_loss)))
+    into = keep & ~on_grid
+    if np.any(into):
+        np.logaddexp.at(mid_lp, idx[into], a_lp[into])
+        np.logaddexp.at(mid_lq, idx[into], a_lq[into])
     mass = optimistic_merge_centred(mid_lp, mid_lq + shift, h, (k_lo - k_mid) * h, n)
+    if np.any(on_grid):
+        np.add.at(mass, idx[on_grid], np.exp(a_lp[on_grid]))
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False)
