@@ -182,3 +182,26 @@ def l1_l2_norms(a):
         s1 += abs(x)
         s2 += x * x
     return s1, math.sqrt(s2)
+
+
+@njit(cache=True, nogil=True)
+def dot_compensated(a, b):
+    """``sum_i a_i b_i`` with Neumaier's compensated summation.
+
+    For non-negative terms the result is within ``3 u`` (plus ``n u^2``)
+    relative of the exact sum (each product rounds by ``u``, the compensated
+    sum by ``2 u``), whatever ``n``: a naive or blocked dot can be ``n u`` off,
+    1e-11 at 1e5 entries.  Also keeps BLAS (and its spinning threads) out
+    of the query path.
+    """
+    s = 0.0
+    c = 0.0
+    for i in range(a.shape[0]):
+        x = a[i] * b[i]
+        t = s + x
+        if abs(s) >= abs(x):
+            c += (s - t) + x
+        else:
+            c += (x - t) + s
+        s = t
+    return s + c

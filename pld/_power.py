@@ -191,7 +191,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             # ||Y||_2 / sqrt(size) = ||F^-1 Y||_2, which the computed inverse
             # matches to its own (relative) rounding: bound it from the result
             inv_rel = _C_ERR * _U * log_n
-            y_norm = l1_l2_norms(buf)[1] * (1.0 + 1e-12) / (1.0 - inv_rel)
+            y_norm = l1_l2_norms(buf)[1] * (1.0 + buf.size * 2.0 ** -53) / (1.0 - inv_rel)
             round_off = (c * math.exp(growth) * e1
                          + (kappa / (1.0 - kappa) + inv_rel) * y_norm
                          + size * c * 1e-300)
@@ -243,7 +243,7 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     y *= math.exp(float(exact - Fraction(cs)))
     log_tot = math.log(tot)
     log_scale = cs + log_tot
-    err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * float(np.linalg.norm(y))
+    err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * float(l1_l2_norms(y)[1]) * (1.0 + 2e-9)
     inf_mass = _inf_mass_power(g, c)
     bound = None
     beyond = (0.0, 0.0)

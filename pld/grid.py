@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pld import _fft
-from pld.kernels import coarsen_dominated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid
+from pld.kernels import coarsen_dominated, dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
 # exceed one by the slack the discretiser adds on the safe side).
@@ -132,7 +132,7 @@ class GridPLD:
             low = np.maximum(self.p - self.err, 0.0)
         with np.errstate(over="ignore", under="ignore"):
             w = np.exp(np.minimum(self.log_scale - self.lam * self.losses(), 700.0))
-        return min(1.0, float(np.dot(low, w)) * (1.0 - 1e-12))
+        return min(1.0, float(dot_compensated(low, w)) * (1.0 - 1e-12))
 
     def without_error(self) -> "GridPLD":
         """The same grid with the round-off term dropped (diagnostics only: not certified)."""
@@ -520,5 +520,7 @@ def _bounded_sum(p: np.ndarray, log_w: np.ndarray, err: float) -> float:
         if top > 700:
             return math.inf
         w = np.exp(log_w)
-        s = float(np.dot(np.maximum(p, 0.0), w)) + err * float(np.linalg.norm(w))
+        # (compensated dot: within 3u; the norm's naive sum within n u < 2e-9)
+        s = (float(dot_compensated(np.maximum(p, 0.0), w)) * (1.0 + 1e-15)
+             + err * float(l1_l2_norms(w)[1]) * (1.0 + 2e-9))
     return s

@@ -294,3 +294,19 @@ def test_dominated_coarsen_kernel_matches_the_array_form(seed, n, lam, h, err_sc
     np.testing.assert_allclose(out, ref, rtol=1e-14, atol=1e-300)
     assert norm_m == pytest.approx(ref_norm, rel=1e-14)
     assert l2 == pytest.approx(float(np.linalg.norm(out)), rel=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(0, 200_000))
+def test_compensated_dot_is_within_three_ulps(seed, n):
+    """The dot behind the certified mass sums.  ``fsum`` of the rounded
+    products is their exact sum, so the kernel must be within 2u of it (the
+    products' own rounding, u each and all of one sign, makes 3u in all)."""
+    from pld.kernels import dot_compensated
+
+    rng = np.random.default_rng(seed)
+    a = rng.exponential(size=n) * 10.0 ** rng.uniform(-30, 0, size=n)
+    b = rng.exponential(size=n)
+    got = dot_compensated(a, b)
+    ref = math.fsum(a * b)
+    assert abs(got - ref) <= 2.0 * 2.0 ** -53 * ref + 1e-300
