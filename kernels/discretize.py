@@ -137,31 +137,38 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     Notes
     -----
     Cell ``i`` has merged loss ``L_i = log P_i/Q_i``, within ``O(h^2)`` of
-    ``l_i`` wherever the law is smooth on the scale of ``h``.  Bucket ``i`` keeps
-    the part of cell ``i`` its neighbours leave and, when ``L_i < l_i``, takes
-    the fraction ``b = P_i expm1(l_i - L_i) / (P_{i+1} (-expm1(l_i - L_{i+1})))``
-    of cell ``i + 1`` that lifts its merged loss to ``l_i``; when ``L_i > l_i``
-    it takes the fraction ``a`` of cell ``i - 1`` that lowers it to ``l_i``.
-    Every outcome is thus sent to its own bucket or a neighbouring one with
-    fixed probabilities: a randomised post-processing, so the merged pair is
-    dominated by the true one.  Lifting fractions are rounded up (computed
-    for the whole cell, of which the bucket keeps less) and lowering
-    fractions rounded down (computed for the least the bucket can keep), so
-    each merged loss is at least its grid point, where its mass is placed:
-    rounding losses down only lowers every composed delta.  A bucket that
-    cannot be lifted (its neighbour too light) is rounded down to the grid
-    point below its merged loss.
+    ``l_i`` wherever the law is smooth on the scale of ``h``.  Bucket ``i``
+    starts from what is left of cell ``i``:
+
+    * pass 1 (upwards): if ``L_i < l_i`` it takes, from the next cells, the
+      fraction ``f = P_B expm1(l_i - m_B) / (-P_j expm1(l_i - L_j))`` that lifts
+      its merged loss ``m_B`` exactly to ``l_i`` (enlarged by 1e-12), whole
+      cells first if one is not enough;
+    * pass 2 (downwards): if ``L_i >= l_i`` it takes, from the cells below, the
+      fraction that lowers it exactly to ``l_i`` (reduced by 1e-12).
+
+    Every outcome is thus sent to its own bucket or to one nearby with fixed
+    probabilities: a randomised post-processing, so the merged pair is
+    dominated by the true one.  Targets carry a margin of ``1e-11 max(1,
+    |l|)`` for the error of the cell masses, so each merged loss is at least
+    its grid point, where the bucket's mass is placed; a bucket that cannot
+    reach its target (nothing left to take) is placed at the highest grid
+    point its merged loss clears.  Rounding losses down only lowers every
+    composed delta.
 
     Buckets are one cell wide and centred, so merging removes about
     ``h^2/12`` of loss variance per step.  Merging whole grid cells
     ``[l_i, l_{i+1}]`` greedily, each bucket aimed at the first grid point
     above it (this module's earlier rule), needs two cells per bucket,
     ``h^2/3``: four times as much, and twice the ``h^2/6`` the
-    connect-the-dots spread adds on the dominating side.  Measured on DP-SGD compositions, that rule gave the dominated side
-    two thirds of the bracket width.  Rounding a bucket *down* to ``l_i`` instead
-    of lowering it costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with
-    ``s`` the log-density slope: far too much for the narrow per-step laws
-    of subsampled mechanisms, hence the lowering taps.
+    connect-the-dots spread adds on the dominating side; measured on DP-SGD
+    compositions, that rule gave the dominated side two thirds of the
+    bracket width.  Rounding a bucket down to ``l_i`` instead of lowering it
+    costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with ``s`` the
+    log-density slope: far too much for the narrow per-step laws of
+    subsampled mechanisms, hence the lowering pass.  Near the bottom of a
+    steeply rising support, where the lowering pass would run out of mass,
+    cells are merged upwards instead (see ``bottom`` below).
     """
     p = np.zeros(n + 1)
     loss = np.zeros(n + 1)
