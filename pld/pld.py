@@ -430,6 +430,7 @@ class PLD:
                     return probe
         best = (math.inf, h, lam)
         stalled = 0
+        weakened = False
         # atoms between grid points make the dominated side's error first order
         # and erratic in h: give such compositions more tries
         tries, patience = (12, 5) if self._exploration(direction).all_atoms else (8, 3)
@@ -461,6 +462,15 @@ class PLD:
                     continue
                 if width - err_part <= target:
                     break  # nothing left that a finer grid would fix
+            elif err_part > 0.5 * width and lam >= lam_star and lam > 1.0 and not weakened:
+                # round-off dominates at the strongest tilt: a bounded loss
+                # (randomized response with a small epsilon0) has its Chernoff
+                # tilt at the cap, where everything below the top atoms is
+                # under round-off; try a much weaker tilt once (the best
+                # width found is kept either way)
+                weakened = True
+                lam = w.quantize_tilt(lam / 16.0)
+                continue
             # the round-off part does not shrink with h: the discretisation
             # part must fit in what it leaves of the target
             avail = max(target - err_part, 0.2 * target)
