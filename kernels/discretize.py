@@ -114,6 +114,17 @@ _MERGE_MARGIN = 1e-11
 _DRY_RUN_CELLS = 4096
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _swallow(P, Q, mb, p, loss, ref):
+    """Add a whole cell ``(p, loss)`` to a bucket ``(P, Q, mb)``; ``Q`` is the
+    bucket's Q-mass times ``e^{ref}``, formed on first use (``Q < 0``)."""
+    if Q < 0.0:
+        Q = P * math.exp(ref - mb)
+    P += p
+    Q += p * math.exp(ref - loss)
+    return P, Q, math.log(P / Q) + ref
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def optimistic_merge_centred(log_p, log_q, h, l0, n):
     """Dominated discretisation of a continuous part cut into centred cells.
@@ -277,12 +288,8 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
                     avail[j] = max(0.0, avail[j] - take)
                     target[i] = k
                     break
-                if Q < 0.0:
-                    Q = P * math.exp(li - mb)
-                P += avail[j]
-                Q += avail[j] * math.exp(li - loss[j])
+                P, Q, mb = _swallow(P, Q, mb, avail[j], loss[j], li)
                 avail[j] = 0.0
-                mb = math.log(P / Q) + li
             j += 1
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
@@ -314,12 +321,8 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
                     avail[j] = max(0.0, avail[j] - take)
                     target[i] = i
                     break
-                if Q < 0.0:
-                    Q = P * math.exp(li - mb)
-                P += avail[j]
-                Q += avail[j] * math.exp(li - loss[j])
+                P, Q, mb = _swallow(P, Q, mb, avail[j], loss[j], li)
                 avail[j] = 0.0
-                mb = math.log(P / Q) + li
             j -= 1
         if mb >= t:
             target[i] = i  # (at or above its grid point: rounded down there)

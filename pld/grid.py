@@ -301,7 +301,8 @@ class GridPLD:
             out[1:] += wb * odd
             out[:-1] += wa * odd
             norm_r = math.sqrt(max(1.0, wa + wb) * (1.0 + wa + wb))
-            err = self.err * norm_r + 4.0 * 2.0 ** -53 * l1_l2_norms(out)[1]
+            # (the norm's own naive sum: within n u / 2 below)
+            err = self.err * norm_r + 4.0 * 2.0 ** -53 * l1_l2_norms(out)[1] * (1.0 + out.size * 2.0 ** -53)
             bound = self.log_mgf_bound
             if bound is not None:
                 # an odd point at l_J + h splits into (a, b) at (l_J, l_J + 2h) with
@@ -332,7 +333,7 @@ class GridPLD:
         # (one pass in kernels.regrid: the numpy form of this map made a
         # dozen temporaries, 6 ms on a 2e5-point level)
         out, norm_m, l2 = coarsen_dominated(np.ascontiguousarray(p), float(self.err), float(lam), float(h))
-        err = self.err * norm_m + 4.0 * 2.0 ** -53 * l2
+        err = self.err * norm_m + 4.0 * 2.0 ** -53 * l2 * (1.0 + out.size * 2.0 ** -53)
         return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, False)
 
     # ------------------------------------------------------------- evaluate
