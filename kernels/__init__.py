@@ -4,10 +4,10 @@ Kernels take and return numpy arrays only; every function is compiled with
 ``cache=True`` so a fresh process pays the JIT cost once per installation.
 """
 
-from .discretize import optimistic_merge_centred, pessimistic_spread
+from .discretize import cell_points, optimistic_merge_centred, pessimistic_spread
 from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points
 from .power import complex_powers
 from .regrid import coarsen_dominated
 
-__all__ = ["optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
+__all__ = ["cell_points", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
            "log_mgf_points", "l1_l2_norms", "complex_powers", "coarsen_dominated", "dot_compensated"]

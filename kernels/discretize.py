@@ -45,8 +45,8 @@ def _logaddexp(a: float, b: float) -> float:
 
 
 @njit(cache=True, nogil=True)
-def pessimistic_spread(log_p, log_q, index, h, l0, n):
-    """Spread pieces onto the grid ``l_i = l0 + i*h`` (i < n), dominating side.
+def pessimistic_spread(log_p, log_q, index, points, h, k0):
+    """Spread pieces onto the points ``l_i = (k0 + points_i) h``, dominating side.
 
     Parameters
     ----------
@@ -57,28 +57,35 @@ def pessimistic_spread(log_p, log_q, index, h, l0, n):
         ``index < 0`` sends the piece to ``l_0`` (mass below the window is moved
         *up*, which only increases delta); ``index >= n - 1`` sends it to
         ``+inf``.  An atom exactly on ``l_{n-1}`` belongs to cell ``n - 2``.
-    h, l0 : float
-        Grid spacing and first grid point.
-    n : int
-        Number of grid points.
+    points : int64[n]
+        Increasing grid offsets of the points (``arange(n)`` for a uniform
+        grid; wider cells where the law has negligible mass, see
+        :func:`cell_points`).
+    h : float
+        Grid spacing.
+    k0 : int
+        Grid index of offset 0.
 
     Returns
     -------
     log_mass : float64[n]
-        log of the P-mass at each grid point.
+        log of the P-mass at each point.
     log_inf : float
         log of the P-mass moved to ``+inf``.
 
     Notes
     -----
-    With ``P`` and ``Q`` the masses of a piece in cell ``[l_i, l_i + h]``, the
-    upper share is ``b = (P - e^{l_i} Q) / (1 - e^{-h})`` and the lower share
-    ``a = P - b``; written as ``b = P (1 - e^{l_i + log Q - log P}) / (1 - e^{-h})``
-    it has no cancellation beyond that of the piece's own loss.
+    With ``P`` and ``Q`` the masses of a piece in cell ``[l_i, l_{i+1}]`` of
+    width ``w``, the upper share is ``b = (P - e^{l_i} Q) / (1 - e^{-w})`` and the
+    lower share ``a = P - b``; written as ``b = P (1 - e^{l_i + log Q - log P}) /
+    (1 - e^{-w})`` it has no cancellation beyond that of the piece's own loss.
+    The width is formed as ``(points_{i+1} - points_i) h``, one rounding.
     """
+    n = points.shape[0]
     out = np.full(n, -np.inf)
     log_inf = -np.inf
-    denom = -math.expm1(-h)
+    last_w = -1
+    denom = 1.0
     for j in range(log_p.shape[0]):
         lp = log_p[j]
         if lp == -np.inf:
@@ -90,12 +97,16 @@ def pessimistic_spread(log_p, log_q, index, h, l0, n):
         if i >= n - 1:
             log_inf = _logaddexp(log_inf, lp)
             continue
-        li = l0 + i * h
-        # fraction of P-mass that goes up: (1 - e^{l_i - m}) / (1 - e^{-h}), m = merged loss
+        li = (k0 + points[i]) * h
+        # fraction of P-mass that goes up: (1 - e^{l_i - m}) / (1 - e^{-w}), m = merged loss
         x = li + log_q[j] - lp
         if x >= 0.0:
             frac_up = 0.0
         else:
+            wd = points[i + 1] - points[i]
+            if wd != last_w:  # (one expm1 per change of cell width)
+                last_w = wd
+                denom = -math.expm1(-wd * h)
             frac_up = -math.expm1(x) / denom
         frac_up = min(1.0, frac_up + _PESSIMISTIC_SLACK)
         if frac_up < 1.0:
@@ -126,24 +137,25 @@ def _swallow(P, Q, mb, p, loss, ref):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def optimistic_merge_centred(log_p, log_q, h, l0, n):
+def optimistic_merge_centred(log_p, log_q, points, h):
     """Dominated discretisation of a continuous part cut into centred cells.
 
     Parameters
     ----------
     log_p, log_q : float64[n + 1]
-        log P- and Q-mass of the cells ``[l_i - h/2, l_i + h/2]`` centred on
-        the grid points ``l_i = l0 + i h`` (``i < n``), then of everything above
-        ``l_{n-1} + h/2``.
-    h, l0 : float
-        Grid spacing and first grid point.
-    n : int
-        Number of grid points.
+        log P- and Q-mass of the cells centred on the points
+        ``l_i = points_i h`` (``i < n``; cell ``i`` ends half way to the next
+        point), then of everything above the last cell.
+    points : int64[n]
+        Increasing grid indices of the points (consecutive on a uniform grid;
+        further apart where the law has negligible mass).
+    h : float
+        Grid spacing.
 
     Returns
     -------
     mass : float64[n]
-        P-mass at each grid point.
+        P-mass at each point.
 
     Notes
     -----
@@ -181,6 +193,13 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     steeply rising support, where the lowering pass would run out of mass,
     cells are merged upwards instead (see ``bottom`` below).
     """
+    n = points.shape[0]
+    g = np.empty(n)        # the points' losses
+    gap = np.empty(n)      # distance to the next point (to the previous at the top)
+    for i in range(n):
+        g[i] = points[i] * h
+    for i in range(n):
+        gap[i] = (points[i + 1] - points[i]) * h if i + 1 < n else (g[i] - g[i - 1] if n > 1 else h)
     p = np.zeros(n + 1)
     loss = np.zeros(n + 1)
     for i in range(n + 1):
@@ -194,13 +213,13 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     # ulps, where the margin covers the error of log-CDF differences.
     ongrid = np.zeros(n + 1, dtype=np.bool_)
     for i in range(n):
-        li = l0 + i * h
+        li = g[i]
         if p[i] > 0.0 and abs(loss[i] - li) <= 8.0 * 2.220446049250313e-16 * max(1.0, abs(li)):
             ongrid[i] = True
     avail = p.copy()        # P-mass of each cell not yet given to a bucket
     pb = np.zeros(n)        # P-mass of each bucket
-    qb = np.zeros(n)        # its Q-mass times e^{r}, r = ref[i] (ratios only matter)
-    ref = np.zeros(n)       # reference loss of each bucket (its target grid point)
+    qb = np.zeros(n)        # its Q-mass times e^{g[ref[i]]} (ratios only matter)
+    ref = np.zeros(n, dtype=np.int64)  # each bucket's reference point (its target)
     lifted = np.zeros(n, dtype=np.bool_)
     # Cells below `bottom` are merged upwards only (each bucket aims at the
     # next grid point its merged loss has not passed).  The lowest buckets of
@@ -222,7 +241,7 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     while first < n and p[first] == 0.0:
         first += 1
     for i in range(min(n - 1, first + _DRY_RUN_CELLS), -1, -1):
-        li = l0 + i * h
+        li = g[i]
         if dry[i] == 0.0 or loss[i] <= li:
             continue
         need = dry[i] * (-math.expm1(li - loss[i]))  # P-weighted excess to offset
@@ -245,11 +264,11 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
         for i in range(fail + 1):
             below += p[i]
         for i in range(fail + 1, n):
-            cost = p[i] * max(0.0, loss[i] - (l0 + i * h)) + 0.25 * h * h * below
+            cost = p[i] * max(0.0, loss[i] - g[i]) + 0.25 * gap[i] * gap[i] * below
             if cost < best:
                 best = cost
                 bottom = i
-            elif 0.25 * h * h * below > best:
+            elif 0.25 * gap[i] * gap[i] * below > best:
                 break
             below += p[i]
     # Pass 1, upwards: buckets below their grid point take the next cells
@@ -260,14 +279,14 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
     for i in range(n):
         if avail[i] == 0.0 or ongrid[i]:
             continue
-        li = l0 + i * h
+        li = g[i]
         t = li + _MERGE_MARGIN * max(1.0, abs(li))
         k = i
         if loss[i] >= t:
-            if i >= bottom:
+            if i >= bottom or i + 1 >= n:
                 continue
             k = i + 1  # aim at the next grid point up
-            li += h
+            li = g[k]
             t = li + _MERGE_MARGIN * max(1.0, abs(li))
         lifted[i] = True
         P = avail[i]
@@ -293,7 +312,7 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
             j += 1
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
-        ref[i] = li
+        ref[i] = k
     # Pass 2, downwards: buckets at or above their grid point keep what is
     # left of their cell and take the lower cells' fraction that lowers them
     # exactly there (reduced by a few ulps, so they stay at or above it).
@@ -304,7 +323,7 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
             pb[i] = avail[i]
             avail[i] = 0.0
             continue  # placed below, on its grid point
-        li = l0 + i * h
+        li = g[i]
         t = li + _MERGE_MARGIN * max(1.0, abs(li))
         P = avail[i]
         mb = loss[i]
@@ -328,7 +347,7 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
             target[i] = i  # (at or above its grid point: rounded down there)
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
-        ref[i] = li
+        ref[i] = i
     out = np.zeros(n)
     out[n - 1] += avail[n]  # above the window, untaken: rounded down to the top
     for i in range(n):
@@ -343,13 +362,55 @@ def optimistic_merge_centred(log_p, log_q, h, l0, n):
         # a bucket that missed its target: the highest grid point its merged
         # loss clears
         if not qb[i] > 0.0:
-            out[min(i + 1, int(round((ref[i] - l0) / h)))] += pb[i]  # infinite merged loss
+            out[ref[i]] += pb[i]  # infinite merged loss
             continue
-        mb = math.log(pb[i] / qb[i]) + ref[i]
+        mb = math.log(pb[i] / qb[i]) + g[ref[i]]
         mb -= _MERGE_MARGIN * max(1.0, abs(mb))
-        k = min(i + 1, math.floor((mb - l0) / h))
-        while k >= 0 and l0 + k * h > mb:
+        k = min(i + 1, n - 1)
+        while k >= 0 and g[k] > mb:
             k -= 1
         if k >= 0:
             out[k] += pb[i]
     return out
+
+
+@njit(cache=True, nogil=True)
+def cell_points(lo_off, hi_off, n):
+    """Offsets of the points of a grid with wide cells in its tails.
+
+    Parameters
+    ----------
+    lo_off, hi_off : int64[Z]
+        Cells of width ``2^(z+1)`` are allowed wholly at or below offset
+        ``lo_off[z]`` or wholly at or above ``hi_off[z]`` (nested: ``lo_off``
+        decreasing, ``hi_off`` increasing in ``z``).
+    n : int
+        Number of grid points (offsets ``0 .. n-1``).
+
+    Returns
+    -------
+    points : int64[m]
+        Increasing offsets from 0 to ``n - 1``: consecutive in the middle,
+        widening by powers of two towards each end.
+    """
+    out = np.empty(n, dtype=np.int64)
+    out[0] = 0
+    m = 1
+    i = 0
+    while i < n - 1:
+        w = _allowed_width(lo_off, hi_off, i)
+        while w > 1 and _allowed_width(lo_off, hi_off, min(i + w, n - 1)) < w:
+            w //= 2
+        i = min(i + w, n - 1)
+        out[m] = i
+        m += 1
+    return out[:m].copy()
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _allowed_width(lo_off, hi_off, i):
+    w = 1
+    for z in range(lo_off.shape[0]):
+        if i <= lo_off[z] or i >= hi_off[z]:
+            w = 2 << z
+    return w

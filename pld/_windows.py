@@ -126,6 +126,52 @@ def explore(model: LossModel, cells: int = 1000) -> Exploration:
     return ex
 
 
+#: wide first-step cells: a cell of width ``w`` grid steps may lie where the
+#: law (tilted at the query's tilt, and untilted) has at most
+#: ``_WIDE_CELL_BUDGET / w^2`` of its mass beyond the cell's inner end
+_WIDE_CELL_BUDGET = 1e-4
+#: widths 2, 4, ..., 2^_WIDE_CELL_LEVELS
+_WIDE_CELL_LEVELS = 8
+
+
+def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where a first step's grid ``l = (k_lo + i) h``, ``i < n``, may use wide cells.
+
+    Returns ``(lo_off, hi_off)``: cells ``2^(z+1)`` grid steps wide are allowed
+    at offsets ``<= lo_off[z]`` or ``>= hi_off[z]``, where the exploration puts
+    at most ``_WIDE_CELL_BUDGET / 4^(z+1)`` of the mass beyond (under the law
+    and under the law tilted by ``lam``, which weighs what decides delta at
+    the query).  A cell of width ``w h`` changes its mass's contribution to
+    the loss variance by at most ``(w h)^2 / 4``, so every zone together
+    costs at most ``2 _WIDE_CELL_BUDGET h^2``: ``12 _WIDE_CELL_BUDGET`` of the
+    ``h^2 / 6`` a uniform spread adds (0.1%).  This only chooses the cells;
+    both discretisations are valid on any partition.
+    """
+    z = np.arange(1, _WIDE_CELL_LEVELS + 1)
+    taus = math.log(_WIDE_CELL_BUDGET) - 2.0 * math.log(2.0) * z
+    order = np.argsort(ex.loss, kind="stable")
+    L = ex.loss[order]
+    base = ex.log_p[order]
+    ok = np.isfinite(base)
+    if not np.any(ok):
+        return np.full(z.size, -1, dtype=np.int64), np.full(z.size, n, dtype=np.int64)
+    lo = np.full(z.size, np.inf)
+    hi = np.full(z.size, -np.inf)
+    L, base = L[ok], base[ok]
+    for wts in ((base, base + lam * L) if lam != 0.0 else (base,)):
+        wts = wts - logsumexp(wts)
+        F = np.logaddexp.accumulate(wts)               # mass at or below L_k
+        G = np.logaddexp.accumulate(wts[::-1])[::-1]   # mass at or above L_k
+        k = np.searchsorted(F, taus, side="right") - 1
+        lo = np.minimum(lo, np.where(k >= 0, L[np.maximum(k, 0)], -np.inf))
+        k = np.searchsorted(-G, -taus, side="left")
+        hi = np.maximum(hi, np.where(k < L.size, L[np.minimum(k, L.size - 1)], np.inf))
+    with np.errstate(invalid="ignore"):
+        lo_off = np.where(np.isfinite(lo), np.floor(lo / h) - k_lo, -1.0)
+        hi_off = np.where(np.isfinite(hi), np.ceil(hi / h) - k_lo, float(n))
+    return (np.clip(lo_off, -1, n).astype(np.int64), np.clip(hi_off, 0, n).astype(np.int64))
+
+
 def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 1024) -> Exploration | None:
     """Exploration of a discretised step: masses summed over at most ``blocks``
     blocks of grid points, each placed at its mean loss (for sizing only)."""

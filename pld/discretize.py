@@ -19,7 +19,8 @@ from pld.kernels import optimistic_merge_centred, pessimistic_spread
 
 
 def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
-               pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None) -> GridPLD:
+               pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None,
+               points: np.ndarray | None = None) -> GridPLD:
     """Discretise ``model`` onto the grid ``l = k h`` for ``k_lo <= k <= k_hi``.
 
     Parameters
@@ -35,13 +36,25 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     pessimistic : bool
         Dominating (True) or dominated (False) side.
     cells : (log_p, log_q), optional
-        ``model.cells(grid)`` when the caller has it already (the dominating
-        side's cells; the dominated side cuts its own, centred on the grid).
+        ``model.cells(grid[points])`` when the caller has it already (the
+        dominating side's cells; the dominated side cuts its own, centred on
+        the points).
+    points : int64 array, optional
+        Increasing offsets (from ``k_lo``) of the grid points that receive
+        mass, from 0 to ``k_hi - k_lo``; all of them by default.  Cells between
+        points further apart are wider: where the law has negligible mass a
+        wide cell saves work at no cost in validity (either construction is
+        valid on any partition) and a cost in accuracy of its mass times its
+        width squared (see :func:`pld._windows.cell_points`).
     """
     n = int(k_hi - k_lo + 1)
     if n < 2:
         raise ValueError("a grid window needs at least two points")
-    grid = (k_lo + np.arange(n)) * h
+    pts = np.arange(n, dtype=np.int64) if points is None else np.asarray(points, dtype=np.int64)
+    m = pts.size
+    if m < 2 or pts[0] != 0 or pts[-1] != n - 1 or np.any(np.diff(pts) <= 0):
+        raise ValueError("points must increase from 0 to k_hi - k_lo")
+    grid = (k_lo + pts) * h
     l0 = k_lo * h
     cell_lp, cell_lq = model.cells(grid) if cells is None else cells
     atom_loss, atom_lp, atom_lq = model.atoms()
@@ -52,45 +65,61 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     inf_exact = float(np.exp(inf_lp).sum()) if inf_lp.size else 0.0
 
     if pessimistic:
-        # cells: index -1 below the window, i in [0, n-2] inside, n-1 above
-        cell_idx = np.arange(-1, n, dtype=np.int64)
+        # cells: index -1 below the window, j in [0, m-2] inside, m-1 above
+        cell_idx = np.arange(-1, m, dtype=np.int64)
         k = np.floor((a_loss - l0) / h).astype(np.int64)
-        on_top = np.isclose(a_loss, grid[-1], rtol=0, atol=1e-12 * max(1.0, abs(grid[-1])))
-        k = np.where((k >= n - 1) & on_top, n - 2, k)
-        k = np.where(a_loss < l0, -1, k)
-        k = np.where(a_loss > grid[-1] + 1e-12 * max(1.0, abs(grid[-1])), n - 1, k)
+        top = grid[-1]
+        on_top = np.isclose(a_loss, top, rtol=0, atol=1e-12 * max(1.0, abs(top)))
+        j = np.searchsorted(pts, k, side="right") - 1  # the cell holding fine cell k
+        j = np.where((k >= n - 1) & on_top, m - 2, j)
+        j = np.where(a_loss < l0, -1, j)
+        j = np.where(a_loss > top + 1e-12 * max(1.0, abs(top)), m - 1, j)
         lp = np.concatenate((cell_lp, a_lp))
         lq = np.concatenate((cell_lq, a_lq))
-        idx = np.concatenate((cell_idx, k))
-        log_mass, log_inf = pessimistic_spread(lp, lq, idx, h, l0, n)
+        idx = np.concatenate((cell_idx, j.astype(np.int64)))
+        pt_mass, log_inf = pessimistic_spread(lp, lq, idx, pts, h, int(k_lo))
+        if m == n:
+            log_mass = pt_mass
+        else:
+            log_mass = np.full(n, -np.inf)
+            log_mass[pts] = pt_mass
         inf_mass = min(1.0, inf_exact * (1 + 1e-12) + math.exp(log_inf))
         return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
 
-    # The dominated side merges cells centred on the grid points,
-    # [l_k - h/2, l_k + h/2] (buckets one cell wide, see
-    # optimistic_merge_centred); each atom off the grid joins the cell it
-    # falls in (merging it with its cell is post-processing; one on a grid
-    # point stays there, exact), mass below the first cell is
+    # The dominated side merges cells centred on the points (buckets one
+    # cell wide, see optimistic_merge_centred); each atom off the grid joins
+    # the cell it falls in (merging it with its cell is post-processing; one
+    # on a grid point stays there, exact), mass below the first cell is
     # dropped, mass above the last rounded down.  The kernel works with
     # linear masses and depends on P/Q ratios only; the losses are shifted so
     # the window is centred on 0, or Q = P e^{-loss} would underflow for
     # losses of several hundred (epsilon ~ 1000).
     k_mid = (k_lo + k_hi) // 2
     shift = k_mid * h
-    mid_lp, mid_lq = model.cells((k_lo - 0.5 + np.arange(n + 1)) * h)
+    # cell edges half way between points, in grid units (halves: exact)
+    e_in = 0.5 * (pts[:-1] + pts[1:])
+    edges = np.concatenate(([-0.5], e_in, [n - 0.5]))
+    mid_lp, mid_lq = model.cells((k_lo + edges) * h)
     mid_lp, mid_lq = mid_lp[1:].copy(), mid_lq[1:].copy()
     keep = (a_loss >= l0 - 0.5 * h) & (a_lp > -np.inf) & (a_lq > -np.inf)
-    idx = np.minimum(np.floor((a_loss - l0) / h + 0.5), n).astype(np.int64)
+    t = (a_loss - l0) / h
+    near = np.minimum(np.floor(t + 0.5), n).astype(np.int64)  # nearest grid offset
     # an atom on a grid point (up to rounding) is placed there as it is
-    on_grid = keep & (idx < n) & (np.abs(a_loss - (k_lo + idx) * h)
-                                  <= 8.0 * 2.0 ** -52 * np.maximum(1.0, np.abs(a_loss)))
+    on_grid = keep & (near < n) & (np.abs(a_loss - (k_lo + near) * h)
+                                   <= 8.0 * 2.0 ** -52 * np.maximum(1.0, np.abs(a_loss)))
     into = keep & ~on_grid
     if np.any(into):
-        np.logaddexp.at(mid_lp, idx[into], a_lp[into])
-        np.logaddexp.at(mid_lq, idx[into], a_lq[into])
-    mass = optimistic_merge_centred(mid_lp, mid_lq + shift, h, (k_lo - k_mid) * h, n)
+        cell = np.where(t[into] >= n - 0.5, m, np.searchsorted(e_in, t[into], side="right"))
+        np.logaddexp.at(mid_lp, cell, a_lp[into])
+        np.logaddexp.at(mid_lq, cell, a_lq[into])
+    pt_mass = optimistic_merge_centred(mid_lp, mid_lq + shift, k_lo - k_mid + pts, h)
+    if m == n:
+        mass = pt_mass
+    else:
+        mass = np.zeros(n)
+        mass[pts] = pt_mass
     if np.any(on_grid):
-        np.add.at(mass, idx[on_grid], np.exp(a_lp[on_grid]))
+        np.add.at(mass, near[on_grid], np.exp(a_lp[on_grid]))
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False)
