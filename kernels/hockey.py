@@ -48,21 +48,31 @@ def _lse_add(m, s, x):
 def log_mgf_points(log_p, loss, thetas):
     """``log sum_i exp(log_p_i + theta loss_i)`` for every ``theta``, at arbitrary losses.
 
-    One pass per ``theta`` with a running maximum (sizing heuristics: the
-    explorations behind truncation windows and tilts).
+    Two passes per ``theta``: the largest exponent, then the sum of the terms
+    within ``e^{-60}`` of it (the rest, at most ``n e^{-60}`` of the sum, is
+    left out: these are sizing heuristics, the explorations behind truncation
+    windows and tilts).  Most terms of a peaked law are that far below its
+    peak at any ``theta``, so most ``exp`` calls are skipped.
     """
     n = log_p.shape[0]
     out = np.empty(thetas.shape[0])
     for k in range(thetas.shape[0]):
         th = thetas[k]
         m = -np.inf
+        for i in range(n):
+            v = log_p[i] + th * loss[i]
+            if v > m:
+                m = v
+        if m == -np.inf or m != m:
+            out[k] = m if m == m else -np.inf
+            continue
+        cut = m - 60.0
         s = 0.0
         for i in range(n):
-            lp = log_p[i]
-            if lp == -np.inf:
-                continue
-            m, s = _lse_add(m, s, lp + th * loss[i])
-        out[k] = m + math.log(s) if m > -np.inf else -np.inf
+            v = log_p[i] + th * loss[i]
+            if v > cut:
+                s += math.exp(v - m)
+        out[k] = m + math.log(s)
     return out
 
 
@@ -106,6 +116,76 @@ def _horner_down(e, i0, i1, r):
 
 
 @njit(cache=True, nogil=True)
+def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
+    """:func:`log_mgf_grid` over the ``nnz`` entries with mass only (first
+    steps with wide tail cells: most grid points are empty).
+
+    The same blocks and Horner evaluation, over consecutive entries with
+    mass: a gap of ``d`` grid points multiplies by ``r^d = e^{-|theta| h d}``
+    (one ``exp`` per change of gap, ~1 ulp), so each step rounds ~3 u.
+    """
+    idx = np.empty(nnz, dtype=np.int64)
+    j = 0
+    for i in range(log_mass.shape[0]):
+        if log_mass[i] > -np.inf:
+            idx[j] = i
+            j += 1
+    nb = (nnz + _MGF_BLOCK - 1) // _MGF_BLOCK
+    bmax = np.full(nb, -np.inf)
+    for j in range(nnz):
+        b = j // _MGF_BLOCK
+        if log_mass[idx[j]] > bmax[b]:
+            bmax[b] = log_mass[idx[j]]
+    e = np.empty(nnz)
+    for j in range(nnz):
+        e[j] = math.exp(log_mass[idx[j]] - bmax[j // _MGF_BLOCK])
+    out = np.empty(thetas.shape[0])
+    for k in range(thetas.shape[0]):
+        th = thetas[k]
+        a = abs(th) * h
+        m = -np.inf
+        s = 0.0
+        for b in range(nb):
+            j0 = b * _MGF_BLOCK
+            j1 = min(nnz, j0 + _MGF_BLOCK)
+            if a * (idx[j1 - 1] - idx[j0]) < 500.0:
+                acc = 0.0
+                last_d = -1
+                rd = 1.0
+                if th >= 0.0:
+                    # referenced at the block's top entry: weights r^(i_top - i)
+                    acc = e[j0]
+                    for j in range(j0 + 1, j1):
+                        d = idx[j] - idx[j - 1]
+                        if d != last_d:
+                            last_d = d
+                            rd = math.exp(-a * d)
+                        acc = acc * rd + e[j]
+                    x = bmax[b] + th * (l0 + idx[j1 - 1] * h)
+                else:
+                    acc = e[j1 - 1]
+                    for j in range(j1 - 2, j0 - 1, -1):
+                        d = idx[j + 1] - idx[j]
+                        if d != last_d:
+                            last_d = d
+                            rd = math.exp(-a * d)
+                        acc = acc * rd + e[j]
+                    x = bmax[b] + th * (l0 + idx[j0] * h)
+                if acc <= 0.0:
+                    continue
+                x += math.log(acc)
+            else:
+                mb = -np.inf
+                sb = 0.0
+                for j in range(j0, j1):
+                    mb, sb = _lse_add(mb, sb, log_mass[idx[j]] + th * (l0 + idx[j] * h))
+                x = mb + math.log(sb)
+            m, s = _lse_add(m, s, x)
+        out[k] = m + math.log(s) if m > -np.inf else -np.inf
+    return out
+
+
+@njit(cache=True, nogil=True)
 def log_mgf_grid(log_mass, l0, h, thetas):
     """``log sum_i exp(log_mass_i + theta (l0 + i h))`` for every ``theta``.
 
@@ -122,6 +202,12 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     instead of one per entry and theta: ~5x faster than a log-space pass.)
     """
     n = log_mass.shape[0]
+    nnz = 0
+    for i in range(n):
+        if log_mass[i] > -np.inf:
+            nnz += 1
+    if 4 * nnz < n:
+        return _log_mgf_sparse(log_mass, nnz, l0, h, thetas)
     nb = (n + _MGF_BLOCK - 1) // _MGF_BLOCK
     bmax = np.full(nb, -np.inf)
     for i in range(n):

@@ -91,16 +91,23 @@ class GridPLD:
         lm = np.asarray(log_mass, float)
         n = lm.size
         loss = (k0 + np.arange(n)) * h
-        t = lm + lam * loss  # (only to find the reference entry)
-        top = float(np.max(t)) if n else -math.inf
+        # a first step with wide tail cells is mostly empty: work on the
+        # entries with mass only
+        at = np.flatnonzero(lm > -np.inf)
+        sparse = 4 * at.size < n
+        lm_s = lm[at] if sparse else lm
+        pos = at if sparse else np.arange(n)
+        t = lm_s + lam * loss[pos]  # (only to find the reference entry)
+        top = float(np.max(t)) if t.size else -math.inf
         if not math.isfinite(top):
             p = np.zeros(n)
             bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
             return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0)
-        r = int(np.argmax(t))
-        steps = (np.arange(n) - r).astype(float)
+        rs = int(np.argmax(t))
+        r = int(pos[rs])
+        steps = (pos - r).astype(float)
         lam_h = lam * h
-        d = (lm - lm[r]) + lam_h * steps
+        d = (lm_s - lm[r]) + lam_h * steps
         with np.errstate(under="ignore"):
             p = np.exp(d)
         tot = float(p.sum())
@@ -113,10 +120,14 @@ class GridPLD:
         # in d_i (ulps of their sizes), exp, the normalisation and log(total),
         # the residual factor.
         with np.errstate(invalid="ignore"):
-            rel = np.abs(lm - lm[r]) + 2.0 * np.abs(lam_h * steps) + np.abs(d) + (abs(log_tot) + 8.0)
+            rel = np.abs(lm_s - lm[r]) + 2.0 * np.abs(lam_h * steps) + np.abs(d) + (abs(log_tot) + 8.0)
         rel = np.where(p > 0, rel, 0.0) * (_U * 1.01)
         err = l1_l2_norms(p * rel)[1] * 1.01
         rel_err = float(np.max(rel)) if rel.size else 0.0
+        if sparse:
+            full = np.zeros(n)
+            full[at] = p
+            p = full
         bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
         return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
 
@@ -468,21 +479,20 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndar
     top_l = max(abs(float(loss[0])), abs(float(loss[-1])))
     slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(THETA) * top_l)
     lm = np.ascontiguousarray(log_mass, dtype=float)
-    n = lm.size
     # |theta| h > 2 on a long grid: the kernel's exact pass (an exp per entry)
     # would dominate, yet the sum lives in the last entries on the theta side.
     # Sum those _MGF_EDGE exactly and bound the rest by its total mass at the
     # largest weight it can have (a wall, e.g. the bounded losses of the add
     # direction, needs these large theta: they are not dropped).
     fin_idx = np.flatnonzero(np.isfinite(lm))
-    i_lo, i_hi = (int(fin_idx[0]), int(fin_idx[-1]) + 1) if fin_idx.size else (0, n)
-    steep = (np.abs(THETA) * h > 2.0) & (i_hi - i_lo > 4 * _MGF_EDGE)
+    steep = (np.abs(THETA) * h > 2.0) & (fin_idx.size > 4 * _MGF_EDGE)
     out = np.empty(THETA.size)
     out[~steep] = log_mgf_grid(lm, float(loss[0]), h, THETA[~steep])
     if np.any(steep):
         k = _MGF_EDGE
-        body = lm[i_lo:i_hi]
-        ls = loss[i_lo:i_hi]
+        # (the entries with mass, in order: the k at each end exactly)
+        body = lm[fin_idx]
+        ls = loss[fin_idx]
         for positive in (True, False):
             idx = np.flatnonzero(steep & ((THETA > 0) if positive else (THETA < 0)))
             if idx.size == 0:

@@ -143,10 +143,11 @@ def test_concurrent_queries_match_serial_ones():
 
 
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), h=st.floats(1e-6, 1.0),
-       l0=st.floats(-200.0, 50.0), spread=st.floats(0.1, 400.0))
-def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread):
+       l0=st.floats(-200.0, 50.0), spread=st.floats(0.1, 400.0), empty=st.sampled_from([0.2, 0.9, 0.995]))
+def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread, empty):
     # the blockwise Horner kernel behind every carried MGF bound, against a
     # plain log-sum-exp: relative agreement far inside the 1e-12 inflation
+    # (mostly empty grids, as wide tail cells leave them, take a sparse path)
     from scipy.special import logsumexp
 
     from pld.grid import THETA
@@ -154,7 +155,7 @@ def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread):
 
     rng = np.random.default_rng(seed)
     lm = rng.normal(scale=spread, size=n)
-    lm[rng.random(n) < 0.2] = -np.inf
+    lm[rng.random(n) < empty] = -np.inf
     got = log_mgf_grid(lm, l0, h, THETA)
     loss = l0 + np.arange(n) * h
     ok = np.isfinite(lm)
