@@ -159,9 +159,15 @@ def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int) -> tu
     hi = np.full(z.size, -np.inf)
     L, base = L[ok], base[ok]
     for wts in ((base, base + lam * L) if lam != 0.0 else (base,)):
-        wts = wts - logsumexp(wts)
-        F = np.logaddexp.accumulate(wts)               # mass at or below L_k
-        G = np.logaddexp.accumulate(wts[::-1])[::-1]   # mass at or above L_k
+        # (in linear scale relative to the peak: tails below e^-700 of it
+        # are far below every threshold)
+        with np.errstate(under="ignore"):
+            e = np.exp(wts - np.max(wts))
+        c = np.cumsum(e)
+        tot = c[-1]
+        with np.errstate(divide="ignore"):
+            F = np.log(c / tot)                             # mass at or below L_k
+            G = np.log(np.cumsum(e[::-1])[::-1] / tot)      # mass at or above L_k
         k = np.searchsorted(F, taus, side="right") - 1
         lo = np.minimum(lo, np.where(k >= 0, L[np.maximum(k, 0)], -np.inf))
         k = np.searchsorted(-G, -taus, side="left")
@@ -273,33 +279,31 @@ def window(comp: Composite, lam: float, log_eta, h: float = 0.0) -> tuple[float,
     psi_l = 0.0
     psi_up = np.zeros(th.size)
     psi_dn = np.zeros(th.size)
-    for ex, k in comp.parts:
-        a, b, c = ex.psi_around(lam)
-        psi_l += k * a
-        psi_up = psi_up + k * b
-        psi_dn = psi_dn + k * c
-    with np.errstate(over="ignore", invalid="ignore"):
-        up = np.nanmin((psi_up - psi_l - log_eta) / th)
-        lo = np.nanmax((log_eta - psi_dn + psi_l) / th)
-    # Above the window, mass goes to +inf (dominating side) or is dropped
-    # (dominated side), which moves delta by at most its *untilted* P-mass;
-    # the tilted law, lifted by e^{lam l}, would ask for a window far wider
-    # than that needs (heavy upper tails of subsampled losses)
     psi_pos = np.zeros(th.size)
     psi_neg = np.zeros(th.size)
     for ex, k in comp.parts:
+        a, b, c = ex.psi_around(lam)
+        psi_l += k * a
+        psi_up += k * b
+        psi_dn += k * c
         _, pos, neg = ex.psi_around(0.0)
-        psi_pos = psi_pos + k * pos
-        psi_neg = psi_neg + k * neg
+        psi_pos += k * pos
+        psi_neg += k * neg
+    # (fmin/fmax reductions skip the NaNs of inf - inf, as nanmin would)
     with np.errstate(over="ignore", invalid="ignore"):
-        up = min(up, float(np.nanmin((psi_pos - log_eta_up) / th)))
-    if lam > 0:
-        # Mass moved up to the window's bottom is bounded by the untilted lower
-        # tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted weight there,
-        # P(L < t) e^{lam t - Psi(lam)}, must stay below eta as well.
-        with np.errstate(over="ignore", invalid="ignore"):
-            lo_b = np.nanmax((log_eta + psi_l - psi_neg) / (th + lam))
-        lo = min(lo, lo_b)
+        up = float(np.fmin.reduce((psi_up - psi_l - log_eta) / th))
+        lo = float(np.fmax.reduce((log_eta - psi_dn + psi_l) / th))
+        # Above the window, mass goes to +inf (dominating side) or is dropped
+        # (dominated side), which moves delta by at most its *untilted*
+        # P-mass; the tilted law, lifted by e^{lam l}, would ask for a window
+        # far wider than that needs (heavy upper tails of subsampled losses)
+        up = min(up, float(np.fmin.reduce((psi_pos - log_eta_up) / th)))
+        if lam > 0:
+            # Mass moved up to the window's bottom is bounded by the untilted
+            # lower tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted
+            # weight there, P(L < t) e^{lam t - Psi(lam)}, must stay below eta
+            # as well.
+            lo = min(lo, float(np.fmax.reduce((log_eta + psi_l - psi_neg) / (th + lam))))
     s_lo, s_hi = comp.support(h)
     e_lo, e_hi = comp.support()
     # where the bound reaches the end of a bounded support, keep the whole
