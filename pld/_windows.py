@@ -67,7 +67,9 @@ class Exploration:
             if not np.any(np.isfinite(self.log_p)):
                 hit = (0.0, 0.0)  # no finite loss at all (all mass at +inf)
             else:
-                w = np.exp(self.log_p - logsumexp(self.log_p))
+                w = self._weights()
+                tot = float(w.sum())
+                w = w / tot if tot > 1e-200 else np.exp(self.log_p - logsumexp(self.log_p))
                 m = float(np.dot(w, self.loss))
                 hit = (m, float(np.dot(w, (self.loss - m) ** 2)))
             self.__dict__["_mean_var"] = hit
@@ -97,8 +99,16 @@ class Exploration:
     def added_variance(self, h: float) -> float:
         """Variance a spread onto a grid of spacing ``h`` adds per step (``E[u (h - u)]``)."""
         u = np.mod(self.loss, h)
-        w = np.exp(self.log_p)
-        return float(np.dot(w, u * (h - u)))
+        return float(np.dot(self._weights(), u * (h - u)))
+
+    def _weights(self) -> np.ndarray:
+        """``e^{log_p}`` (cached: asked at every candidate spacing)."""
+        hit = self.__dict__.get("_w")
+        if hit is None:
+            with np.errstate(under="ignore"):
+                hit = np.exp(self.log_p)
+            self.__dict__["_w"] = hit
+        return hit
 
 
 def explore(model: LossModel, cells: int = 1000) -> Exploration:
