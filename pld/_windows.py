@@ -332,6 +332,55 @@ def window(comp: Composite, lam: float, log_eta, h: float = 0.0) -> tuple[float,
     return float(lo), float(max(hi, lo))
 
 
+def step_window(ex: Exploration, lam: float, log_eta, h: float = 0.0) -> tuple[float, float]:
+    """:func:`window` of a single step, tightened by the exploration's own tails.
+
+    For one step the tail masses themselves are at hand (the exploration's
+    cells, summed from each end), and Chernoff bounds are loose by many
+    orders of magnitude for the heavy upper tail of a subsampled loss: for
+    MNIST-like DP-SGD the bound puts the top of the first window at loss 4.0
+    where the P-mass above 2.3 is already below the budget.  A narrower first
+    window shortens every transform after it (its top bounds each step of the
+    composed law).  Sizing only: what lies outside is still measured and moved
+    to the safe side.
+    """
+    lo, hi = window(Composite([(ex, 1)]), lam, log_eta, h)
+    if isinstance(log_eta, tuple):
+        log_eta, log_eta_up = log_eta
+    else:
+        log_eta_up = log_eta
+    order = np.argsort(ex.loss, kind="stable")
+    L = ex.loss[order]
+    lp = ex.log_p[order]
+    ok = np.isfinite(lp)
+    if np.count_nonzero(ok) < 2:
+        return lo, hi
+    L, lp = L[ok], lp[ok]
+    top = float(np.max(lp))
+    with np.errstate(under="ignore", divide="ignore"):
+        e = np.exp(lp - top)
+        # untilted P-mass at or above each loss: the top may stop at the first
+        # loss whose upper tail is within the budget (one cell of margin: the
+        # exploration's cells are merged, their losses spread below L_k)
+        up = np.log(np.cumsum(e[::-1])[::-1]) + top
+        k = int(np.searchsorted(-up, -log_eta_up, side="left"))
+        if k < L.size:
+            hi = min(hi, max(float(L[k]), lo))
+        if lam > 0:
+            # below: the tilted law's mass, and the untilted mass weighed at
+            # the bottom (the two criteria of `window`)
+            t = lp + lam * L
+            tt = float(np.max(t))
+            psi_l = tt + math.log(float(np.sum(np.exp(t - tt))))
+            f_t = np.log(np.cumsum(np.exp(t - tt))) + tt - psi_l
+            f_u = np.log(np.cumsum(e)) + top + lam * L - psi_l
+            worst = np.maximum(f_t, f_u)
+            j = int(np.searchsorted(np.maximum.accumulate(worst), log_eta, side="right")) - 1
+            if j >= 1:
+                lo = max(lo, min(float(L[j - 1]), hi))
+    return lo, hi
+
+
 def _tilt_cap(comp: Composite) -> float:
     """Largest useful tilt: ``30 / sd(L)``.
 

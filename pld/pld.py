@@ -807,7 +807,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     law (windows only decide what is moved, never whether moved mass is
     accounted for, so sizing costs nothing in certification).
     """
-    lo, hi = _level_window(ex, None, 1, h, lam, total_steps, log_eta)
+    lo, hi = w.step_window(ex, lam, w.shifted(log_eta, math.log(total_steps)), h)
     lo = max(lo, ex.loss_min)
     hi = min(hi, ex.loss_max)
     k_lo = int(math.floor(lo / h))
@@ -913,13 +913,19 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     # which are re-gridded as the law widens, by squaring.
     jump = _power_jump(count)
     step.power_steps[pessimistic] = 1
-    # a transform no longer than squaring the first step would use is always a gain
-    power_points = min(max(POWER_POINTS, _fft_size(2 * base.size)), 2 * MAX_GRID_POINTS)
     while jump >= 4:
         rem = count % jump
         counts = (jump, rem) if rem else (jump,)
-        powered = self_compose_powers(base, counts, tuple(_padded(win(c), h) for c in counts),
-                                      power_points, total=count)
+        windows = tuple(_padded(win(c), h) for c in counts)
+        # A transform no longer than squaring the first step would use, or
+        # than twice the level it computes (which squaring would have to
+        # hold too, unless it may re-grid on the way), is always a gain.
+        # (Bounding it by the first step alone failed a narrow first step:
+        # q = 1e-4, T = 1e6 fell back to squaring from one step, 10x slower.)
+        level = int((windows[0][1] - windows[0][0]) / h) + 1
+        power_points = min(max(POWER_POINTS, _fft_size(2 * base.size), 2 * _fft_size(level)),
+                           2 * MAX_GRID_POINTS)
+        powered = self_compose_powers(base, counts, windows, power_points, total=count)
         if powered is not None:
             cur, cur_count = fit(powered[0], jump), jump
             if rem:
