@@ -349,7 +349,9 @@ def optimistic_merge_centred(log_p, log_q, points, h):
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = i
     out = np.zeros(n)
-    out[n - 1] += avail[n]  # above the window, untaken: rounded down to the top
+    # (what is left above the window is dropped: safe on this side, and at most
+    # the truncation budget; kept at the top point it would stand for a heavy
+    # atom there and stretch every Chernoff range drawn from this grid)
     for i in range(n):
         if not pb[i] > 0.0:
             continue  # (masses near underflow can round to <= 0)
