@@ -76,6 +76,39 @@ def log_mgf_points(log_p, loss, thetas):
     return out
 
 
+@njit(cache=True, nogil=True)
+def tilted_moments(log_p, loss, lam):
+    """``(log sum_i e^{log_p_i + lam loss_i}, mean, variance)`` of the law tilted by ``lam``.
+
+    Two passes (the largest exponent, then the weighted sums); for the
+    saddle-point estimate behind sizing decisions.
+    """
+    n = log_p.shape[0]
+    m = -np.inf
+    for i in range(n):
+        v = log_p[i] + lam * loss[i]
+        if v > m:
+            m = v
+    if not m > -np.inf:
+        return -np.inf, 0.0, 0.0
+    s0 = 0.0
+    s1 = 0.0
+    for i in range(n):
+        v = log_p[i] + lam * loss[i]
+        if v > m - 60.0:
+            e = math.exp(v - m)
+            s0 += e
+            s1 += e * loss[i]
+    mean = s1 / s0
+    s2 = 0.0
+    for i in range(n):
+        v = log_p[i] + lam * loss[i]
+        if v > m - 60.0:
+            d = loss[i] - mean
+            s2 += math.exp(v - m) * d * d
+    return m + math.log(s0), mean, s2 / s0
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _horner_up(e, i0, i1, r):
     """``sum_{i0 <= i < i1} e_i r^(i1 - 1 - i)``, four interleaved chains (the
