@@ -3,8 +3,8 @@
 The pessimistic grid dominates the model's pair and the optimistic grid is
 dominated by it (see :mod:`pld.kernels.discretize` for the constructions and
 their references).  Everything outside the grid window is moved to the safe
-side: up (to ``l_0``) or to ``+inf`` when pessimistic, dropped or rounded down
-when optimistic.
+side: up (to ``l_0``) or to ``+inf`` when pessimistic, dropped when
+optimistic.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
     # The dominated side merges cells centred on the points (buckets one
     # cell wide, see optimistic_merge_centred); each atom off the grid joins
     # the cell it falls in (merging it with its cell is post-processing; one
-    # on a grid point stays there, exact), mass below the first cell is
-    # dropped, mass above the last rounded down.  The kernel works with
+    # on a grid point stays there, exact), mass below the first cell and
+    # above the last is dropped.  The kernel works with
     # linear masses and depends on P/Q ratios only; the losses are shifted so
     # the window is centred on 0, or Q = P e^{-loss} would underflow for
     # losses of several hundred (epsilon ~ 1000).

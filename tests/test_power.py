@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pld import _power
@@ -48,6 +48,7 @@ def _window(g: GridPLD, c: int, width_sd: float = 14.0) -> tuple[float, float]:
 @settings(max_examples=25, deadline=None)
 @given(sigma=st.floats(0.6, 4.0), c=st.integers(4, 3000), lam_frac=st.floats(0.0, 1.0),
        h_frac=st.floats(0.002, 0.03))
+@example(sigma=1.0, c=4, lam_frac=5e-324, h_frac=0.015625)  # a denormal tilt (long run)
 def test_power_brackets_exact_gaussian_composition(sigma, c, lam_frac, h_frac):
     mu1 = 1.0 / sigma
     h = h_frac * mu1
