@@ -980,29 +980,36 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     remaining = count
     # The early levels (all on spacing h) in one FFT power; the late ones,
     # which are re-gridded as the law widens, by squaring.
-    jump = _power_jump(count)
     step.power_steps[pessimistic] = 1
-    while jump >= 4:
-        rem = count % jump
-        counts = (jump, rem) if rem else (jump,)
-        windows = tuple(_padded(win(c), h) for c in counts)
-        # A transform no longer than squaring the first step would use, or
-        # than twice the level it computes (which squaring would have to
-        # hold too, unless it may re-grid on the way), is always a gain.
-        # (Bounding it by the first step alone failed a narrow first step:
-        # q = 1e-4, T = 1e6 fell back to squaring from one step, 10x slower.)
-        level = int((windows[0][1] - windows[0][0]) / h) + 1
-        power_points = min(max(POWER_POINTS, _fft_size(2 * base.size), 2 * _fft_size(level)),
-                           2 * MAX_GRID_POINTS)
-        powered = self_compose_powers(base, counts, windows, power_points, total=count)
-        if powered is not None:
-            cur, cur_count = fit(powered[0], jump), jump
-            if rem:
-                result, result_count = fit(powered[1], rem), rem
-            remaining = count // jump
-            step.power_steps[pessimistic] = jump
+    # A transform no longer than squaring the first step would use is always
+    # a gain.  When no power fits that, one up to twice the level it
+    # computes is tried (squaring from one step would have to hold that level
+    # too, on the first spacing): q = 1e-4, T = 1e6, whose narrow first step
+    # let no power fit, squared from one step, 10x slower.  Allowing the
+    # second bound from the start made T = 1e7 take one 4M-point power: 4x
+    # slower and 5x the memory of a smaller jump and re-gridded squarings.
+    for generous in (False, True):
+        jump = _power_jump(count)
+        while jump >= 4:
+            rem = count % jump
+            counts = (jump, rem) if rem else (jump,)
+            windows = tuple(_padded(win(c), h) for c in counts)
+            power_points = max(POWER_POINTS, _fft_size(2 * base.size))
+            if generous:
+                level = int((windows[0][1] - windows[0][0]) / h) + 1
+                power_points = max(power_points, 2 * _fft_size(level))
+            powered = self_compose_powers(base, counts, windows, min(power_points, 2 * MAX_GRID_POINTS),
+                                          total=count)
+            if powered is not None:
+                cur, cur_count = fit(powered[0], jump), jump
+                if rem:
+                    result, result_count = fit(powered[1], rem), rem
+                remaining = count // jump
+                step.power_steps[pessimistic] = jump
+                break
+            jump //= 2
+        if step.power_steps[pessimistic] > 1:
             break
-        jump //= 2
     while True:
         if remaining & 1:
             if result is None:

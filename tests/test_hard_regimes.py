@@ -81,6 +81,24 @@ def test_ten_million_steps():
     assert g_lo <= ex <= g_hi and g_hi - g_lo <= 1e-4 * ex + 1e-6
 
 
+def test_ten_million_steps_stay_small_in_memory():
+    """T = 1e7 (epsilon ~ 1014): the early levels by a power small enough that
+    the later ones re-grid.  Letting the power grow to twice its level's window
+    from the start took one 4M-point transform, 300 MB at peak (30 MB here)."""
+    import tracemalloc
+
+    p = pld.dpsgd(1.0, 0.01, 10**7)
+    p.epsilon_bounds(1e-5)  # (numba and plan caches outside the measurement)
+    tracemalloc.start()
+    try:
+        lo, hi = pld.dpsgd(1.0, 0.01, 10**7).epsilon_bounds(1e-5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    _check(lo, hi)
+    assert peak < 100 * 2**20, peak / 2**20
+
+
 @pytest.mark.parametrize("steps,dp_accounting_value", [(10**6, 139.03136), (10**7, 1015.02800)])
 def test_large_epsilon_long_runs_stay_narrow(steps, dp_accounting_value):
     # sigma=1, q=0.01: epsilon ~ 139 and ~ 1014 (the scaling benchmark's last rows).  Once the
