@@ -70,6 +70,8 @@ _WIDTH_PER_BIAS = 2.2
 #: fraction of the width target the first grid aims at: a first grid too
 #: fine wastes time, one too coarse costs a second materialisation
 _WIDTH_AIM = 0.7
+#: the round-off model behind the first tilt was measured up to T = 1e6
+_TILT_MODEL_STEPS = 10**7
 
 
 class GridTooLargeError(MemoryError):
@@ -541,10 +543,12 @@ class PLD:
         round-off.  Sizing only: the refinement still measures the bracket.
         """
         lam = w.quantize_tilt(self._TILT_FRACTION * lam_star)
-        if query[0] != "delta" or not lam_star > 0:
+        comp = self._exploration(direction)
+        if query[0] != "delta" or not lam_star > 0 or comp.steps() > _TILT_MODEL_STEPS:
+            # (beyond the measured range the model fails: a Gaussian
+            # composed 1e9 times has more round-off at the stronger tilt)
             return lam
         delta = query[1]
-        comp = self._exploration(direction)
         top = w.quantize_tilt(lam_star)
         scale = math.log(5.0 * comp.steps() * 10.0 ** -12.5 / lam_star)
 
