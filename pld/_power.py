@@ -74,8 +74,10 @@ def _tilted_log_mgf(g: GridPLD) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     if g.log_mgf_bound is not None:
         b = g.log_mgf_bound - g.log_scale
         ok = np.isfinite(b)
-        up = ok & (THETA > g.lam)
-        dn = ok & (THETA < g.lam)
+        # (Chernoff parameters within 1e-12 of 0 are left out: dividing by
+        # them overflows, and leaving candidates out only loosens the bound)
+        up = ok & (THETA - g.lam > 1e-12)
+        dn = ok & (g.lam - THETA > 1e-12)
         if np.any(up) and np.any(dn):
             return THETA[up] - g.lam, b[up], g.lam - THETA[dn], b[dn]
     h = g.h

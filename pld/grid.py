@@ -362,10 +362,12 @@ class GridPLD:
             sa, sb = hockey_stick_suffix(self.p, self.lam, self.h)
             n = self.p.size
             m = np.arange(n + 1)
-            if self.lam > 0:
-                t = -2.0 * self.lam * self.h  # log of the geometric ratio
+            t = -2.0 * self.lam * self.h  # log of the geometric ratio
+            if t < -1e-12:
                 g = -np.expm1((n - m) * t) / (-math.expm1(t))
             else:
+                # (no tilt, or one so weak that the ratio rounds to 1 and the
+                # closed form reads 0/0: the count bounds the sum)
                 g = (n - m).astype(float)
             cache = (sa, sb, np.sqrt(g) * self.err)
             object.__setattr__(self, "_suffix_cache", cache)

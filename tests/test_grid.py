@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pld.grid import GridPLD
@@ -60,6 +60,7 @@ def grid_case(seed: int, n: int, h: float, lam: float, rel_err: float, mode: str
        lam=st.floats(0.0, 6.0), rel_err=st.sampled_from([0.0, 1e-6, 1e-3, 0.1]),
        mode=st.sampled_from(["random", "adversarial"]), times=st.integers(1, 3),
        pessimistic=st.booleans())
+@example(seed=0, n=40, h=0.125, lam=5e-324, rel_err=0.0, mode="random", times=1, pessimistic=True)  # (long run)
 def test_coarsened_sides_stay_on_their_side_of_the_exact_curve(seed, n, h, lam, rel_err, mode, times,
                                                                pessimistic):
     g, losses, p_mass = grid_case(seed, n, h, lam, rel_err, mode, pessimistic)
