@@ -148,6 +148,19 @@ def _horner_down(e, i0, i1, r):
     return acc
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _log_space_sum(log_mass, pos, j0, j1, l0, h, th):
+    """``log sum_{j0 <= j < j1} exp(log_mass[pos_j] + th (l0 + pos_j h))``, term
+    by term (a block whose weights span too much for one scale)."""
+    mb = -np.inf
+    sb = 0.0
+    for j in range(j0, j1):
+        lm = log_mass[pos[j]]
+        if lm > -np.inf:
+            mb, sb = _lse_add(mb, sb, lm + th * (l0 + pos[j] * h))
+    return mb + math.log(sb) if mb > -np.inf else -np.inf
+
+
 @njit(cache=True, nogil=True)
 def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
     """:func:`log_mgf_grid` over the ``nnz`` entries with mass only (first
@@ -208,11 +221,9 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
                     continue
                 x += math.log(acc)
             else:
-                mb = -np.inf
-                sb = 0.0
-                for j in range(j0, j1):
-                    mb, sb = _lse_add(mb, sb, log_mass[idx[j]] + th * (l0 + idx[j] * h))
-                x = mb + math.log(sb)
+                x = _log_space_sum(log_mass, idx, j0, j1, l0, h, th)
+                if x == -np.inf:
+                    continue
             m, s = _lse_add(m, s, x)
         out[k] = m + math.log(s) if m > -np.inf else -np.inf
     return out
@@ -252,6 +263,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
         lm = log_mass[i]
         if lm > -np.inf:
             e[i] = math.exp(lm - bmax[i // _MGF_BLOCK])
+    pos = np.arange(n)
     out = np.empty(thetas.shape[0])
     for k in range(thetas.shape[0]):
         th = thetas[k]
@@ -276,16 +288,9 @@ def log_mgf_grid(log_mass, l0, h, thetas):
                 x += math.log(acc)
             else:
                 # weights too far apart for one scale: exact log-space pass
-                mb = -np.inf
-                sb = 0.0
-                for i in range(i0, i1):
-                    lm = log_mass[i]
-                    if lm == -np.inf:
-                        continue
-                    mb, sb = _lse_add(mb, sb, lm + th * (l0 + i * h))
-                if mb == -np.inf:
+                x = _log_space_sum(log_mass, pos, i0, i1, l0, h, th)
+                if x == -np.inf:
                     continue
-                x = mb + math.log(sb)
             m, s = _lse_add(m, s, x)
         out[k] = m + math.log(s) if m > -np.inf else -np.inf
     return out
