@@ -127,8 +127,8 @@ def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
 
 def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
                         max_points: int, total: int | None = None) -> list[GridPLD] | None:
-    """``g`` composed ``c`` times for each ``c`` in ``counts`` (one or two of them,
-    the largest first), truncated to the matching loss window.
+    """``g`` composed ``c`` times for each ``c`` in ``counts`` (one or two of
+    them), truncated to the matching loss window.
 
     One forward transform serves all counts.  Returns None when the transform
     length that keeps aliasing negligible would exceed ``max_points`` or the
@@ -137,7 +137,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     round-off it accumulates (about ``total`` times a transform's) sets how
     much aliasing is negligible.
     """
-    c_top = counts[0]
+    c_top = max(counts)
     h = g.h
     n = g.p.size
     if _fft._canonical_size(n) > max_points:

@@ -933,11 +933,12 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     """``count``-fold composition: one FFT power, then squaring with windowed truncation.
 
     The levels up to the first late one (``8 c >= count``) all sit on the
-    first spacing, so they are computed at once as ``X^c`` in the frequency
-    domain (:func:`pld._power.self_compose_powers`, with the remainder
-    ``count mod c`` from the same transform); a transform that would have to
-    be too long to keep aliasing negligible halves ``c`` until it fits, down
-    to plain squaring.
+    first spacing, so the first of them, ``c = count >> s``, is computed at
+    once as ``X^c`` in the frequency domain
+    (:func:`pld._power.self_compose_powers`, with the remainder
+    ``count - c 2^s < 2^s`` from the same transform) and squared ``s`` times;
+    a transform that would have to be too long to keep aliasing negligible
+    halves ``c`` until it fits, down to plain squaring.
 
     Evolving discretisation: the level holding ``c`` steps is re-gridded to a
     doubled spacing when that is cheap in accuracy.  A re-grid at spacing
@@ -993,9 +994,10 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     # second bound from the start made T = 1e7 take one 4M-point power: 4x
     # slower and 5x the memory of a smaller jump and re-gridded squarings.
     for generous in (False, True):
-        jump = _power_jump(count)
-        while jump >= 4:
-            rem = count % jump
+        shift = _power_shift(count)
+        while (count >> shift) >= 4:
+            jump = count >> shift
+            rem = count - (jump << shift)
             counts = (jump, rem) if rem else (jump,)
             windows = tuple(_padded(win(c), h) for c in counts)
             power_points = max(POWER_POINTS, _fft_size(2 * base.size))
@@ -1008,10 +1010,10 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
                 cur, cur_count = fit(powered[0], jump), jump
                 if rem:
                     result, result_count = fit(powered[1], rem), rem
-                remaining = count // jump
+                remaining = 1 << shift
                 step.power_steps[pessimistic] = jump
                 break
-            jump //= 2
+            shift += 1
         if step.power_steps[pessimistic] > 1:
             break
     while True:
@@ -1030,14 +1032,15 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     return result
 
 
-def _power_jump(count: int) -> int:
-    """Steps composed by one FFT power: the first late level (``8 c >= count``),
-    where re-gridding may start, or the largest power of two in ``count``."""
-    top = 1 << (count.bit_length() - 1)
-    late = 1
-    while 8 * late < count:
-        late <<= 1
-    return min(top, late)
+def _power_shift(count: int) -> int:
+    """Squarings after the FFT power: ``count = (count >> s) 2^s + r`` with
+    the power computing ``count >> s`` steps (and ``r < 2^s``) from one
+    transform, at the first late level (``8 c >= count``), where re-gridding
+    may start.  An exact quotient rather than a power of two: MNIST's 14040
+    steps are 3510 x 4 (a power and two squarings), where the largest power
+    of two, 2048, left 1752 steps and six levels to add up (four
+    convolutions and a second inverse transform)."""
+    return 2 if count >= 16 else 0
 
 
 def _padded(window: tuple[float, float], h: float) -> tuple[float, float]:

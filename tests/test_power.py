@@ -213,3 +213,22 @@ def test_tilted_mgf_bound_holds_for_the_error_ball():
         w = np.exp(-t * losses)
         worst = g.p + err * w / np.linalg.norm(w)
         assert math.log(float(np.dot(worst, w))) <= neg[k] + 1e-12
+
+
+@pytest.mark.parametrize("steps", [14040, 14043, 10_001])
+def test_the_power_computes_an_exact_quotient_of_the_steps(steps):
+    """The power computes ``steps >> 2`` steps (and the remainder ``< 4`` from
+    the same transform), then two squarings: MNIST's 14040 = 3510 x 4.  The
+    largest power of two, 2048, left six levels to add up.  The bracket must
+    still contain the closed-form epsilon of the Gaussian composition."""
+    import pld
+    from pld.exact import gaussian_epsilon
+
+    sigma, delta = 40.0, 1e-6
+    p = pld.Gaussian(sigma).pld().self_compose(steps)
+    lo, hi = p.epsilon_bounds(delta)
+    exact = float(gaussian_epsilon(delta, math.sqrt(steps) / sigma))
+    assert lo <= exact <= hi
+    assert hi - lo <= 1e-4 * exact
+    h, lam, log_eta = p._used_settings(delta)["remove"]
+    assert p._power_steps("remove", h, lam, log_eta) == [steps >> 2]
