@@ -44,15 +44,47 @@ def _lse_add(m, s, x):
     return m, s + math.exp(x - m)
 
 
-@njit(cache=True, nogil=True)
+#: fast-math flags of the sizing MGF: reassociation lets LLVM vectorise the
+#: max and the sum (AVX-512 here); no ``ninf``, since log masses are -inf
+_SIZING_MATH = {"nnan", "nsz", "reassoc", "contract", "arcp"}
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=_SIZING_MATH)
+def _exp_sizing(x):
+    """``e^x`` for ``-61 <= x <= 0`` within ~1e-10 relative, branch-free so that
+    loops over it vectorise (libm's ``exp`` does not: 4.3 ns a call here,
+    numpy's SIMD ``exp`` 1.0 ns).  ``(e^(x/128))^128`` with the inner power
+    from its Taylor polynomial of degree 11 on ``[-0.48, 0]``, whose relative
+    error ``0.48^12 / 12! < 4e-13`` grows 128-fold by the squarings."""
+    y = x * (1.0 / 128.0)
+    p = 1.0 / 39916800.0
+    p = p * y + 1.0 / 3628800.0
+    p = p * y + 1.0 / 362880.0
+    p = p * y + 1.0 / 40320.0
+    p = p * y + 1.0 / 5040.0
+    p = p * y + 1.0 / 720.0
+    p = p * y + 1.0 / 120.0
+    p = p * y + 1.0 / 24.0
+    p = p * y + 1.0 / 6.0
+    p = p * y + 0.5
+    p = p * y + 1.0
+    p = p * y + 1.0
+    for _ in range(7):
+        p = p * p
+    return p
+
+
+@njit(cache=True, nogil=True, fastmath=_SIZING_MATH)
 def log_mgf_points(log_p, loss, thetas):
-    """``log sum_i exp(log_p_i + theta loss_i)`` for every ``theta``, at arbitrary losses.
+    """``log sum_i exp(log_p_i + theta loss_i)`` for every ``theta``, at arbitrary
+    (finite) losses, within ~1e-10 relative.
 
     Two passes per ``theta``: the largest exponent, then the sum of the terms
     within ``e^{-60}`` of it (the rest, at most ``n e^{-60}`` of the sum, is
-    left out: these are sizing heuristics, the explorations behind truncation
-    windows and tilts).  Most terms of a peaked law are that far below its
-    peak at any ``theta``, so most ``exp`` calls are skipped.
+    left out).  Sizing only (the explorations behind truncation windows and
+    tilts), so a fast exponential and fast-math reductions serve: both
+    passes vectorise, 4x faster than libm's ``exp`` on a first-step grid's
+    sizing law (1.8k points, 91 parameters: 0.84 -> 0.22 ms).
     """
     n = log_p.shape[0]
     out = np.empty(thetas.shape[0])
@@ -60,18 +92,15 @@ def log_mgf_points(log_p, loss, thetas):
         th = thetas[k]
         m = -np.inf
         for i in range(n):
-            v = log_p[i] + th * loss[i]
-            if v > m:
-                m = v
-        if m == -np.inf or m != m:
-            out[k] = m if m == m else -np.inf
+            m = max(m, log_p[i] + th * loss[i])
+        if m == -np.inf:
+            out[k] = -np.inf
             continue
-        cut = m - 60.0
         s = 0.0
         for i in range(n):
-            v = log_p[i] + th * loss[i]
-            if v > cut:
-                s += math.exp(v - m)
+            x = max(log_p[i] + th * loss[i] - m, -61.0)
+            e = _exp_sizing(x)
+            s += e if x > -60.0 else 0.0
         out[k] = m + math.log(s)
     return out
 
