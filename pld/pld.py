@@ -420,25 +420,26 @@ class PLD:
         tilt bucket, so later queries nearby cost one cached evaluation.
         """
         lam_star = self._tilt_star(direction, query)
-        lam = self._initial_tilt(direction, query, lam_star)
         log_eta = self._log_eta(direction, query)
         if self._h_fixed is not None:
-            return self._h_fixed, lam, log_eta
+            return self._h_fixed, self._initial_tilt(direction, query, lam_star), log_eta
         key = (direction, w.quantize_tilt(lam_star), log_eta, _rtol(query))
         with self._lock:
             memo = self._h_memo.get(key)
         if memo is not None:
             h, lam = memo
         else:
-            h = self._first_spacing(direction, query, lam, log_eta)
             if probe is not None and floor > 0 and query[0] == "delta":
                 # a direction that does not bind needs only a bracket below the
                 # floor: a grid _PROBE_COARSENING times coarser (the bias grows
                 # like h^2, settings from _probe_settings) settles that at a
-                # fraction of the cost
+                # fraction of the cost (tested before the first tilt and
+                # spacing are worked out: this is the query's last step)
                 pess, _ = self._materialize(direction, *probe, lower=False)
                 if pess.epsilon(query[1]) <= floor:
                     return probe
+            lam = self._initial_tilt(direction, query, lam_star)
+            h = self._first_spacing(direction, query, lam, log_eta)
             if floor > 0 and query[0] == "delta":
                 # the same test on the first grid itself: a direction close to
                 # the leader (no probe) whose upper end still stays below the
