@@ -7,8 +7,9 @@ Kernels take and return numpy arrays only; every function is compiled with
 from .discretize import cell_points, optimistic_merge_centred, pessimistic_spread
 from .hockey import (dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points,
                      tilted_moments)
-from .power import complex_powers
+from .power import complex_powers, rotate_left
 from .regrid import coarsen_dominated
 
 __all__ = ["cell_points", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
-           "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated", "dot_compensated"]
+           "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated", "dot_compensated",
+           "rotate_left"]

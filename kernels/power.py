@@ -47,3 +47,30 @@ def complex_powers(z, c_a, c_b, out_a, out_b):
         out_a[k] = acc_a
         if c_b > 0:
             out_b[k] = acc_b
+
+
+@njit(cache=True, nogil=True)
+def rotate_left(a, shift):
+    """Rotate ``a`` left by ``shift`` in place (``a[i] <- a[(i + shift) % n]``),
+    by three reversals: no temporary (a transform-sized copy here is a fresh
+    mmap, page-faulted at ~3 us a page on this VM: 2 MB cost ~1.5 ms)."""
+    n = a.shape[0]
+    if n == 0:
+        return
+    shift %= n
+    if shift == 0:
+        return
+    _reverse(a, 0, shift)
+    _reverse(a, shift, n)
+    _reverse(a, 0, n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _reverse(a, i, j):
+    j -= 1
+    while i < j:
+        t = a[i]
+        a[i] = a[j]
+        a[j] = t
+        i += 1
+        j -= 1

@@ -39,6 +39,7 @@ infinite mass of the step), increasing in ``f``, so the side's bound on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -46,7 +47,7 @@ import numpy as np
 
 from pld import _fft
 from pld.grid import THETA, GridPLD, _chernoff
-from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid
+from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, rotate_left
 
 _U = _fft._U
 _C_ERR = _fft._C_ERR
@@ -206,9 +207,10 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
               mgf: tuple, round_off: float, tau_max: float) -> GridPLD | None:
-    """The circular result ``y`` (not modified), read as lattice points ``a0 .. a0 + len(y) - 1``,
+    """The circular result ``y``, read as lattice points ``a0 .. a0 + len(y) - 1``,
     as a certified GridPLD truncated to ``window`` (None if aliasing is not
-    negligible there)."""
+    negligible there).  ``y`` (the transform's buffer) is overwritten; the
+    result never shares memory with it."""
     h = g.h
     n = g.p.size
     size = y.size
@@ -216,8 +218,9 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     # circular index j holds lattice points s_lo + j (mod size): rotate so that
     # position 0 is lattice point a0
     shift = (a0 - s_lo) % size
-    # (a new array either way: `y` is the transform's buffer)
-    y = np.concatenate((y[shift:], y[:shift])) if shift else y.copy()
+    # (in place: a rotated copy is a fresh transform-sized array, mmapped and
+    # page-faulted on every query; only the window is copied, by truncate)
+    rotate_left(y, shift)
     a1 = a0 + size - 1
     if a0 <= s_lo and a1 >= s_hi:
         tau = 0.0
@@ -258,7 +261,10 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     # nothing lies outside the support (the transform may be longer than it)
     lo = max(window[0], (s_lo - 0.5) * h)
     hi = min(window[1], (s_hi + 0.5) * h)
-    return out.truncate(lo, hi, beyond=beyond)
+    out = out.truncate(lo, hi, beyond=beyond)
+    if np.shares_memory(out.p, y):  # (truncation kept everything: the buffer goes back to the pool)
+        out = dataclasses.replace(out, p=out.p.copy())
+    return out
 
 
 def _inf_mass_power(g: GridPLD, c: int) -> float:
