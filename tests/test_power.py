@@ -232,3 +232,34 @@ def test_the_power_computes_an_exact_quotient_of_the_steps(steps):
     assert hi - lo <= 1e-4 * exact
     h, lam, log_eta = p._used_settings(delta)["remove"]
     assert p._power_steps("remove", h, lam, log_eta) == [steps >> 2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), shift=st.integers(-1000, 1000))
+def test_rotate_left_in_place_matches_numpy_roll(n, shift):
+    from pld.kernels import rotate_left
+
+    a = np.arange(n, dtype=float)
+    ref = np.roll(a, -shift) if n else a.copy()
+    rotate_left(a, shift)
+    assert np.array_equal(a, ref)
+
+
+def test_power_results_do_not_share_the_transform_buffer():
+    """The power writes into the pooled transform buffer; a later transform of
+    the same length must leave earlier results untouched."""
+    for seed in (2, 3):  # (even: the dominated side, whose truncation to a window
+        # wider than the transform keeps the array itself)
+        g = _random_step(seed, 80, 0.05, 0.5)
+        wide = (-1e6, 1e6)
+        first = _power.self_compose_powers(g, (64, 23), (wide, wide), 1 << 16)
+        kept = [r.p.copy() for r in first]
+        _power.self_compose_powers(g, (64, 23), (wide, wide), 1 << 16)
+        for r, k in zip(first, kept):
+            assert np.array_equal(r.p, k)
+    # a result that fills the transform exactly is truncated to itself: it
+    # must still be a copy (the buffer goes back to the pool)
+    g = _random_step(2, 80, 0.05, 0.5)
+    y = g.p.copy()
+    r = _power._assemble(g, 1, y, g.k0, (-1e6, 1e6), None, 0.0, 1.0)
+    assert r is not None and r.size == y.size and not np.shares_memory(r.p, y)
