@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import erfcx, logsumexp
 
 from pld._models import LossModel
-from pld.kernels import log_mgf_points, tilted_moments
+from pld.kernels import log_mgf_points, tilted_moments, window_exponents
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
 #: DP-SGD with tiny sampling rates to epsilon ~ 1000
@@ -299,35 +299,31 @@ def window(comp: Composite, lam: float, log_eta, h: float = 0.0) -> tuple[float,
         log_eta, log_eta_up = log_eta
     else:
         log_eta_up = log_eta
-    th = _WIN_THETAS
-    psi_l = 0.0
-    psi_up = np.zeros(th.size)
-    psi_dn = np.zeros(th.size)
-    psi_pos = np.zeros(th.size)
-    psi_neg = np.zeros(th.size)
-    for ex, k in comp.parts:
+    if len(comp.parts) == 1:
+        ex, k = comp.parts[0]
         a, b, c = ex.psi_around(lam)
-        psi_l += k * a
-        psi_up += k * b
-        psi_dn += k * c
         _, pos, neg = ex.psi_around(0.0)
-        psi_pos += k * pos
-        psi_neg += k * neg
-    # (fmin/fmax reductions skip the NaNs of inf - inf, as nanmin would)
-    with np.errstate(over="ignore", invalid="ignore"):
-        up = float(np.fmin.reduce((psi_up - psi_l - log_eta) / th))
-        lo = float(np.fmax.reduce((log_eta - psi_dn + psi_l) / th))
-        # Above the window, mass goes to +inf (dominating side) or is dropped
-        # (dominated side), which moves delta by at most its *untilted*
-        # P-mass; the tilted law, lifted by e^{lam l}, would ask for a window
-        # far wider than that needs (heavy upper tails of subsampled losses)
-        up = min(up, float(np.fmin.reduce((psi_pos - log_eta_up) / th)))
-        if lam > 0:
-            # Mass moved up to the window's bottom is bounded by the untilted
-            # lower tail P(L < t) <= e^{Psi(-theta) + theta t}; its tilted
-            # weight there, P(L < t) e^{lam t - Psi(lam)}, must stay below eta
-            # as well.
-            lo = min(lo, float(np.fmax.reduce((log_eta + psi_l - psi_neg) / (th + lam))))
+    else:
+        k = 1
+        a = 0.0
+        b, c, pos, neg = (np.zeros(_WIN_THETAS.size) for _ in range(4))
+        for ex, kk in comp.parts:
+            a0, b0, c0 = ex.psi_around(lam)
+            _, pos0, neg0 = ex.psi_around(0.0)
+            a += kk * a0
+            b = b + kk * b0
+            c = c + kk * c0
+            pos = pos + kk * pos0
+            neg = neg + kk * neg0
+    # Above the window, mass goes to +inf (dominating side) or is dropped
+    # (dominated side), which moves delta by at most its *untilted* P-mass;
+    # the tilted law, lifted by e^{lam l}, would ask for a window far wider
+    # than that needs (heavy upper tails of subsampled losses).  Mass moved up
+    # to the window's bottom is bounded by the untilted lower tail
+    # P(L < t) <= e^{Psi(-theta) + theta t}; its tilted weight there,
+    # P(L < t) e^{lam t - Psi(lam)}, must stay below eta as well.
+    up, lo = window_exponents(_WIN_THETAS, float(k), float(a), b, c, pos, neg,
+                              float(log_eta), float(log_eta_up), float(lam))
     s_lo, s_hi = comp.support(h)
     e_lo, e_hi = comp.support()
     # where the bound reaches the end of a bounded support, keep the whole

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
@@ -291,3 +291,37 @@ def test_round_off_predicted_before_the_first_grid():
     assert hi - lo <= 1e-4 * hi + 1e-6
     grids = [key for key in p._cache if key[0] == "remove"]
     assert len(grids) == 1, grids
+
+
+def _window_exponents_numpy(th, k, a, b, c, pos, neg, log_eta, log_eta_up, lam):
+    """The numpy form the kernel replaced (reference)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        up = float(np.fmin.reduce((k * b - k * a - log_eta) / th))
+        lo = float(np.fmax.reduce((log_eta - k * c + k * a) / th))
+        up = min(up, float(np.fmin.reduce((k * pos - log_eta_up) / th)))
+        if lam > 0:
+            lo = min(lo, float(np.fmax.reduce((log_eta + k * a - k * neg) / (th + lam))))
+    return up, lo
+
+
+_psi_entries = st.one_of(st.floats(-1e4, 1e4), st.just(math.inf), st.just(-math.inf))
+
+
+@settings(max_examples=200, deadline=None)
+@example(k=1, a=math.inf, b=[math.inf] * 5, c=[0.0] * 5, pos=[1.0] * 5, neg=[0.0] * 5,
+         log_eta=-10.0, log_eta_up=-10.0, lam=0.5)  # an all-NaN reduction stays NaN
+@given(k=st.integers(1, 10**7), a=_psi_entries, b=st.lists(_psi_entries, min_size=5, max_size=5),
+       c=st.lists(_psi_entries, min_size=5, max_size=5), pos=st.lists(_psi_entries, min_size=5, max_size=5),
+       neg=st.lists(_psi_entries, min_size=5, max_size=5), log_eta=st.floats(-800.0, 0.0),
+       log_eta_up=st.floats(-800.0, 0.0), lam=st.one_of(st.just(0.0), st.floats(1e-6, 1e3)))
+def test_window_kernel_matches_its_numpy_form(k, a, b, c, pos, neg, log_eta, log_eta_up, lam):
+    """Window exponents (sizing) from the numba kernel equal the numpy
+    reductions they replaced, NaN (inf - inf) terms and all."""
+    from pld.kernels import window_exponents
+
+    th = np.logspace(-3, 3, 5)
+    arrs = [np.array(x, dtype=float) for x in (b, c, pos, neg)]
+    got = window_exponents(th, float(k), float(a), *arrs, log_eta, log_eta_up, lam)
+    ref = _window_exponents_numpy(th, float(k), float(a), *arrs, log_eta, log_eta_up, lam)
+    for g, r in zip(got, ref):
+        assert (math.isnan(g) and math.isnan(r)) or g == r, (got, ref)
