@@ -18,6 +18,7 @@ floating-point error is silently ignored.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,7 +27,8 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pld import _fft
-from pld.kernels import coarsen_dominated, dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid
+from pld.kernels import (coarsen_dominated, coarsen_dominating, dot_compensated, hockey_stick_suffix, l1_l2_norms,
+                         log_mgf_grid)
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
 # exceed one by the slack the discretiser adds on the safe side).
@@ -302,33 +304,25 @@ class GridPLD:
         as the PLD widens).
         """
         h, lam = self.h, self.lam
-        p = self.p
-        k0 = self.k0
-        if k0 % 2:
-            p = np.concatenate(([0.0], p))
-            k0 -= 1
-        if p.size % 2 == 0:
-            p = np.concatenate((p, [0.0]))
-        # now fine indices k0 .. k0 + 2M, coarse K0 = k0/2 .. K0 + M
-        even = p[0::2]
-        odd = p[1::2]
+        p = np.ascontiguousarray(self.p)
+        # the fine vector, padded (in the kernels) to start on an even index
+        # and to odd length: fine indices k0 .. k0 + 2M, coarse K0 = k0/2 .. K0 + M
+        front = self.k0 % 2
+        k0 = self.k0 - front
         if self.pessimistic:
             den = 1.0 + math.exp(-h)
             wb = math.exp(lam * h) / den * (1.0 + 1e-11)  # up share (slack on the safe side)
             wa = math.exp(-h - lam * h) / den
-            out = even.copy()
-            out[1:] += wb * odd
-            out[:-1] += wa * odd
+            out, l2 = coarsen_dominating(p, front, wa, wb)
             norm_r = math.sqrt(max(1.0, wa + wb) * (1.0 + wa + wb))
             # (the norm's own naive sum: within n u / 2 below)
-            err = self.err * norm_r + 4.0 * 2.0 ** -53 * l1_l2_norms(out)[1] * (1.0 + out.size * 2.0 ** -53)
+            err = self.err * norm_r + 4.0 * 2.0 ** -53 * l2 * (1.0 + out.size * 2.0 ** -53)
             bound = self.log_mgf_bound
             if bound is not None:
                 # an odd point at l_J + h splits into (a, b) at (l_J, l_J + 2h) with
                 # E[e^{theta L}] multiplied by F = (e^{-h - theta h} + e^{theta h}) / (1 + e^{-h})
                 # (times the slack on b); even points are unchanged
-                f = np.logaddexp(-h - THETA * h, THETA * h) - math.log1p(math.exp(-h))
-                bound = bound + np.maximum(f, 0.0) + 2e-11
+                bound = bound + _coarsen_mgf_growth(h) + 2e-11
             return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, True, bound)
         # Optimistic: each coarse point K collects its own fine point, half of the
         # odd point above (loss K + h) and a fraction f_K of half the odd point
@@ -351,7 +345,7 @@ class GridPLD:
         # level, which at weak tilts is the whole tail that decides delta.)
         # (one pass in kernels.regrid: the numpy form of this map made a
         # dozen temporaries, 6 ms on a 2e5-point level)
-        out, norm_m, l2 = coarsen_dominated(np.ascontiguousarray(p), float(self.err), float(lam), float(h))
+        out, norm_m, l2 = coarsen_dominated(p, front, float(self.err), float(lam), float(h))
         err = self.err * norm_m + 4.0 * 2.0 ** -53 * l2 * (1.0 + out.size * 2.0 ** -53)
         return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, False)
 
@@ -465,6 +459,17 @@ THETA = np.concatenate((-np.logspace(-3, 6, 28)[::-1], [0.0],
                         np.unique(np.concatenate((np.logspace(-3, -2, 4), np.logspace(-2, 3, 41),
                                                   np.logspace(3, 6, 10))))))
 _I0 = int(np.flatnonzero(THETA == 0.0)[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _coarsen_mgf_growth(h: float) -> np.ndarray:
+    """``max(log F(theta), 0)`` on ``THETA``, ``F`` the factor a dominating re-grid
+    from ``h`` to ``2h`` multiplies ``E[e^{theta L}]`` by (see
+    :meth:`GridPLD.coarsen`); cached, spacings repeat across levels and queries."""
+    f = np.logaddexp(-h - THETA * h, THETA * h) - math.log1p(math.exp(-h))
+    out = np.maximum(f, 0.0)
+    out.flags.writeable = False
+    return out
 
 
 #: entries summed exactly at each end for steep Chernoff parameters

@@ -317,11 +317,42 @@ def test_dominated_coarsen_kernel_matches_the_array_form(seed, n, lam, h, err_sc
     p = rng.exponential(size=2 * n + 1) * (rng.random(2 * n + 1) < 0.8)
     p[rng.random(p.size) < 0.05] *= -1e-3  # computed vectors carry small negative entries
     err0 = err_scale * float(np.abs(p).max(initial=1.0))
-    out, norm_m, l2 = coarsen_dominated(p, err0, lam, h)
+    out, norm_m, l2 = coarsen_dominated(p, 0, err0, lam, h)
     ref, ref_norm = _coarsen_dominated_reference(p, err0, lam, h)
     np.testing.assert_allclose(out, ref, rtol=1e-14, atol=1e-300)
     assert norm_m == pytest.approx(ref_norm, rel=1e-14)
     assert l2 == pytest.approx(float(np.linalg.norm(out)), rel=1e-12)
+    # the kernel's own padding (a zero in front, zeros up to odd length) is
+    # the explicit padding
+    q = p[1:]
+    out1, norm1, l21 = coarsen_dominated(q, 1, err0, lam, h)
+    out2, norm2, l22 = coarsen_dominated(np.concatenate(([0.0], q, [0.0] if q.size % 2 else [])), 0, err0, lam, h)
+    assert np.array_equal(out1, out2) and norm1 == norm2 and l21 == l22
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 400), front=st.integers(0, 1),
+       lam=st.floats(0.0, 30.0), h=st.floats(1e-5, 0.3))
+def test_dominating_coarsen_kernel_matches_the_array_form(seed, n, front, lam, h):
+    """The dominating re-grid (odd points spread onto their even neighbours)
+    against the numpy form it replaced, with explicit padding: equal to the bit."""
+    from pld.kernels import coarsen_dominating, l1_l2_norms
+
+    rng = np.random.default_rng(seed)
+    p = rng.exponential(size=n) * (rng.random(n) < 0.8)
+    den = 1.0 + math.exp(-h)
+    wb = math.exp(lam * h) / den * (1.0 + 1e-11)
+    wa = math.exp(-h - lam * h) / den
+    q = np.concatenate(([0.0] * front, p))
+    if q.size % 2 == 0:
+        q = np.concatenate((q, [0.0]))
+    even, odd = q[0::2], q[1::2]
+    ref = even.copy()
+    ref[1:] += wb * odd
+    ref[:-1] += wa * odd
+    out, l2 = coarsen_dominating(p, front, wa, wb)
+    assert np.array_equal(out, ref)
+    assert l2 == float(l1_l2_norms(ref)[1])
 
 
 @settings(max_examples=20, deadline=None)
