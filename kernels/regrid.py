@@ -76,7 +76,14 @@ def coarsen_dominated(p, front, err0, lam, h):
     up = math.exp(lam * h)
     dn = math.exp(-lam * h)
     c = math.exp(-2.0 * lam * h - h)
-    f = np.empty(m)
+    # One pass: the share of K's lower odd point that goes to K - 1 and the
+    # norm and l2 terms of K - 1 need f_K, so they lag one point behind (the
+    # same operations in the same order as three passes over a stored f,
+    # without that transform-sized temporary)
+    worst = 0.0
+    a_prev = 0.0
+    s2 = 0.0
+    f_prev = 0.0
     for k in range(m):
         pa = _fine(p, front, 2 * k + 1) if k < m - 1 else 0.0
         pb = _fine(p, front, 2 * k - 1) if k >= 1 else 0.0
@@ -84,22 +91,21 @@ def coarsen_dominated(p, front, err0, lam, h):
         high_b = max(pb, 0.0) + err0
         fk = min(1.0, low_a / high_b * c) if high_b > 0.0 else 1.0
         fk *= 1.0 - 1e-12  # rounding of the ratio, on the safe side
-        f[k] = fk
         out[k] = _fine(p, front, 2 * k) + 0.5 * pa * dn + fk * 0.5 * pb * up
-    for k in range(1, m):
-        out[k - 1] += (1.0 - f[k]) * 0.5 * _fine(p, front, 2 * k - 1) * dn
-    worst = 0.0
-    a_prev = 0.0
-    for k in range(m):
-        f_next = f[k + 1] if k < m - 1 else 1.0
-        a = 0.5 * dn + (1.0 - f_next) * 0.5 * dn
-        b = f[k] * 0.5 * up
-        b_next = f[k + 1] * 0.5 * up if k < m - 1 else 0.0
-        v = 1.0 + a * a + b * b + a * b_next + a_prev * b
-        if v > worst:
-            worst = v
-        a_prev = a
-    s2 = 0.0
-    for k in range(m):
-        s2 += out[k] * out[k]
+        if k >= 1:
+            out[k - 1] += (1.0 - fk) * 0.5 * pb * dn
+            a = 0.5 * dn + (1.0 - fk) * 0.5 * dn
+            b = f_prev * 0.5 * up
+            v = 1.0 + a * a + b * b + a * (fk * 0.5 * up) + a_prev * b
+            if v > worst:
+                worst = v
+            a_prev = a
+            s2 += out[k - 1] * out[k - 1]
+        f_prev = fk
+    a = 0.5 * dn + (1.0 - 1.0) * 0.5 * dn
+    b = f_prev * 0.5 * up
+    v = 1.0 + a * a + b * b + a * 0.0 + a_prev * b
+    if v > worst:
+        worst = v
+    s2 += out[m - 1] * out[m - 1]
     return out, math.sqrt(worst), math.sqrt(s2)
