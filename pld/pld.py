@@ -629,23 +629,35 @@ class PLD:
         return (5.0 * math.floor(v_ / 5.0), 5.0 * math.floor(up / 5.0))
 
     def _width(self, direction: str, query: tuple, h: float, lam: float, log_eta):
-        """``(width, target, value, round-off part of width)`` of one direction's bracket."""
+        """``(width, target, value, round-off part of width)`` of one direction's bracket.
+
+        The round-off part (two more evaluations, on the grids without their
+        error terms) only steers a refinement: it is left at 0 when the
+        bracket already meets its target.
+        """
         kind, val = query[:2]
         rtol = _rtol(query)
         pess, opt = self._materialize(direction, h, lam, log_eta)
-        pz, oz = pess.without_error(), opt.without_error()
         if kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)
-            part = max(0.0, hi - pz.epsilon(val)) + max(0.0, oz.epsilon(val) - lo)
-            return hi - lo, rtol * hi + EPS_ATOL, hi, part
+            target = rtol * hi + EPS_ATOL
+            part = 0.0
+            if hi - lo > target or _DEBUG:
+                pz, oz = pess.without_error(), opt.without_error()
+                part = max(0.0, hi - pz.epsilon(val)) + max(0.0, oz.epsilon(val) - lo)
+            return hi - lo, target, hi, part
         lo, hi = float(opt.delta(val)[0]), float(pess.delta(val)[0])
-        part = max(0.0, hi - float(pz.delta(val)[0])) + max(0.0, float(oz.delta(val)[0]) - lo)
         # a delta bracket as narrow as the epsilon target implies: near eps,
         # log delta falls with slope about lam* (the Chernoff tilt), so an
         # epsilon error de moves delta by a relative lam* de
         slope = max(1.0, w.tilt_for_epsilon(self._exploration(direction), val))
         rel = min(0.5, slope * (rtol * max(val, 0.0) + EPS_ATOL))
-        return hi - lo, rel * hi + 1e-300, hi, part
+        target = rel * hi + 1e-300
+        part = 0.0
+        if hi - lo > target or _DEBUG:
+            pz, oz = pess.without_error(), opt.without_error()
+            part = max(0.0, hi - float(pz.delta(val)[0])) + max(0.0, float(oz.delta(val)[0]) - lo)
+        return hi - lo, target, hi, part
 
     def _align(self, direction: str, h: float) -> float:
         """Snap ``h`` to ``u / k`` when every loss is a multiple of a quantum ``u``.
