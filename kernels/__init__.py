@@ -4,13 +4,13 @@ Kernels take and return numpy arrays only; every function is compiled with
 ``cache=True`` so a fresh process pays the JIT cost once per installation.
 """
 
-from .discretize import cell_points, optimistic_merge_centred, pessimistic_spread
+from .discretize import cell_points, log_diff_exp, optimistic_merge_centred, pessimistic_spread
 from .hockey import (dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points,
                      tilted_moments)
 from .power import complex_powers, rotate_left
 from .regrid import coarsen_dominated, coarsen_dominating
 from .windows import window_exponents
 
-__all__ = ["cell_points", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
+__all__ = ["cell_points", "log_diff_exp", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
            "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated", "coarsen_dominating", "dot_compensated",
            "rotate_left", "window_exponents"]

@@ -34,6 +34,26 @@ _PESSIMISTIC_SLACK = 1e-11
 
 
 @njit(cache=True, nogil=True)
+def log_diff_exp(la, lb):
+    """``log(e^la - e^lb)`` entrywise where ``la > lb`` (else ``-inf``), for the
+    log-CDF differences behind cell masses: ``log(-expm1(d))`` for
+    ``d = lb - la`` near 0, ``log1p(-e^d)`` below ``-log 2`` (each accurate
+    to a few ulps; :data:`_PESSIMISTIC_SLACK` absorbs them).  One pass where
+    the numpy form made eight temporaries: ~40% of a cell computation."""
+    n = la.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        a = la[i]
+        b = lb[i]
+        if a > b:
+            d = b - a
+            out[i] = a + (math.log(-math.expm1(d)) if d > -0.6931 else math.log1p(-math.exp(d)))
+        else:
+            out[i] = -np.inf
+    return out
+
+
+@njit(cache=True, nogil=True)
 def _logaddexp(a: float, b: float) -> float:
     if a == -np.inf:
         return b

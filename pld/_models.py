@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr, logsumexp
 
+from pld.kernels import log_diff_exp
+
 _NEG_INF = -np.inf
 
 
@@ -33,6 +35,8 @@ def _log_diff_exp(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     """``log(e^la - e^lb)`` for ``la >= lb`` without cancellation trouble."""
     la = np.asarray(la, dtype=float)
     lb = np.asarray(lb, dtype=float)
+    if la.ndim == 1 and la.shape == lb.shape:
+        return log_diff_exp(np.ascontiguousarray(la), np.ascontiguousarray(lb))
     out = np.full(np.broadcast(la, lb).shape, _NEG_INF)
     ok = la > lb
     d = np.where(ok, lb - la, -1.0)
