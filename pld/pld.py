@@ -948,10 +948,11 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     The levels up to the first late one (``8 c >= count``) all sit on the
     first spacing, so the first of them, ``c = count >> s``, is computed at
     once as ``X^c`` in the frequency domain
-    (:func:`pld._power.self_compose_powers`, with the remainder
-    ``count - c 2^s < 2^s`` from the same transform) and squared ``s`` times;
-    a transform that would have to be too long to keep aliasing negligible
-    halves ``c`` until it fits, down to plain squaring.
+    (:func:`pld._power.self_compose_powers`) and squared ``s`` times; the
+    remainder ``r = count - c 2^s < 2^s`` comes from the same transform, as
+    ``X^(c + r)`` when ``s = 2``.  A transform that would have to be too long
+    to keep aliasing negligible halves ``c`` until it fits, down to plain
+    squaring.
 
     Evolving discretisation: the level holding ``c`` steps is re-gridded to a
     doubled spacing when that is cheap in accuracy.  A re-grid at spacing
