@@ -420,7 +420,7 @@ def tilt_for_delta(comp: Composite, delta: float) -> tuple[float, float]:
     return float(th[near][i]), float(vals[i])
 
 
-def _saddle_log_delta(comp: Composite, lam: float) -> tuple[float, float]:
+def saddle_log_delta(comp: Composite, lam: float) -> tuple[float, float]:
     """``(eps, log delta)`` of the saddle point at tilt ``lam`` (see :func:`saddle_epsilon`)."""
     psi = mean = var = 0.0
     for ex, k in comp.parts:
@@ -455,17 +455,17 @@ def saddle_epsilon(comp: Composite, delta: float) -> float | None:
     target = math.log(delta)
     cap = _tilt_cap(comp)
     lo, hi = 1e-6, max(cap, 2e-6)
-    if _saddle_log_delta(comp, hi)[1] > target or _saddle_log_delta(comp, lo)[1] < target:
+    if saddle_log_delta(comp, hi)[1] > target or saddle_log_delta(comp, lo)[1] < target:
         return None
     for _ in range(40):
         mid = math.sqrt(lo * hi)
-        if _saddle_log_delta(comp, mid)[1] > target:
+        if saddle_log_delta(comp, mid)[1] > target:
             lo = mid
         else:
             hi = mid
         if hi < lo * (1.0 + 1e-3):
             break
-    return float(_saddle_log_delta(comp, math.sqrt(lo * hi))[0])
+    return float(saddle_log_delta(comp, math.sqrt(lo * hi))[0])
 
 
 def tilt_for_epsilon(comp: Composite, epsilon: float) -> float:

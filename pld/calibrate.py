@@ -45,7 +45,6 @@ import math
 import time
 
 import numpy as np
-from scipy.special import erfcx
 
 from pld import _validate as v
 from pld import _windows as w
@@ -64,80 +63,37 @@ MIN_SAMPLING_RATE = 1e-12
 #: noise multipliers the noise search explores
 SIGMA_RANGE = (1e-3, 1e12)
 
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-_SQRT_PI_2 = math.sqrt(math.pi / 2)
-
 
 # --------------------------------------------------------------------------
 # surrogate: saddle-point approximation of the composed privacy profile
+# (pld._windows.saddle_log_delta: Daniels / Lugannani-Rice, from the numba
+# tilted moments of each step's exploration)
 # --------------------------------------------------------------------------
-def _tilted_stats(ex: w.Exploration, th: np.ndarray):
-    """log E[e^{th L}], tilted mean and variance of one step's loss, per theta."""
-    t = ex.log_p[None, :] + th[:, None] * ex.loss[None, :]
-    mx = np.max(t, axis=1)
-    mx = np.where(np.isfinite(mx), mx, 0.0)
-    e = np.exp(t - mx[:, None])
-    s0 = e.sum(axis=1)
-    s1 = e @ ex.loss
-    s2 = e @ (ex.loss * ex.loss)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        m = s1 / s0
-        var = np.maximum(s2 / s0 - m * m, 0.0)
-        return mx + np.log(s0), m, var
-
-
-def _spa_log_delta(parts, th: np.ndarray):
-    """Saddle-point ``log delta`` at the epsilon ``K'(theta)`` (returned too).
-
-    With ``K = sum_i k_i psi_i`` the cumulant generating function of the
-    composed loss under P, tilting at ``theta`` and treating the tilted loss as
-    normal with mean ``eps = K'(theta)`` and variance ``s^2 = K''(theta)``:
-    ``delta(eps) = e^{K - theta eps} E[e^{-theta u} (1 - e^{-u})_+]``
-    ``= e^{K - theta eps} phi(0) (R(theta s) - R((theta + 1) s))`` with ``R`` the
-    Mills ratio.
-    """
-    K = np.zeros(th.shape)
-    M = np.zeros(th.shape)
-    V = np.zeros(th.shape)
-    for ex, k in parts:
-        a, b, c = _tilted_stats(ex, th)
-        K += k * a
-        M += k * b
-        V += k * c
-    s = np.sqrt(V)
-    r = _SQRT_PI_2 * (erfcx(th * s / math.sqrt(2)) - erfcx((th + 1) * s / math.sqrt(2)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ld = K - th * M + np.log(r) - _LOG_SQRT_2PI
-    return np.where(np.isfinite(ld), ld, np.nan), M
-
-
 _THETA_GRID = np.logspace(-5, 5, 41)
 
 
 def _spa_epsilon(parts, log_delta: float) -> float:
     """Surrogate epsilon for one direction (``nan`` if the approximation fails)."""
-    ld, M = _spa_log_delta(parts, _THETA_GRID)
-    below = np.flatnonzero(ld < log_delta)
-    if below.size == 0:
+    comp = w.Composite(parts)
+    # (a failed approximation, -inf, is never taken for a crossing)
+    scan = [w.saddle_log_delta(comp, float(t)) for t in _THETA_GRID]
+    below = [i for i, (_, ld) in enumerate(scan) if -math.inf < ld < log_delta]
+    if not below:
         # no crossing: a bounded loss (e.g. the add direction) whose delta never
         # gets that small at finite epsilon; its largest total loss stands in
         top = sum(k * ex.loss_max for ex, k in parts)
         return float(top) if math.isfinite(top) else math.nan
-    j = int(below[0])
+    j = below[0]
     if j == 0:
-        return max(0.0, float(M[0]))
+        return max(0.0, float(scan[0][0]))
     lo, hi = math.log(_THETA_GRID[j - 1]), math.log(_THETA_GRID[j])
-    # one theta at a time: the same approximation from the numba moments
-    # (w._saddle_log_delta), ~4x cheaper than a one-entry numpy pass, which
-    # made this bisection two thirds of a calibration's time
-    comp = w.Composite(parts)
     for _ in range(16):  # theta to 1e-5 relative: far below the surrogate's own error (~1%)
         mid = 0.5 * (lo + hi)
-        if w._saddle_log_delta(comp, math.exp(mid))[1] > log_delta:
+        if w.saddle_log_delta(comp, math.exp(mid))[1] > log_delta:
             lo = mid
         else:
             hi = mid
-    return max(0.0, float(w._saddle_log_delta(comp, math.exp(hi))[0]))
+    return max(0.0, float(w.saddle_log_delta(comp, math.exp(hi))[0]))
 
 
 class _Surrogate:
