@@ -11,6 +11,6 @@ from .power import complex_powers, rotate_left
 from .regrid import coarsen_dominated, coarsen_dominating
 from .windows import window_exponents
 
-__all__ = ["cell_points", "log_diff_exp", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix", "log_mgf_grid",
-           "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated", "coarsen_dominating", "dot_compensated",
-           "rotate_left", "window_exponents"]
+__all__ = ["cell_points", "log_diff_exp", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix",
+           "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
+           "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents"]

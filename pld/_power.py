@@ -262,8 +262,8 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     lo = max(window[0], (s_lo - 0.5) * h)
     hi = min(window[1], (s_hi + 0.5) * h)
     out = out.truncate(lo, hi, beyond=beyond)
-    if np.shares_memory(out.p, y):  # (truncation kept everything: the buffer goes back to the pool)
-        out = dataclasses.replace(out, p=out.p.copy())
+    if out.p is y:  # (truncation kept everything; it copies otherwise): the buffer goes back to the pool
+        out = dataclasses.replace(out, p=y.copy())
     return out
 
 
