@@ -843,6 +843,9 @@ def write_results(path: Path, cfg: Config, facts: dict, rows: list, wfacts: dict
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
         f"- pld source: commit {facts.get('git')}",
         "- pld paths: " + (", ".join(f"{k}: {val}" for k, val in paths.items()) or "pld.dpsgd"),
+        f"- pld FFT: {facts.get('fft', '?')}" + ("" if "measured" in str(facts.get("fft")) else
+                                                  " with estimated plans, as after a fresh install "
+                                                  "(`pld tune-fft` measured plans: `--fft-wisdom`)"),
         "",
     ]
     if rows:
@@ -926,7 +929,13 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--out", help="results file (default benchmarks/RESULTS.md; with --only: print only)")
     ap.add_argument("--limit", type=float, help=f"per-call limit in seconds (default {LIMIT_S:g}, quick "
                                                  f"{QUICK_LIMIT_S:g})")
+    ap.add_argument("--fft-wisdom", action="store_true",
+                    help="use this machine's measured FFT plans (from `pld tune-fft`); default: estimated "
+                         "plans, as after a fresh install")
     args = ap.parse_args(argv)
+    if not args.fft_wisdom:
+        # (inherited by the fresh processes of the process section too)
+        os.environ["PLD_FFTW_WISDOM"] = "off"
     only = [s for x in args.only for s in x.split(",") if s]
     bad = [s for s in only if s not in SECTIONS]
     if bad:
@@ -938,6 +947,9 @@ def main(argv: Optional[list] = None) -> int:
     t_start = time.perf_counter()
     peers = W.all_peers()
     facts = machine_facts(peers)
+    from pld._fft import fft_backend
+
+    facts["fft"] = fft_backend()
     _log(cfg, f"machine: {facts['cpu']}, {facts['cores']} cores, load {facts['load_start']}")
     sel = lambda name: not only or name in only  # noqa: E731
 

@@ -27,6 +27,7 @@ from pld.dpsgd import dpsgd, dpsgd_schedule
 from pld.accountant import Accountant
 from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
 from pld.io import load, save
+from pld.tuning import tune_fft
 
 __version__ = "0.1.0"
 
@@ -51,5 +52,6 @@ __all__ = [
     "calibrate_sampling_rate",
     "save",
     "load",
+    "tune_fft",
     "__version__",
 ]

@@ -17,9 +17,13 @@ test-suite measures (tests/test_fft.py compares with exact convolutions).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
 import os
+import platform
 import threading
+import warnings
 
 import numpy as np
 import scipy.fft
@@ -47,6 +51,86 @@ _MAX_PLAN_SIZE = 1 << 21
 _PLAN_BYTES = 256 << 20
 
 
+#: FFTW wisdom (plans measured by :func:`pld.tune_fft`) is read once, before
+#: the first plan is built: ``path`` it came from, or None
+_wisdom: dict = {"checked": False, "path": None}
+WISDOM_FORMAT = "pld-fftw-wisdom"
+
+
+def _machine_key() -> str:
+    """Wisdom is only valid for the CPU and FFTW build it was measured on."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    cpu += line
+                if cpu.count("\n") >= 2:
+                    break
+    except OSError:
+        cpu = platform.processor()
+    version = getattr(pyfftw, "__version__", "") if _HAVE_PYFFTW else ""
+    text = "|".join((platform.machine(), cpu, version))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def wisdom_path() -> str | None:
+    """Where measured FFTW plans are kept: ``$PLD_FFTW_WISDOM`` if set (empty,
+    ``0`` or ``off`` turns wisdom off), else a file named after this machine
+    under ``$XDG_CACHE_HOME/pld`` (default ``~/.cache/pld``)."""
+    env = os.environ.get("PLD_FFTW_WISDOM")
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "none") else os.path.expanduser(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pld", f"fftw-wisdom-{_machine_key()}.json")
+
+
+def _load_wisdom_once() -> None:
+    """Import the wisdom file, if any (called under ``_lock``).
+
+    Speed only: plans built from wisdom compute the same transforms (their
+    rounding is within the same bound), so a missing file just means
+    estimated plans, and an unreadable one is reported and skipped.
+    """
+    if _wisdom["checked"]:
+        return
+    _wisdom["checked"] = True
+    path = wisdom_path()
+    if path is None or not os.path.exists(path):
+        return
+    try:
+        with open(path, encoding="ascii") as f:
+            doc = json.load(f)
+        if doc.get("format") != WISDOM_FORMAT or doc.get("key") != _machine_key():
+            return  # another machine's or another layout's
+        ok = pyfftw.import_wisdom(tuple(w.encode("ascii") for w in doc["wisdom"]))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        warnings.warn(f"ignoring unreadable FFTW wisdom file {path}: {exc}", RuntimeWarning, stacklevel=4)
+        return
+    if ok[0]:
+        _wisdom["path"] = path
+
+
+def _build_plan(n: int, flag: str = "FFTW_ESTIMATE"):
+    """A length-``n`` real transform pair on fresh aligned buffers:
+    ``(a, f, g, fwd, inv)`` with ``fwd: a -> f`` and ``inv: g -> a``."""
+    a = pyfftw.empty_aligned(n, dtype="float64")
+    f = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
+    g = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
+    fwd = pyfftw.FFTW(a, f, flags=(flag,), threads=1)
+    inv = pyfftw.FFTW(g, a, direction="FFTW_BACKWARD", flags=(flag,), threads=1)
+    return a, f, g, fwd, inv
+
+
+def _drop_plans() -> None:
+    """Forget pooled plans (new ones pick up newly measured wisdom); plans in
+    use stay valid for their holders."""
+    global _plan_bytes
+    with _lock:
+        _plans.clear()
+        _plan_bytes = 0
+
+
 def _reset_after_fork() -> None:
     # locks held by the parent's other threads at the fork stay held forever
     # in the child: start the child with fresh ones and no plans
@@ -61,14 +145,27 @@ if hasattr(os, "register_at_fork"):
 
 
 def fft_backend() -> str:
-    """Name of the FFT library in use."""
-    return "pyfftw" if _HAVE_PYFFTW else "scipy.fft"
+    """Name of the FFT library in use (and whether its plans were measured)."""
+    if not _HAVE_PYFFTW:
+        return "scipy.fft"
+    with _lock:
+        _load_wisdom_once()
+    return "pyfftw (measured plans)" if _wisdom["path"] else "pyfftw"
+
+
+def wisdom_in_use() -> str | None:
+    """The wisdom file the plans come from (None: estimated plans only)."""
+    if _HAVE_PYFFTW:
+        with _lock:
+            _load_wisdom_once()
+    return _wisdom["path"]
 
 
 def _acquire_plan(n: int):
     """A plan of size ``n`` that the caller holds (its lock acquired)."""
     global _plan_bytes
     with _lock:
+        _load_wisdom_once()
         pool = _plans.setdefault(n, [])
         for plan in pool:
             if plan[-1].acquire(blocking=False):
@@ -78,12 +175,9 @@ def _acquire_plan(n: int):
             if victim is None:
                 break
             _plan_bytes -= 40 * victim * len(_plans.pop(victim))
-        a = pyfftw.empty_aligned(n, dtype="float64")
-        f = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
-        g = pyfftw.empty_aligned(n // 2 + 1, dtype="complex128")
-        fwd = pyfftw.FFTW(a, f, flags=("FFTW_ESTIMATE",), threads=1)
-        inv = pyfftw.FFTW(g, a, direction="FFTW_BACKWARD", flags=("FFTW_ESTIMATE",), threads=1)
-        plan = (a, f, g, fwd, inv, threading.Lock())
+        # (estimated plans: FFTW_ESTIMATE takes a measured plan from the
+        # wisdom when there is one for n)
+        plan = (*_build_plan(n), threading.Lock())
         plan[-1].acquire()
         pool.append(plan)
         _plan_bytes += 40 * n

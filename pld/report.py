@@ -213,7 +213,9 @@ def _nice_delta(n: int) -> str:
 
 
 def _numerics(explained: dict) -> dict:
-    out = {"bracket_target": BRACKET_TARGET, "directions": {}}
+    from pld._fft import fft_backend
+
+    out = {"bracket_target": BRACKET_TARGET, "fft": fft_backend(), "directions": {}}
     for d, info in (explained.get("directions") or {}).items():
         out["directions"][d] = {k: v for k, v in info.items()}
     return out
@@ -277,6 +279,10 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "pld_version": __version__,
     }
     return res
+
+
+def _fft_note(numerics: dict) -> str:
+    return f"; FFT: {numerics['fft']}" if numerics.get("fft") else ""
 
 
 def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
@@ -366,7 +372,7 @@ def format_dpsgd(r: dict) -> str:
         if r.get("curve_method"):
             lines.append(f"  (from {r['curve_method']})")
     lines.append("")
-    lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']})")
+    lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']}{_fft_note(r['numerics'])})")
     lines += _dir_lines(r["numerics"])
     if r.get("warnings"):
         lines.append("")
@@ -451,7 +457,7 @@ def format_compose(r: dict) -> str:
     if r.get("numerics"):
         lines.append("")
         lines.append(f"Numerical settings at delta = {r['queries'][0]['delta']:g} "
-                     f"(bracket target: {r['numerics']['bracket_target']})")
+                     f"(bracket target: {r['numerics']['bracket_target']}{_fft_note(r['numerics'])})")
         lines += _dir_lines(r["numerics"])
     if r.get("warnings"):
         lines.append("")

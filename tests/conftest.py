@@ -17,6 +17,11 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
+# Estimated FFT plans, as on a fresh install, whatever this machine has measured
+# with `pld tune-fft` (tests/test_fft_wisdom.py covers measured plans); set the
+# variable to a wisdom file to run the suite on measured plans instead.
+os.environ.setdefault("PLD_FFTW_WISDOM", "off")
+
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 settings.register_profile(
