@@ -81,7 +81,12 @@ def wisdom_path() -> str | None:
     env = os.environ.get("PLD_FFTW_WISDOM")
     if env is not None:
         return None if env.strip().lower() in ("", "0", "off", "none") else os.path.expanduser(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home == "~":
+            return None  # no home folder: no default place
+        base = os.path.join(home, ".cache")
     return os.path.join(base, "pld", f"fftw-wisdom-{_machine_key()}.json")
 
 

@@ -146,3 +146,16 @@ def test_cli_tune_fft_bad_input(clean_fftw, capsys, value, fragment):
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.startswith("pld: error: ") and fragment in err, err
     assert not clean_fftw.exists()
+
+
+def test_default_wisdom_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("PLD_FFTW_WISDOM", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = _fft.wisdom_path()
+    assert path.startswith(str(tmp_path / "pld" / "fftw-wisdom-")) and path.endswith(".json")
+    assert _fft._machine_key() in path  # one file per machine
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _fft.wisdom_path().startswith(str(tmp_path / "home" / ".cache" / "pld"))
+    monkeypatch.setenv("PLD_FFTW_WISDOM", "~/w.json")
+    assert _fft.wisdom_path() == str(tmp_path / "home" / "w.json")
