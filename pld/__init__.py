@@ -55,3 +55,9 @@ __all__ = [
     "tune_fft",
     "__version__",
 ]
+
+# first run after install: the kernels compile in two processes at once
+# (pld._jit_warm; PLD_JIT_HELPER=0 turns the helper off)
+from pld import _jit_warm as _jit_warm  # noqa: E402
+
+_jit_warm.warm_up_if_cold()
