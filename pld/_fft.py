@@ -153,9 +153,7 @@ def fft_backend() -> str:
     """Name of the FFT library in use (and whether its plans were measured)."""
     if not _HAVE_PYFFTW:
         return "scipy.fft"
-    with _lock:
-        _load_wisdom_once()
-    return "pyfftw (measured plans)" if _wisdom["path"] else "pyfftw"
+    return "pyfftw (measured plans)" if wisdom_in_use() else "pyfftw"
 
 
 def wisdom_in_use() -> str | None:

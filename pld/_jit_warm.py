@@ -54,7 +54,9 @@ _WAIT_S = 120.0
 
 _ENV = "PLD_JIT_HELPER"
 _HELPER_CODE = "import sys; from pld._jit_warm import main; sys.exit(main())"
+#: the helper process started by this one, if any
 _helper: list = []
+_tried = False
 
 
 def _cached(dispatcher) -> bool:
@@ -85,7 +87,8 @@ def cold_kernels() -> list[str]:
 def warm_up_if_cold() -> bool:
     """Compile missing kernels, half in a helper process (once per process,
     never from the helper itself).  Returns whether anything was compiled."""
-    if os.environ.get(_ENV, "").strip().lower() in ("0", "off", "no", "helper") or _helper:
+    global _tried
+    if os.environ.get(_ENV, "").strip().lower() in ("0", "off", "no", "helper") or _tried:
         return False
     try:
         cold = cold_kernels()
@@ -93,7 +96,7 @@ def warm_up_if_cold() -> bool:
         return False
     if not cold:
         return False
-    _helper.append(None)  # (once per process, helper or not)
+    _tried = True
     proc = None
     if any(name in cold for name, _ in HELPER_SHARE) and getattr(sys, "executable", None):
         try:
@@ -117,7 +120,7 @@ def warm_up_if_cold() -> bool:
 def _stop_helper() -> None:
     # a helper still running at exit (it was late): its work is not needed
     for proc in _helper:
-        if proc is not None and proc.poll() is None:
+        if proc.poll() is None:
             try:
                 proc.terminate()
                 proc.wait(timeout=5)
@@ -127,13 +130,11 @@ def _stop_helper() -> None:
 
 atexit.register(_stop_helper)
 if hasattr(os, "register_at_fork"):
+    # (a forked child neither owns the parent's helper nor starts its own)
     os.register_at_fork(after_in_child=_helper.clear)
 
 
 def main() -> int:
+    """The helper process: compile :data:`HELPER_SHARE` into the cache."""
     _compile(HELPER_SHARE)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

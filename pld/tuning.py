@@ -5,9 +5,10 @@ pld builds its pyfftw plans with ``FFTW_ESTIMATE`` (milliseconds to plan).
 faster at the transform lengths pld uses (measured here from 8k to 2M points:
 a forward and inverse pair of 262144 points 3.5 -> 1.8 ms), but takes seconds
 per length.  Queries gain less, as transforms are a part of their time:
-about 12% at T = 1e6 steps, within the noise on the MNIST run.  :func:`tune_fft` measures every length pld may use up to a bound
-once and keeps the result (FFTW "wisdom") in a file per machine; every later
-process reads it before its first plan, and its estimated plans then are the
+about 12% at T = 1e6 steps, within the noise on the MNIST run.
+:func:`tune_fft` measures every length pld may use up to a bound once and
+keeps the result (FFTW "wisdom") in a file per machine; every later process
+reads it before its first plan, and its estimated plans then are the
 measured ones.  Answers stay certified either way: the round-off bound of
 :mod:`pld._fft` holds for any FFTW plan, and only the last bits move.
 
@@ -33,16 +34,14 @@ _MIN_TUNED = 1024
 
 
 def plan_sizes(max_points: int, min_points: int = _MIN_TUNED) -> list[int]:
-    """Every transform length pld may plan in ``[min_points, max_points]``
-    (the values of :func:`pld._fft._canonical_size`)."""
+    """Every transform length pld may plan in ``[min_points, max_points]``:
+    the values of :func:`pld._fft._canonical_size`, walked with it (one
+    definition of which lengths exist)."""
     out = []
-    k = max(3, (min_points - 1).bit_length() - 1)
-    while (1 << (k - 3)) * 5 <= max_points:
-        for mult in (5, 6, 7, 8):
-            n = mult << (k - 3)
-            if min_points <= n <= max_points:
-                out.append(n)
-        k += 1
+    n = _fft._canonical_size(min_points)
+    while n <= max_points:
+        out.append(n)
+        n = _fft._canonical_size(n + 1)
     return out
 
 

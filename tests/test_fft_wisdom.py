@@ -159,3 +159,24 @@ def test_default_wisdom_path(monkeypatch, tmp_path):
     assert _fft.wisdom_path().startswith(str(tmp_path / "home" / ".cache" / "pld"))
     monkeypatch.setenv("PLD_FFTW_WISDOM", "~/w.json")
     assert _fft.wisdom_path() == str(tmp_path / "home" / "w.json")
+
+
+def test_round_off_bound_holds_for_measured_plans(clean_fftw):
+    # the l2 round-off bound of pld._fft against exact integer convolutions
+    # (tests/test_fft.py's references), now through measured plans
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_fft import exact_conv_fixed, fixed_point, gaussian_pmf, l2_error_fixed
+
+    cases = [(1 << 13, None), (1 << 12, 5000), (3000, 2500)]
+    for na, nb in cases:
+        n = _fft._canonical_size(na + (nb or na) - 1)
+        tuning.tune_fft(n, min_points=n)
+        assert _fft.wisdom_in_use() == str(clean_fftw)
+        A, a, ea = fixed_point(gaussian_pmf(na, na / 2, na / 7))
+        if nb is None:
+            B, b, eb = A, a, ea
+        else:
+            B, b, eb = fixed_point(gaussian_pmf(nb, nb / 3, nb / 50))
+        c, bound = _fft.convolve(a, a if nb is None else b)
+        err = l2_error_fixed(c, exact_conv_fixed(A, B), ea + eb)
+        assert 0 < err <= bound, (na, nb, err, bound)

@@ -73,6 +73,7 @@ def test_cold_cache_comes_out_of_import_complete(tmp_path, helper):
 def test_warm_up_survives_a_helper_that_cannot_start(monkeypatch):
     compiled = []
     monkeypatch.setattr(J, "_helper", [])
+    monkeypatch.setattr(J, "_tried", False)
     monkeypatch.setattr(J, "cold_kernels", lambda: ["optimistic_merge_centred", "log_mgf_grid"])
     monkeypatch.setattr(J, "_compile", lambda share: compiled.append(share))
 
@@ -88,6 +89,7 @@ def test_warm_up_survives_a_helper_that_cannot_start(monkeypatch):
 
 def test_warm_up_does_nothing_when_warm_or_off(monkeypatch):
     monkeypatch.setattr(J, "_helper", [])
+    monkeypatch.setattr(J, "_tried", False)
     monkeypatch.setattr(J, "_compile", lambda share: pytest.fail("nothing to compile"))
     monkeypatch.setattr(J, "cold_kernels", lambda: [])
     monkeypatch.delenv("PLD_JIT_HELPER", raising=False)
