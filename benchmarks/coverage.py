@@ -189,7 +189,13 @@ def _task_oracle(t: dict) -> dict:
             "wall": time.perf_counter() - w0}
 
 
-_TASKS = {"pld": _task_pld, "dp_accounting": _task_dp_accounting, "oracle": _task_oracle}
+def _task_sleep(t: dict) -> dict:
+    """A task that hangs for ``seconds`` (tests the timeout path)."""
+    time.sleep(t["seconds"])
+    return {"slept": t["seconds"]}
+
+
+_TASKS = {"pld": _task_pld, "dp_accounting": _task_dp_accounting, "oracle": _task_oracle, "sleep": _task_sleep}
 
 
 def _worker_main(conn, kind: str, mem_fraction: float) -> None:
