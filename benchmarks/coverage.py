@@ -521,6 +521,11 @@ def _bins_table(recs: list[dict], key: str, edges: list[float], label: str) -> l
     return lines
 
 
+def _vdis(recs: list[dict], cfg: Config) -> str:
+    v = sorted({(r.get("dp_accounting") or {}).get("vdi") for r in recs} - {None})
+    return ", ".join(f"{x:g}" for x in v) if v else f"{cfg.peer_vdi:g}"
+
+
 def markdown(recs: list[dict], cfg: Config, facts: dict) -> str:
     """The "Coverage (issue 19)" section for benchmarks/RESULTS.md."""
     s = summary(recs)
@@ -533,10 +538,11 @@ def markdown(recs: list[dict], cfg: Config, facts: dict) -> str:
          f"T in [{rg['T'][0]:g}, {rg['T'][1]:g}], delta in [{rg['delta'][0]:g}, {rg['delta'][1]:g}], "
          "log-uniform each; `pld.dpsgd(sigma, q, T).epsilon_bounds(delta)` on a fresh PLD in a worker process "
          "(kernels warm, estimated FFT plans); target `upper - lower <= 1e-4*upper + 1e-6`",
-         f"- references: dp_accounting `PLDAccountant(value_discretization_interval={cfg.peer_vdi:g})` (an upper "
-         f"estimate: must be >= pld's lower end) on {cfg.peer_n} random settings plus the {cfg.peer_worst} worst; "
-         f"the tilted rounding oracle (`tests/oracles.py`, numpy/scipy only) on the {cfg.oracle_worst} worst "
-         f"(at most {cfg.oracle_max_points} FFT points; its bracket must intersect pld's)",
+         f"- references: dp_accounting `PLDAccountant(value_discretization_interval={_vdis(recs, cfg)})` (an upper "
+         f"estimate: must be >= pld's lower end) on {s['dp_accounting']['tried']} settings (a seeded random "
+         f"subsample plus the worst); the tilted rounding oracle (`tests/oracles.py`, numpy/scipy only) on "
+         f"{s['oracle']['tried']} of the worst (at most {cfg.oracle_max_points} FFT points; its bracket must "
+         "intersect pld's)",
          "",
          "| measure | value |", "|---|---|",
          f"| settings completed | {s['completed']}/{s['n']}"
