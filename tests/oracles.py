@@ -65,7 +65,7 @@ __all__ = [
     "laplace_delta", "laplace_epsilon",
     "subsampled_gaussian_delta_single",
     "StepLaw", "subsampled_gaussian_step", "log_gauss_interval",
-    "DeltaBracket", "EpsilonBracket", "subsampled_gaussian_delta_bounds", "subsampled_gaussian_epsilon",
+    "EpsilonBracket", "subsampled_gaussian_delta_bounds", "subsampled_gaussian_epsilon",
     "fft_error_constant",
     "SubsampledGaussianSampler", "DiscreteSampler", "MCResult", "mc_delta",
 ]
@@ -730,17 +730,6 @@ def _lam_for_mean(step: StepLaw, T: int, eps: float) -> float:
     return scipy.optimize.brentq(lambda lm: T * step.approx_moments(lm)[1] - eps, lo, hi, xtol=1e-8, rtol=1e-8)
 
 
-@dataclass
-class DeltaBracket:
-    """Certified-ish bounds on delta at grid points of one direction's window (see
-    :func:`_direction_bounds`): log of the upper bound on delta_U and of the lower bound on
-    delta_D, both as functions of the window index."""
-
-    x: np.ndarray
-    log_upper: Callable[[int], float]
-    log_lower_shifted: Callable[[int], float]
-
-
 class _Sums:
     """log of sum_{j > i} c_j e^(T K - lam x_j) (1 - e^(x_i - x_j)) over the window entries
     above x_i, with c_j = C_j + E (upper) or (C_j - E)_+ (lower).
@@ -967,8 +956,17 @@ def subsampled_gaussian_epsilon(sigma: float, q: float, T: int, delta: float, *,
     so one composition gives both: delta_D(eps) = delta_U(eps + T h).  The composition is one
     FFT power of the exponentially tilted step law p_k e^(lam l_k - K(lam)) with
     T K'(lam) = eps (so that round-off is relative to the mass near eps, and delta down to
-    1e-30 is resolvable), untilted in log space.  The bracket's width is about T h plus the
-    bounded numerical terms (:func:`_compose`, :func:`_direction_bounds`).
+    1e-30 is resolvable), untilted in log space.  The bracket's width is about (T + 2) h plus
+    the bounded numerical terms (:func:`_compose`, :func:`_direction_bounds`).
+
+    What the bracket accounts for: the P-mass cut off beyond z standard deviations of y
+    (:func:`_z_cut`: at most 1e-7 delta), FFT round-off (Higham's bound with
+    :func:`fft_error_constant`), aliasing of the circular FFT (Chernoff and a one-big-step
+    split, :func:`_chernoff_log_tail`), the rounding of every exponent, and cell edges misfiled
+    by the rounding of y(l).  What it trusts: ``log_ndtr``/``exp``/``log`` and
+    :data:`TRUSTED_MASS_RTOL`.  What is heuristic and only affects the width: the tilt
+    (saddle-point start, a coarse pass 8x coarser to locate the crossing, a cap where a
+    subsampled step's tilted mass would pile against the cut: :func:`_lam_cap`) and the window.
 
     Parameters
     ----------
