@@ -46,6 +46,15 @@ def test_judging_references():
     assert not rec["pld"]["within"] and rec["pld"]["silent_miss"] and rec["pld"]["ratio"] > 1
 
 
+def test_self_consistency_rule():
+    d = 1e-5
+    assert C.consistent(0.5, d, [0.9e-5, 1.0e-5], [1.0e-5, 1.1e-5])
+    assert not C.consistent(0.5, d, [1.1e-5, 1.2e-5], [1.0e-5, 1.1e-5])   # upper end not (eps, delta)-DP
+    assert not C.consistent(0.5, d, [0.9e-5, 1.0e-5], [0.8e-5, 0.9e-5])   # lower end above the truth
+    # epsilon clamped at 0 with delta(0) < delta: only the upper condition applies
+    assert C.consistent(0.0, d, [0.8e-5, 0.9e-5], [0.8e-5, 0.9e-5])
+
+
 def test_three_quick_settings_end_to_end(tmp_path):
     jsonl = tmp_path / "cov.jsonl"
     cfg = C.Config(n=3, seed=0, timeout=120.0, ranges=dict(QUICK), peer_n=1, peer_worst=0, peer_vdi=1e-3,
