@@ -411,6 +411,8 @@ def run_oracle(recs: list[dict], cfg: Config) -> None:
     worker = Worker("oracle", mem_fraction=0.6)
     try:
         for r in _worst(recs, cfg.oracle_worst):
+            if (r.get("oracle") or {}).get("status") == "ok":
+                continue  # answered in an earlier pass (--from-jsonl)
             p = r.get("pld") or {}
             # ask for a bracket no wider than pld's target when that fits the point budget;
             # the oracle widens h itself to stay within max_points

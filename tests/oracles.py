@@ -888,10 +888,12 @@ def _z_cut(delta: float, T: int) -> float:
 
 
 def _locate(step: StepLaw, T: int, delta: float, eps_g: float, max_points: int,
-            width_sd: float = 12.0, attempts: int = 4) -> tuple[float, float, dict]:
+            width_sd: float = 12.0, attempts: int = 8) -> tuple[float, float, dict]:
     """One direction's bracket from compositions tilted at ``eps_g``; the tilt is moved to the
-    crossing found (and the window widened when the crossing fell outside it) until the
-    crossing lies within 2 tilted standard deviations of the tilt's centre."""
+    crossing found until the crossing lies within 2 tilted standard deviations of the tilt's
+    centre.  When the crossing falls outside the window, the window's reach beyond the tilt's
+    centre doubles (the tilt may be capped, :func:`_lam_cap`, and then the centre cannot
+    follow: in the one-big-step regime of tiny q and small sigma, epsilon lies far above it)."""
     last = None
     for attempt in range(attempts):
         try:
@@ -904,8 +906,11 @@ def _locate(step: StepLaw, T: int, delta: float, eps_g: float, max_points: int,
             lo, hi, info = _direction_bounds(step, T, delta, eps_g, lam, sd, width_sd, max_points)
         except _WindowMiss as miss:
             last = miss
-            eps_g = miss.where
-            width_sd *= 1.5
+            centre = T * step.approx_moments(lam)[1]
+            if "above" in str(miss):
+                eps_g = miss.where + max(miss.where - centre, 2.0 * sd)
+            else:
+                eps_g = max(0.0, miss.where - max(centre - miss.where, 2.0 * sd))
             continue
         info["attempts"] = attempt + 1
         info["sd"] = sd

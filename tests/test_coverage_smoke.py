@@ -6,6 +6,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is run from the repository root, not installed
     sys.path.insert(0, str(ROOT))
@@ -55,6 +57,7 @@ def test_self_consistency_rule():
     assert C.consistent(0.0, d, [0.8e-5, 0.9e-5], [0.8e-5, 0.9e-5])
 
 
+@pytest.mark.slow  # three worker processes each load pld's kernels: ~20 s
 def test_three_quick_settings_end_to_end(tmp_path):
     jsonl = tmp_path / "cov.jsonl"
     cfg = C.Config(n=3, seed=0, timeout=120.0, ranges=dict(QUICK), peer_n=1, peer_worst=0, peer_vdi=1e-3,
