@@ -531,7 +531,7 @@ def _bins_table(recs: list[dict], key: str, edges: list[float], label: str) -> l
         if not rs:
             continue
         ratios = [r["pld"]["ratio"] for r in rs]
-        lines.append(f"| [{a:g}, {b:g}) | {len(rs)} | {sum(r['pld']['within'] for r in rs)}/{len(rs)} "
+        lines.append(f"| [{a:.3g}, {b:.3g}) | {len(rs)} | {sum(r['pld']['within'] for r in rs)}/{len(rs)} "
                      f"({100 * np.mean([r['pld']['within'] for r in rs]):.0f}%) | {_fmt(float(np.median(ratios)), 3)} "
                      f"| {_fmt(max(ratios), 3)} | {np.median([r['pld']['wall'] for r in rs]):.3f} |")
     return lines
