@@ -150,7 +150,7 @@ def test_fft_error_constant_against_exact_integer_convolutions():
     # (object ints for safety); the FFT result must be within the bound used by the oracle
     rng = np.random.default_rng(3)
     worst = 0.0
-    for n in (60, 243, 1000, 4096, 3 * 5**5):
+    for n in (60, 243, 1000, 2048, 3 * 5**4):
         x = rng.integers(0, 50, n).astype(float)
         X = np.fft.rfft(x)
         y = np.fft.irfft(X * X, n=n)
@@ -238,7 +238,7 @@ def test_mc_randomized_response_within_its_interval():
 def test_mc_add_direction_tilts_the_other_way():
     sigma, q, T, eps = 1.0, 0.3, 5, 1.5
     s = O.SubsampledGaussianSampler(sigma, q, "add")
-    r = O.mc_delta(s, T, eps, n=20_000, seed=3, confidence=0.999)
+    r = O.mc_delta(s, T, eps, n=10_000, seed=3, confidence=0.999)
     assert r.theta < 0  # large add-losses come from small y
     lo, hi = O.subsampled_gaussian_delta_bounds(sigma, q, T, eps, h=2e-4, max_points=2**18, directions=("add",))
     assert r.lower <= hi and lo <= r.upper
