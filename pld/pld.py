@@ -37,7 +37,7 @@ import numpy as np
 
 from pld import _validate as v
 from pld import _windows as w
-from pld import gaussian_exact
+from pld import gaussian_exact, total_variation
 from pld._fft import _canonical_size as _fft_size
 from pld._power import self_compose_powers
 from pld.discretize import discretize
@@ -209,8 +209,10 @@ class PLD:
                 inner = 0.0 < top < math.inf
                 lo[idx] = max(0.0, float(np.nextafter(top, -math.inf))) if inner else top
                 hi[idx] = float(np.nextafter(top, math.inf)) if inner else top
-            elif dv == 1.0:
-                lo[idx] = hi[idx] = 0.0  # delta(0) <= 1 always
+            elif dv == 1.0 or self._tv_upper() <= dv or self._epsilon_at_zero_delta() <= 0.0:
+                # delta(0) <= 1 always; delta(0) = TV <= delta, or no loss
+                # above 0 at all: epsilon = 0
+                lo[idx] = hi[idx] = 0.0
             elif self._closed_form_mu() is not None:
                 lo[idx], hi[idx] = gaussian_exact.epsilon_bounds(self._closed_form_mu(), float(dv))
             else:
@@ -256,6 +258,10 @@ class PLD:
             # only its windows matter) holds that below 1e-48
             queries.append(_FAR_QUERY)
         lo, hi = self._delta_pass(flat, queries)
+        # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
+        top = self._epsilon_at_zero_delta()
+        beyond = (flat >= top) & math.isfinite(top)
+        lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
         # A point between two tuning epsilons whose tails differ by orders of
         # magnitude is resolved by neither grid: the loosest few get their own.
         tried = {float(r) for r in reps}
@@ -286,6 +292,14 @@ class PLD:
             return float(lo), float(hi)
         return lo, hi
 
+    def _tv_upper(self) -> float:
+        """Upper bound on delta(0), the composition's total variation (1 if unknown)."""
+        hit = self.__dict__.get("_tv")
+        if hit is None:
+            tv = total_variation.composition_tv_upper(self._components)
+            hit = self.__dict__["_tv"] = 1.0 if tv is None else tv
+        return hit
+
     def _closed_form_mu(self) -> float | None:
         """``mu`` when every component is a Gaussian mechanism and closed forms
         are on (:data:`CLOSED_FORMS`), else None: such a composition is one
@@ -301,15 +315,16 @@ class PLD:
         largest loss with positive mass on: the sum of the components' largest
         losses (``inf`` with a mass at +inf or an unbounded loss).
         """
+        hit = self.__dict__.get("_eps_at_zero")
+        if hit is not None:
+            return hit
         top = 0.0
         for d in self._directions():
             s = 0.0
             for m, k in self._components:
-                sup = m.loss_model(d).sup_loss()
-                if sup == math.inf:
-                    return math.inf
-                s += k * sup
+                s += k * m.loss_model(d).sup_loss()
             top = max(top, s)
+        self.__dict__["_eps_at_zero"] = top
         return top
 
     def _tunable_epsilon(self) -> float:

@@ -356,3 +356,35 @@ def test_gaussian_parts_in_any_order_through_the_engine():
         p = pld.Gaussian(order[0]).pld().compose(pld.Gaussian(order[1]).pld()).compose(pld.Gaussian(order[2]).pld())
         lo, hi = p.epsilon_bounds(1e-5)
         assert lo <= exact <= hi and hi - lo <= 1e-4 * hi + 1e-6
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pld.ApproxDP(0.0, 0.0).pld().self_compose(1023),
+    lambda: pld.SampledWithoutReplacement(pld.Gaussian(1.0), 5e-324).pld(),
+    lambda: pld.dpsgd(1.0, 1e-300, 1000),
+    lambda: pld.RandomizedResponse(1e-300).pld().self_compose(10),
+])
+def test_trivial_mechanisms_have_epsilon_zero(make):
+    """Issue 19: (0, inf) for mechanisms with no privacy loss to speak of.
+    delta(0) is the total variation, subadditive over a composition: at most
+    delta means epsilon = 0 exactly."""
+    lo, hi = make().epsilon_bounds(np.array([1e-5, 1e-12]))
+    assert list(lo) == [0.0, 0.0] and list(hi) == [0.0, 0.0]
+
+
+@PROPERTY
+@given(log_eps=st.floats(-12, 1), log_q=st.floats(-8, 0), count=st.integers(1, 100))
+def test_total_variation_bounds_hold(log_eps, log_q, count):
+    """pld.total_variation against exact TVs: tanh(eps/2) for randomized
+    response, erf(mu / 2 sqrt 2) for the Gaussian, q times the base under
+    Poisson sampling (mpmath)."""
+    from pld import total_variation as tv
+
+    eps0, q = 10.0 ** log_eps, 10.0 ** log_q
+    assert tv.tv_upper(pld.RandomizedResponse(eps0)) >= mp.tanh(mp.mpf(eps0) / 2)
+    mu = 1.0 / (eps0 + 0.1)
+    assert tv.tv_upper(pld.Gaussian(eps0 + 0.1)) >= mp.erf(mp.mpf(mu) / (2 * mp.sqrt(2)))
+    sub = tv.tv_upper(pld.PoissonSampled(pld.Gaussian(eps0 + 0.1), q))
+    assert sub >= q * mp.erf(mp.mpf(mu) / (2 * mp.sqrt(2))) * (1 - 1e-15)
+    comp = tv.composition_tv_upper([(pld.RandomizedResponse(eps0), count)])
+    assert comp >= min(1, count * mp.tanh(mp.mpf(eps0) / 2))
