@@ -237,6 +237,10 @@ class LossModel:
         sel = lp > _NEG_INF
         top = float(np.max(loss[sel])) if np.any(sel) else -math.inf
         if self.base is not None and not isinstance(self.base, LaplaceBase):
+            # a Gaussian base loss x is unbounded; the add direction of Poisson
+            # sampling maps it to -log(1 - q + q e^x) <= -log(1 - q)
+            if self.direction == "add" and self.sampling_rate < 1.0:
+                return max(top, float(-np.log1p(-self.sampling_rate)) * (1.0 + 1e-15))
             return math.inf
         return top
 

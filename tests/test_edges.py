@@ -388,3 +388,19 @@ def test_total_variation_bounds_hold(log_eps, log_q, count):
     assert sub >= q * mp.erf(mp.mpf(mu) / (2 * mp.sqrt(2))) * (1 - 1e-15)
     comp = tv.composition_tv_upper([(pld.RandomizedResponse(eps0), count)])
     assert comp >= min(1, count * mp.tanh(mp.mpf(eps0) / 2))
+
+
+def test_delta_beyond_a_bounded_direction_costs_nothing():
+    """The add direction of Poisson sampling is bounded by -T log(1 - q); at
+    epsilon = 29 it has delta = 0 exactly, where a grid tuned there held only
+    its truncation bound (2.5e-9 for a delta of 1.08e-11, after 15 s)."""
+    p = pld.dpsgd(0.3358, 0.00506, 63)
+    delta = 1.0789e-11
+    lo, hi = p.epsilon_bounds(delta)
+    d_lo, d_hi = p.delta_bounds(hi)
+    assert d_lo <= delta and d_hi <= 1.01 * delta
+    from pld.mechanisms import PoissonSampled, Gaussian
+
+    model = PoissonSampled(Gaussian(1.0), 0.01).loss_model("add")
+    assert model.sup_loss() == pytest.approx(-math.log1p(-0.01), rel=1e-12)
+    assert model.sup_loss() >= -math.log1p(-0.01)
