@@ -354,7 +354,7 @@ class PLD:
             # grid tuned there only holds its truncation bound (2.5e-9 where
             # the answer was 1e-11, after 15 s of refining)
             top = self._largest_loss(d)
-            inside = ~(flat >= top)
+            inside = ~((flat >= top) & math.isfinite(top))
             if not np.any(inside):
                 continue
             for query in queries:
