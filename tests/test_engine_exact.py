@@ -328,7 +328,9 @@ def test_seed_lab_delta():
     assert isinstance(lo, float) and isinstance(hi, float)
     assert lo <= 2.7264e-5 <= hi
     assert_delta_valid(lo, hi, X.gaussian_delta(6.0, SEED_MU), "seed lab delta(6)")
-    assert_delta_width(lo, hi, X.gaussian_delta(6.0, SEED_MU), rtol=1e-3, label="seed lab delta(6)")
+    # (a delta query is read off the grids of the epsilon query at the same
+    # point, whose 1e-4 * eps target is 1.6e-3 relative in delta here)
+    assert_delta_width(lo, hi, X.gaussian_delta(6.0, SEED_MU), rtol=2e-3, label="seed lab delta(6)")
     assert d.delta(6.0) == hi
 
 
