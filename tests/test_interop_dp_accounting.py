@@ -50,6 +50,7 @@ from pld.interop.dp_accounting import (  # noqa: E402
 
 AOR = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE = dpa.NeighboringRelation.REPLACE_ONE
+SPECIAL = dpa.NeighboringRelation.REPLACE_SPECIAL
 
 G = ev.GaussianDpEvent
 L = ev.LaplaceDpEvent
@@ -243,25 +244,34 @@ UNSUPPORTED = [
     (ev.ZCDpEvent(0.5), AOR, ev.ZCDpEvent, "ZCDpEvent"),
     (ev.SampledWithReplacementDpEvent(100, 10, G(1.0)), AOR, ev.SampledWithReplacementDpEvent,
      "SampledWithReplacementDpEvent"),
-    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0], [1.0]), AOR, ev.MixtureOfGaussiansDpEvent,
-     "MixtureOfGaussiansDpEvent"),
-    (ev.TruncatedSubsampledGaussianDpEvent(1000, 0.01, 20, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
-     "TruncatedSubsampledGaussianDpEvent"),
+    (ev.RepeatAndSelectDpEvent(G(1.0), 3.0, 1.0), AOR, ev.RepeatAndSelectDpEvent, "RepeatAndSelectDpEvent"),
     # nested deep inside a supported tree: the error names the inner event
     (C([G(1.0), S(C([L(1.0), ev.ZCDpEvent(0.1)]), 3)]), AOR, ev.ZCDpEvent, "ZCDpEvent"),
     # sampled events whose inner event pld cannot sample
     (P(0.1, RR(0.5, 2)), AOR, RR, "RandomizedResponseDpEvent"),
     (SWOR(100, 10, L(1.0)), REPLACE, L, "LaplaceDpEvent"),
-    # each sampling scheme only with its own adjacency
-    (P(0.1, G(1.0)), REPLACE, P, "ADD_OR_REMOVE_ONE"),
+    # each pair only under the relations it is proven for (dp_accounting's wording)
+    (P(0.1, L(1.0)), REPLACE, P, "neighboring_relation must be `ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
+    (P(0.1, P(0.5, DL(0.5, 1))), REPLACE, P, "`ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
     (SWOR(100, 10, G(1.0)), AOR, SWOR, "REPLACE_ONE"),
-    (RR(0.5, 3), AOR, RR, "REPLACE_ONE"),
+    (SWOR(100, 10, G(1.0)), SPECIAL, SWOR, "REPLACE_ONE"),
+    (RR(0.5, 3), AOR, RR, "neighboring_relation must be `REPLACE_ONE` or `REPLACE_SPECIAL`"),
     (L(1.0), REPLACE, L, "ADD_OR_REMOVE_ONE"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [0.0, 1.0], [0.5, 0.5]), REPLACE, ev.MixtureOfGaussiansDpEvent,
+     "`ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
+    (ev.SingleEpochTreeAggregationDpEvent(1.0, 8), AOR, ev.SingleEpochTreeAggregationDpEvent,
+     "must be `REPLACE_SPECIAL`"),
     # invalid parameters
     (G(-1.0), AOR, G, "noise_multiplier"),
     (P(1.5, G(1.0)), AOR, P, "sampling_probability"),
     (SWOR(10, 20, G(1.0)), REPLACE, SWOR, "sample_size"),
     (S(G(1.0), -2), AOR, S, "count"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0, -1.0], [0.5, 0.5]), AOR, ev.MixtureOfGaussiansDpEvent, "sensitivities"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0, 2.0], [0.5, 0.6]), AOR, ev.MixtureOfGaussiansDpEvent, "sampling_probs"),
+    (ev.TruncatedSubsampledGaussianDpEvent(10, 1.5, 2, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
+     "sampling_probability"),
+    (ev.TruncatedSubsampledGaussianDpEvent(10, 0.5, -1, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
+     "truncated_batch_size"),
 ]
 
 
@@ -283,6 +293,27 @@ def test_unsupported_events(event, relation, bad_type, text):
     with pytest.raises(dpa.UnsupportedEventError, match=bad_type.__name__):
         acc.compose(event)
     assert (acc.get_epsilon(1e-5), acc.ledger) == before  # a failed compose changes nothing
+    # dp_accounting's wording names the sub-event inside the event passed to compose
+    with pytest.raises(dpa.UnsupportedEventError, match="caused by subevent"):
+        acc.compose(C([G(3.0), event]))
+
+
+@pytest.mark.parametrize("event", [S(G(1.0), -2), P(1.5, G(1.0)), G(-1.0), SWOR(10, 20, G(1.0))])
+def test_invalid_parameters_are_value_errors(event):
+    """Bad parameters are bad input (ValueError) and unsupported (supports() is False)."""
+    relation = REPLACE if isinstance(event, SWOR) else AOR
+    with pytest.raises(ValueError):
+        from_dp_event(event, neighboring_relation=relation)
+    acc = PLDAccountant(relation)
+    assert not acc.supports(event)
+    with pytest.raises(ValueError):
+        acc.compose(event)
+    with pytest.raises(ValueError, match="count"):
+        acc.compose(G(1.0), -1)
+    with pytest.raises(ValueError, match="count"):
+        acc.compose(G(1.0), 0)
+    with pytest.raises(TypeError, match="count"):
+        acc.compose(G(1.0), 1.5)
 
 
 def test_accountant_interface():
@@ -291,8 +322,7 @@ def test_accountant_interface():
     assert acc.neighboring_relation is AOR
     assert PLDAccountant(REPLACE).neighboring_relation is REPLACE
     assert PLDAccountant(neighboring_relation=REPLACE).supports(SWOR(100, 10, G(1.0)))
-    with pytest.raises(ValueError, match="REPLACE_SPECIAL"):
-        PLDAccountant(dpa.NeighboringRelation.REPLACE_SPECIAL)
+    assert PLDAccountant(SPECIAL).neighboring_relation is SPECIAL
     with pytest.raises(TypeError):
         PLDAccountant("add_or_remove")
     with pytest.raises(TypeError, match="DpEvent"):
@@ -314,10 +344,12 @@ def test_accountant_interface():
     assert d_lo <= 1e-6 and d_hi <= 1.01e-6
     clone = copy.deepcopy(acc)  # picklable / copyable, answers kept
     assert clone.get_epsilon_bounds(1e-6) == (lo, hi) and clone.ledger == acc.ledger
-    with pytest.raises(ValueError):
-        acc.get_epsilon(0.0)
-    with pytest.raises(ValueError):
-        acc.get_epsilon(1.0)
+    assert acc.get_epsilon_bounds(1.0) == (0.0, 0.0)  # delta = 1 holds at epsilon = 0
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="target_delta"):
+            acc.get_epsilon(bad)
+    with pytest.raises(ValueError, match="target_epsilon"):
+        acc.get_delta(math.nan)
     assert "PLDAccountant" in repr(acc)
 
 
