@@ -120,6 +120,8 @@ def tilted_moments(log_p, loss, lam):
             m = v
     if not m > -np.inf:
         return -np.inf, 0.0, 0.0
+    if m == np.inf:  # (the tilt overflows: no finite moments)
+        return np.inf, 0.0, 0.0
     s0 = 0.0
     s1 = 0.0
     for i in range(n):

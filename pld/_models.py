@@ -21,6 +21,8 @@ part", which is all the discretiser needs.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,6 +229,17 @@ class LossModel:
         sel = loss == np.inf
         return float(logsumexp(lp[sel])) if np.any(sel) else _NEG_INF
 
+    def sup_loss(self) -> float:
+        """Exact supremum of the loss over outcomes with positive P-mass (``inf``
+        for a Gaussian part or an atom where ``Q = 0``).  A Laplace part lies
+        strictly between its two atoms, so the atoms decide."""
+        loss, lp, _ = self.atoms()
+        sel = lp > _NEG_INF
+        top = float(np.max(loss[sel])) if np.any(sel) else -math.inf
+        if self.base is not None and not isinstance(self.base, LaplaceBase):
+            return math.inf
+        return top
+
 
 # ---------------------------------------------------------------------------
 # Sampling without replacement under substitute adjacency (appended for DP-SGD)
@@ -369,6 +382,9 @@ class SymmetrizedSubsampledGaussianModel:
         _, hi = self.base.x_range()
         top = float(self.loss_of_x(np.array([hi]))[0])
         return -top, top
+
+    def sup_loss(self) -> float:
+        return math.inf
 
     def inf_log_mass(self) -> float:
         return _NEG_INF

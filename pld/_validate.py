@@ -8,57 +8,97 @@ import numbers
 import numpy as np
 
 
+#: largest count of one component (``self_compose``, ``PLD`` components,
+#: DP-SGD steps): the engine's levels and windows are sized for counts up to this
+MAX_COUNT = 10**12
+#: largest privacy-loss scale of one release: a Gaussian's ``sensitivity /
+#: sigma``, a pure mechanism's ``epsilon`` (its largest loss).  A loss of 1e4
+#: per release is epsilon ~ 5e7 for the Gaussian; beyond it the answer is
+#: epsilon = inf for every delta < 1 in all but name, and the grids' arithmetic
+#: (tilts times losses) leaves the floating-point range.
+MAX_LOSS_SCALE = 1e4
+#: largest Gaussian ``sensitivity / sigma`` (mean loss mu^2 / 2 = 5e5 per
+#: release; calibration searches noise multipliers from 1e-3 up)
+MAX_GAUSSIAN_MU = 1e3
+
+
+def _short(value) -> str:
+    """``repr`` of a value, cut short (a 400-digit integer is not a message)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
 def real(name: str, value, *, low: float | None = None, high: float | None = None,
          low_open: bool = False, high_open: bool = False, allow_inf: bool = False) -> float:
     """Return ``value`` as a float, or raise naming ``name`` and the valid range."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    v = float(value)
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {_short(value)}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond the float range (10**400)
+        v = math.inf if value > 0 else -math.inf
+        if not allow_inf or (high is not None and v > 0) or (low is not None and v < 0):
+            raise ValueError(f"{name} must be a finite real number in range, got {_short(value)}") from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {_short(value)}")
     lo_txt = "-inf" if low is None else repr(low)
     hi_txt = "inf" if high is None else repr(high)
     rng = f"{'(' if low_open or low is None else '['}{lo_txt}, {hi_txt}{')' if high_open or high is None else ']'}"
     if low is not None and (v < low or (low_open and v == low)):
-        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+        raise ValueError(f"{name} must be in {rng}, got {_short(value)}")
     if high is not None and (v > high or (high_open and v == high)):
-        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+        raise ValueError(f"{name} must be in {rng}, got {_short(value)}")
     return v
 
 
 def integer(name: str, value, *, low: int = 1, high: int | None = None) -> int:
-    """Return ``value`` as an int, or raise naming ``name`` and the valid range."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+    """Return ``value`` as an int, or raise naming ``name`` and the valid range.
+
+    Integers (Python or numpy) and floats with an integral value are accepted;
+    booleans, strings and fractional floats are not.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
             value = int(value)
         else:
-            raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_short(value)}")
     v = int(value)
     if v < low or (high is not None and v > high):
-        raise ValueError(f"{name} must be an integer in [{low}, {'inf' if high is None else high}], got {value!r}")
+        top = "inf" if high is None else (f"{high:.0e}" if high >= 10**6 else str(high))
+        raise ValueError(f"{name} must be an integer in [{low}, {top}], got {_short(value)}")
     return v
+
+
+def loss_scale(what: str, value: float, limit: float = MAX_LOSS_SCALE) -> float:
+    """Check a mechanism's privacy-loss scale against ``limit``."""
+    if not value <= limit:
+        raise ValueError(f"{what} must be at most {limit:g} (a privacy loss of that size per "
+                         f"release already means epsilon = inf in practice), got {value:.6g}")
+    return value
 
 
 def real_array(name: str, value, *, low: float | None = None, high: float | None = None,
                low_open: bool = False, high_open: bool = False) -> tuple[np.ndarray, bool]:
     """Return ``(array, was_scalar)`` after checking every entry is a real in range."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = real(name, value, low=low, high=high, low_open=low_open, high_open=high_open, allow_inf=True)
     scalar = np.ndim(value) == 0
     raw = np.asarray(value)
     if isinstance(value, (str, bytes, bool, np.bool_)) or raw.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}")
+        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)}")
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}") from None
+        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)}") from None
     if arr.dtype == object:
-        raise TypeError(f"{name} must be a real number or an array of them, got {value!r}")
+        raise TypeError(f"{name} must be a real number or an array of them, got {_short(value)}")
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name} must not contain NaN")
     lo_txt = "-inf" if low is None else repr(low)
     hi_txt = "inf" if high is None else repr(high)
     rng = f"{'(' if low_open or low is None else '['}{lo_txt}, {hi_txt}{')' if high_open or high is None else ']'}"
     if low is not None and np.any(arr < low if not low_open else arr <= low):
-        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+        raise ValueError(f"{name} must be in {rng}, got {_short(value)}")
     if high is not None and np.any(arr > high if not high_open else arr >= high):
-        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+        raise ValueError(f"{name} must be in {rng}, got {_short(value)}")
     return arr, scalar

@@ -106,7 +106,7 @@ class Accountant:
 
     def epsilon_bounds(self, delta: float) -> tuple[float, float]:
         """Certified ``(lower, upper)`` on epsilon at ``delta`` for everything recorded."""
-        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        delta = v.real("delta", delta, low=0.0, high=1.0)
         return self._query(("eps", delta), lambda d: (0.0, 0.0) if d is None else d.epsilon_bounds(delta))
 
     def epsilon(self, delta: float) -> float:
@@ -115,9 +115,9 @@ class Accountant:
 
     def delta_bounds(self, epsilon: float) -> tuple[float, float]:
         """Certified ``(lower, upper)`` on delta at ``epsilon``."""
-        epsilon = v.real("epsilon", epsilon)
+        epsilon = v.real("epsilon", epsilon, allow_inf=True)
         # nothing recorded: identical laws, delta(eps) = (1 - e^eps)_+
-        empty = max(0.0, -math.expm1(epsilon))
+        empty = max(0.0, -math.expm1(epsilon)) if epsilon < 0 else 0.0
         return self._query(("delta", epsilon), lambda d: (empty, empty) if d is None else d.delta_bounds(epsilon))
 
     def delta(self, epsilon: float) -> float:

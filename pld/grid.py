@@ -36,6 +36,9 @@ _MASS_CAP = 1.0 + 1e-6
 _U = 2.0 ** -53
 #: tilts below this are taken as 0 (see :meth:`GridPLD.from_log_masses`)
 _MIN_TILT = 1e-12
+#: relative steps by which a solved epsilon is moved to the safe side until the
+#: evaluator confirms it (finer than any bracket target, so they cost nothing)
+_NUDGES = (1e-12, 1e-10, 1e-8, 1e-7)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,6 +116,8 @@ class GridPLD:
             p = np.zeros(n)
             bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
             return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0)
+        if top == math.inf:
+            raise FloatingPointError(f"tilt {lam!r} overflows on a grid reaching loss {float(loss[-1])!r}")
         rs = int(np.argmax(t))
         r = int(pos[rs])
         steps = (pos - r).astype(float)
@@ -120,6 +125,16 @@ class GridPLD:
         d = (lm_s - lm[r]) + lam_h * steps
         with np.errstate(under="ignore"):
             p = np.exp(d)
+        if pessimistic:
+            # masses whose tilted value underflows are not lost: their
+            # untilted mass (below the tilt's reference, possibly large) goes
+            # to +inf, which can only raise delta.  A dominated side may drop
+            # them.
+            gone = (p < 1e-300) & (lm_s > -np.inf)
+            if np.any(gone):
+                with np.errstate(under="ignore"):
+                    inf_mass = min(1.0, float(inf_mass) + float(np.sum(np.exp(lm_s[gone]))) * (1.0 + 1e-12))
+                p = np.where(gone, 0.0, p)
         tot = float(p.sum())
         log_tot = math.log(tot)
         exact = (Fraction(float(lm[r])) + Fraction(lam) * Fraction(int(k0) + r) * Fraction(h)
@@ -351,6 +366,20 @@ class GridPLD:
 
     # ------------------------------------------------------------- evaluate
     def _suffix(self):
+        """``(SA, SB, E, anchor, gamma)`` of the evaluator (cached).
+
+        ``E[m]`` bounds ``sum_{i>=m} r_i e^{-lam (l_i - l_m)}`` for the l2 error
+        ``r`` of ``p``; ``anchor = log_scale - lam l_0`` rounded once from exact
+        rational arithmetic, so that the log weight of suffix ``m``,
+        ``anchor - lam (m h)``, carries the rounding of ``lam m h``, a number no
+        larger than the tilt times the window, instead of that of ``lam l_m``
+        (at a strong tilt of a far-away window, ``lam l_m ~ 1e7`` rounded
+        ``delta`` by 1e-9 relative: a randomized response at delta = 1 - 1e-9
+        certified an epsilon below the truth).  ``gamma[m]`` bounds the relative
+        rounding of the suffix recursion (three roundings per term: the
+        product, the sum and the rounded ratio's power) against
+        ``sum_{i>=m} |p_i| w_i``.
+        """
         cache = self.__dict__.get("_suffix_cache")
         if cache is None:
             sa, sb = hockey_stick_suffix(self.p, self.lam, self.h)
@@ -363,25 +392,63 @@ class GridPLD:
                 # (no tilt, or one so weak that the ratio rounds to 1 and the
                 # closed form reads 0/0: the count bounds the sum)
                 g = (n - m).astype(float)
-            cache = (sa, sb, np.sqrt(g) * self.err)
+            anchor = float(Fraction(self.log_scale) - Fraction(self.lam) * Fraction(int(self.k0)) * Fraction(self.h))
+            gamma = (3.0 * (n - m) + 6.0) * _U
+            cache = (sa, sb, np.sqrt(g) * self.err, anchor, gamma)
             object.__setattr__(self, "_suffix_cache", cache)
         return cache
 
-    def delta(self, epsilon: np.ndarray) -> np.ndarray:
-        """Hockey-stick divergence bound: upper if pessimistic, lower otherwise."""
-        eps = np.atleast_1d(np.asarray(epsilon, float))
-        sa, sb, e = self._suffix()
+    def _first_above(self, eps: np.ndarray) -> np.ndarray:
+        """Index of the first grid point with ``l_m > eps`` (``n``: none), for any
+        real ``eps`` (computed in floating point before the cast: ``eps / h``
+        beyond 2^63 wrapped around to the bottom of the grid)."""
         n = self.p.size
-        # m = first grid index with l_m > eps
-        m = np.clip(np.floor(eps / self.h - self.k0).astype(np.int64) + 1, 0, n)
-        m = np.where(eps < self.k0 * self.h, 0, m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mf = np.floor(eps / self.h) - float(self.k0) + 1.0
+        mf = np.where(eps < self.k0 * self.h, 0.0, mf)
+        return np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n)).astype(np.int64)
+
+    def _log_weight(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(log w_m, bound on its rounding)`` with ``w_m = exp(log_scale - lam l_m)``."""
+        _, _, _, anchor, _ = self._suffix()
+        t = self.lam * (m * self.h)
+        return anchor - t, (2.0 * abs(anchor) + 4.0 * np.abs(t) + 2.0) * _U
+
+    def _inner(self, m: np.ndarray, x: np.ndarray, x_rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(SA_m - x SB_m, bound on its rounding)``; ``x`` has relative error ``x_rel``."""
+        sa, sb, e, _, gamma = self._suffix()
+        a, b, em = sa[m], sb[m], e[m]
+        core = a - x * b
+        # |p_i| <= p_i + 2 |r_i| where p_i < 0 (the exact masses are >= 0):
+        # sums of |p_i| times weights are at most SA (SB) plus 2 E
+        slack = (gamma[m] + 4.0 * _U) * (a + x * b + 4.0 * em) + x * b * x_rel
+        return core, slack
+
+    def delta(self, epsilon: np.ndarray) -> np.ndarray:
+        """Hockey-stick divergence bound: upper if pessimistic, lower otherwise.
+
+        Every floating-point step is bounded and applied on this side's safe
+        side: the l2 error of the masses, the suffix sums' rounding, and the
+        rounding of the log weights (see :meth:`_suffix`).
+        """
+        eps = np.atleast_1d(np.asarray(epsilon, float))
+        _, _, e, _, _ = self._suffix()
+        n = self.p.size
+        m = self._first_above(eps)  # first grid index with l_m > eps
         lm = (self.k0 + m) * self.h
         sign = 1.0 if self.pessimistic else -1.0
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            inner = sa[m] + sign * e[m] - np.exp(np.minimum(eps - lm, 0.0)) * sb[m]
-            inner = np.maximum(inner, 0.0)
-            logc = self.log_scale - self.lam * lm
-            val = np.where(inner > 0, np.exp(np.minimum(logc + np.log(np.where(inner > 0, inner, 1.0)), 0.0)), 0.0)
+            d = np.minimum(eps - lm, 0.0)
+            x = np.exp(d)
+            # (eps - l_m: l_m and the difference rounded, then exp)
+            x_rel = (np.abs(eps) + 2.0 * np.abs(lm) + 2.0) * _U * 1.01
+            core, slack = self._inner(m, x, x_rel)
+            inner = np.maximum(core + sign * (e[m] + slack), 0.0)
+            logc, logc_err = self._log_weight(m)
+            log_inner = np.log(np.where(inner > 0, inner, 1.0))
+            log_val = logc + log_inner
+            log_val = log_val + sign * (logc_err + (np.abs(log_val) + np.abs(log_inner) + 2.0) * _U)
+            val = np.where(inner > 0, np.exp(np.minimum(log_val, 0.0)), 0.0)
         val = np.where(m >= n, 0.0, val)
         out = np.clip(val + self.inf_mass, 0.0, 1.0)
         return out
@@ -391,30 +458,30 @@ class GridPLD:
 
         Pessimistic: returns ``eps`` with ``delta_upper(eps) <= delta`` verified
         by evaluation (no root-finding slack on the unsafe side).  Optimistic:
-        returns a value below which ``delta_lower > delta`` everywhere.
+        returns ``eps`` with ``delta_lower(eps) > delta`` verified by evaluation
+        (0 when none is found), so the true epsilon lies above it, because the
+        true delta(eps) is non-increasing.
         """
         if delta >= 1.0:
             return 0.0
         if self.inf_mass > delta:
             return math.inf
-        sa, sb, e = self._suffix()
+        _, _, e, _, _ = self._suffix()
         n = self.p.size
         target = delta - self.inf_mass
         m = np.arange(n + 1)
-        lm = (self.k0 + m) * self.h
-        logc = self.log_scale - self.lam * lm
         sign = 1.0 if self.pessimistic else -1.0
         # On cell m (eps in [l_{m-1}, l_m); cell 0 reaches down to -inf) the bound
         # decreases in eps, so its largest value is at the left end.  Both sides
-        # take the last cell whose largest value exceeds the target: pessimistic,
-        # any eps with delta_upper(eps) <= delta certifies; optimistic, any eps
-        # with delta_lower(eps) > delta lies below the true epsilon, because the
-        # true delta(eps) is non-increasing.
+        # take the last cell whose largest value exceeds the target.
         left = np.full(n + 1, math.exp(-self.h))
         left[0] = 0.0
-        extreme = sa + sign * e - left * sb
+        core, slack = self._inner(m, left, np.full(n + 1, 4.0 * _U))
+        extreme = core + sign * (e + slack)
+        logc, logc_err = self._log_weight(m)
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-            log_extreme = np.where(extreme > 0, logc + np.log(np.where(extreme > 0, extreme, 1.0)), -np.inf)
+            log_extreme = np.where(extreme > 0, logc + sign * logc_err
+                                   + np.log(np.where(extreme > 0, extreme, 1.0)), -np.inf)
         log_target = math.log(target) if target > 0 else -math.inf
         above = log_extreme > log_target
         above[n] = False
@@ -424,9 +491,10 @@ class GridPLD:
             return max(0.0, (self.k0 + n - 1) * self.h)
         # solve exp(logc) * (sa + sign e - e^{eps - l_m} sb) = target on the cell
         lmv = (self.k0 + m_star) * self.h
-        a = sa[m_star] + sign * e[m_star]
-        b = sb[m_star]
-        x = log_target - (self.log_scale - self.lam * lmv)
+        sa, sb = self._suffix()[:2]
+        a = float(sa[m_star]) + sign * float(e[m_star] + slack[m_star])
+        b = float(sb[m_star])
+        x = log_target - float(logc[m_star] + sign * logc_err[m_star])
         rhs = a - math.exp(x) if x < 700.0 else -math.inf
         if b > 0 and rhs > 0:
             eps = lmv + math.log(rhs / b)
@@ -435,12 +503,47 @@ class GridPLD:
         cell_lo = -math.inf if m_star == 0 else lmv - self.h
         eps = min(max(eps, cell_lo), lmv)
         if self.pessimistic:
-            # nudge up and verify with the evaluator itself; l_m is safe by construction
-            eps = max(eps + 1e-12 * max(1.0, abs(eps)), 0.0)
-            if eps < lmv and self.delta(eps)[0] > delta:
-                eps = max(lmv, 0.0)
-            return eps
-        return max(eps - 1e-12 * max(1.0, abs(eps)), 0.0)
+            return self._verified_upper(eps, delta, m_star)
+        return self._verified_lower(eps, delta, m_star)
+
+    def _verified_upper(self, eps: float, delta: float, m_star: int) -> float:
+        """The first of ``eps`` (nudged up), ``l_m*``, ``l_m* + h``, ... at which
+        the evaluator itself certifies ``delta_upper <= delta``; the grid's top
+        (where only the mass at +inf is left) at the latest."""
+        n = self.p.size
+        # (growing nudges: the root makes the bound equal delta up to its
+        # rounding, which near delta = 1 is worth a visible step in epsilon)
+        for nudge in _NUDGES:
+            cand = max(eps + nudge * max(1.0, abs(eps)), 0.0)
+            if cand >= (self.k0 + m_star) * self.h:
+                break
+            if self.delta(cand)[0] <= delta:
+                return cand
+        for m in range(m_star, min(n, m_star + 64)):
+            cand = max((self.k0 + m) * self.h, 0.0)
+            if self.delta(cand)[0] <= delta:
+                return cand
+        top = max((self.k0 + n - 1) * self.h, 0.0)
+        return top if self.delta(top)[0] <= delta else math.inf
+
+    def _verified_lower(self, eps: float, delta: float, m_star: int) -> float:
+        """The first of ``eps`` (nudged down), ``l_{m*-1}``, ``l_{m*-2}``, ... at
+        which the evaluator itself shows ``delta_lower > delta``; 0 if none."""
+        for nudge in _NUDGES:
+            cand = eps - nudge * max(1.0, abs(eps))
+            if cand <= 0.0 or cand <= (self.k0 + m_star - 1) * self.h:
+                break
+            if self.delta(cand)[0] > delta:
+                return cand
+        # (a grid point is the left end of the cell above it, where that
+        # cell's bound is largest)
+        for m in range(m_star - 1, max(-1, m_star - 65), -1):
+            cand = (self.k0 + m) * self.h
+            if cand <= 0.0:
+                return 0.0
+            if self.delta(cand)[0] > delta:
+                return cand
+        return 0.0
 
     # --------------------------------------------------------------- moments
     def log_mgf(self, theta: np.ndarray) -> np.ndarray:

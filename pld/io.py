@@ -29,6 +29,8 @@ import tempfile
 
 import numpy as np
 
+from pld._validate import MAX_COUNT
+
 __all__ = ["save", "load", "to_bytes", "from_bytes", "read_info",
            "mechanism_to_dict", "mechanism_from_dict", "FORMAT", "VERSION"]
 
@@ -250,10 +252,15 @@ def _read(source, *, arrays: bool):
                             out[n] = np.asarray(z[n])
         except Exception as exc:  # BadZipFile, zlib.error, EOFError, ValueError, ... on foreign/corrupt data
             raise ValueError(f"not a pld file: {label} ({_reason(exc)})") from None
+    if raw.size > _MAX_METADATA_BYTES:
+        raise ValueError(f"not a pld file: {label} (metadata of {raw.size} bytes, above {_MAX_METADATA_BYTES})")
     try:
         meta = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"not a pld file: {label} (metadata is not JSON)") from None
+    except RecursionError:
+        raise ValueError(f"not a pld file: {label} (metadata nested too deeply)") from None
+    _check_depth(meta, label)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"not a pld file: {label} (format is not {FORMAT!r})")
     version = meta.get("version")
@@ -264,6 +271,27 @@ def _read(source, *, arrays: bool):
                          f"(this pld {_version()} reads version {VERSION}; written by pld "
                          f"{meta.get('pld_version', '?')})")
     return meta, out
+
+
+#: the metadata of any PLD pld writes is a few kB per component
+_MAX_METADATA_BYTES = 16 << 20
+#: deepest nesting of metadata (a mechanism inside a sampled mechanism inside
+#: the components list is about 8 levels)
+_MAX_DEPTH = 64
+
+
+def _check_depth(meta, label) -> None:
+    """Refuse metadata nested deeper than any PLD needs (iteratively: a file
+    nested 50 000 deep must not exhaust the interpreter's recursion limit)."""
+    stack = [(meta, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"not a pld file: {label} (metadata nested deeper than {_MAX_DEPTH} levels)")
+        if isinstance(obj, dict):
+            stack.extend((x, depth + 1) for x in obj.values())
+        elif isinstance(obj, list):
+            stack.extend((x, depth + 1) for x in obj)
 
 
 def _reason(exc: BaseException) -> str:
@@ -288,8 +316,9 @@ def _build(meta: dict, label) -> object:
         if not isinstance(c, dict) or "mechanism" not in c or "count" not in c:
             raise ValueError(f"corrupted pld file {label}: components[{i}] is malformed")
         k = c["count"]
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"corrupted pld file {label}: components[{i}].count must be an integer >= 1")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_COUNT:
+            raise ValueError(f"corrupted pld file {label}: components[{i}].count must be an integer in "
+                             f"[1, {MAX_COUNT:.0e}]")
         try:
             m = mechanism_from_dict(c["mechanism"], path=f"components[{i}].mechanism")
         except ValueError as exc:
@@ -298,7 +327,10 @@ def _build(meta: dict, label) -> object:
     h = meta.get("value_discretization_interval")
     if h is not None and (not isinstance(h, (int, float)) or isinstance(h, bool) or not h > 0):
         raise ValueError(f"corrupted pld file {label}: bad value_discretization_interval {h!r}")
-    return PLD(out, value_discretization_interval=h)
+    try:
+        return PLD(out, value_discretization_interval=h)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"corrupted pld file {label}: {exc}") from None
 
 
 def load(path):

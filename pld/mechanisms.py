@@ -74,6 +74,8 @@ class Gaussian(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", v.real("sigma", self.sigma, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", v.real("sensitivity", self.sensitivity, low=0.0, low_open=True))
+        with np.errstate(over="ignore"):
+            v.loss_scale("sensitivity / sigma", self.sensitivity / self.sigma, v.MAX_GAUSSIAN_MU)
 
     @property
     def mu(self) -> float:
@@ -99,6 +101,7 @@ class Laplace(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", v.real("scale", self.scale, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", v.real("sensitivity", self.sensitivity, low=0.0, low_open=True))
+        v.loss_scale("sensitivity / scale", self.sensitivity / self.scale)
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -120,7 +123,8 @@ class RandomizedResponse(Mechanism):
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True))
+        object.__setattr__(self, "epsilon", v.loss_scale(
+            "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True)))
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -134,7 +138,8 @@ class PureDP(Mechanism):
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True))
+        object.__setattr__(self, "epsilon", v.loss_scale(
+            "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True)))
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -153,7 +158,7 @@ class ApproxDP(Mechanism):
     delta: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.real("epsilon", self.epsilon, low=0.0))
+        object.__setattr__(self, "epsilon", v.loss_scale("epsilon", v.real("epsilon", self.epsilon, low=0.0)))
         object.__setattr__(self, "delta", v.real("delta", self.delta, low=0.0, high=1.0, high_open=True))
 
     def loss_model(self, direction: str = "remove") -> LossModel:
@@ -184,6 +189,7 @@ class DiscreteLaplace(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", v.real("scale", self.scale, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", v.integer("sensitivity", self.sensitivity, low=1, high=10**6))
+        v.loss_scale("sensitivity / scale", self.sensitivity / self.scale)
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)

@@ -57,6 +57,8 @@ MAX_GRID_POINTS = 1 << 21
 #: tuned at them, at most _DELTA_EXTRA_GRIDS per call
 _DELTA_LOOSE = 1e-2
 _DELTA_EXTRA_GRIDS = 4
+#: the query whose grids bound delta beyond every grid's top (see delta_bounds)
+_FAR_QUERY = ("delta", 1e-30, 0.1)
 #: a composed result used once (heterogeneous composition) is coarsened above this
 LEVEL_POINTS = 1 << 16
 
@@ -72,6 +74,11 @@ _WIDTH_PER_BIAS = 2.2
 _WIDTH_AIM = 0.7
 #: the round-off model behind the first tilt was measured up to T = 1e6
 _TILT_MODEL_STEPS = 10**7
+#: largest tilt times grid spacing on a fixed (user-given) grid
+_MAX_TILT_PER_CELL = 30.0
+#: largest fixed grid spacing accepted: a privacy loss on a coarser grid says
+#: nothing (every supported mechanism's loss per run is far below it)
+MAX_SPACING = 1e6
 
 
 class GridTooLargeError(MemoryError):
@@ -94,16 +101,21 @@ class PLD:
     """
 
     def __init__(self, components, *, value_discretization_interval: float | None = None):
-        comps = tuple((m, int(k)) for m, k in components)
-        for m, k in comps:
+        comps = []
+        for item in components:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError(f"components must be (mechanism, count) pairs, got {item!r}")
+            m, k = item
             if not isinstance(m, Mechanism):
                 raise TypeError(f"components must be pld mechanisms, got {type(m).__name__}")
-            if k < 1:
-                raise ValueError(f"component counts must be >= 1, got {k}")
+            comps.append((m, v.integer("count", k, low=1, high=v.MAX_COUNT)))
         if value_discretization_interval is not None:
             value_discretization_interval = v.real(
-                "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True)
-        self._components = _merge(comps)
+                "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True,
+                high=MAX_SPACING)
+        self._components = _merge(tuple(comps))
+        for _, k in self._components:
+            v.integer("count (after adding up equal mechanisms)", k, low=1, high=v.MAX_COUNT)
         self._h_fixed = value_discretization_interval
         self._lock = threading.RLock()
         self._cache: dict = {}
@@ -118,7 +130,7 @@ class PLD:
     @classmethod
     def from_mechanism(cls, mechanism: Mechanism, *, count: int = 1,
                        value_discretization_interval: float | None = None) -> "PLD":
-        count = v.integer("count", count, low=1)
+        count = v.integer("count", count, low=1, high=v.MAX_COUNT)
         return cls(((mechanism, count),), value_discretization_interval=value_discretization_interval)
 
     @property
@@ -148,7 +160,11 @@ class PLD:
 
     def self_compose(self, count: int) -> "PLD":
         """PLD of ``count`` independent runs (``count`` may be up to 1e9)."""
-        count = v.integer("count", count, low=1, high=10**12)
+        count = v.integer("count", count, low=1, high=v.MAX_COUNT)
+        for _, k in self._components:
+            if k * count > v.MAX_COUNT:
+                raise ValueError(f"count x {k} must be at most {v.MAX_COUNT:.0e} steps of one mechanism, "
+                                 f"got {count} x {k}")
         return PLD(tuple((m, k * count) for m, k in self._components),
                    value_discretization_interval=self._h_fixed)
 
@@ -168,12 +184,17 @@ class PLD:
         ``upper - lower <= rtol * epsilon + 1e-6`` (default ``EPS_RTOL`` = 1e-4);
         a looser one is faster.  Either way both ends are certified.
         """
-        d, scalar = v.real_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        d, scalar = v.real_array("delta", delta, low=0.0, high=1.0)
         rtol = EPS_RTOL if rtol is None else v.real("rtol", rtol, low=1e-7, high=1.0)
         lo = np.empty(d.shape)
         hi = np.empty(d.shape)
         for idx, dv in np.ndenumerate(d):
-            lo[idx], hi[idx] = self._epsilon_bounds_one(float(dv), rtol)
+            if dv == 0.0:
+                lo[idx] = hi[idx] = self._epsilon_at_zero_delta()
+            elif dv == 1.0:
+                lo[idx] = hi[idx] = 0.0  # delta(0) <= 1 always
+            else:
+                lo[idx], hi[idx] = self._epsilon_bounds_one(float(dv), rtol)
         if scalar:
             return float(lo), float(hi)
         return lo, hi
@@ -189,27 +210,40 @@ class PLD:
         Vectorised: a whole curve in one call.
         """
         e, scalar = v.real_array("epsilon", epsilon)
-        if np.any(np.isinf(e)):
-            raise ValueError("epsilon must be finite")
         flat = e.ravel()
         # Grids are tuned at up to three representative epsilons (smallest,
-        # median, largest); every point is evaluated on each of them and the
-        # brackets intersected (each one is certified, so their intersection is).
-        reps = np.unique(np.quantile(flat, [0.0, 0.5, 1.0], method="nearest")) if flat.size else flat
-        lo, hi = self._delta_pass(flat, reps)
+        # median, largest) among those the grids can resolve; every point is
+        # evaluated on each of them and the brackets intersected (each one is
+        # certified, so their intersection is).  An epsilon at or beyond the
+        # largest finite loss has delta = the mass at +inf, which every grid
+        # holds: it tunes nothing, so it cannot change another entry's answer.
+        limit = self._tunable_epsilon()
+        tunable = flat[np.isfinite(flat) & (flat < limit)]
+        if tunable.size:
+            reps = np.unique(np.quantile(tunable, [0.0, 0.5, 1.0], method="nearest"))
+        else:
+            reps = np.array([0.0]) if flat.size else flat
+        queries = [("eps", float(r)) for r in reps]
+        if np.any(flat >= limit):
+            # beyond every grid the upper end is the mass a grid sent to +inf,
+            # truncated mass included; one grid tuned at a tiny delta (loosely:
+            # only its windows matter) holds that below 1e-48
+            queries.append(_FAR_QUERY)
+        lo, hi = self._delta_pass(flat, queries)
         # A point between two tuning epsilons whose tails differ by orders of
         # magnitude is resolved by neither grid: the loosest few get their own.
         tried = {float(r) for r in reps}
+        limit = self._tunable_epsilon()
         for _ in range(_DELTA_EXTRA_GRIDS):
             with np.errstate(divide="ignore", invalid="ignore"):
                 loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
             cand = [j for j in np.argsort(-loose, kind="stable")
-                    if loose[j] > _DELTA_LOOSE and float(flat[j]) not in tried]
+                    if loose[j] > _DELTA_LOOSE and float(flat[j]) not in tried and abs(flat[j]) < limit]
             if not cand:
                 break
             r = float(flat[cand[0]])
             tried.add(r)
-            lo_r, hi_r = self._delta_pass(flat, [r])
+            lo_r, hi_r = self._delta_pass(flat, [("eps", r)])
             lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
         # delta(eps) is non-increasing: a lower bound at a larger epsilon holds
         # at every smaller one, an upper bound at a smaller epsilon at every
@@ -224,16 +258,44 @@ class PLD:
             return float(lo), float(hi)
         return lo, hi
 
-    def _delta_pass(self, flat: np.ndarray, reps) -> tuple[np.ndarray, np.ndarray]:
-        """Brackets of delta at every point of ``flat`` from grids tuned at ``reps``."""
+    def _epsilon_at_zero_delta(self) -> float:
+        """epsilon(0): the smallest epsilon with delta(epsilon) = 0.
+
+        ``delta(eps) = E_P[(1 - e^{eps - L})_+]`` vanishes exactly from the
+        largest loss with positive mass on: the sum of the components' largest
+        losses (``inf`` with a mass at +inf or an unbounded loss).  Rounded up.
+        """
+        top = 0.0
+        for d in self._directions():
+            s = 0.0
+            for m, k in self._components:
+                sup = m.loss_model(d).sup_loss()
+                if sup == math.inf:
+                    return math.inf
+                s += k * sup
+            top = max(top, s)
+        return float(np.nextafter(top, math.inf)) if top > 0 else 0.0
+
+    def _tunable_epsilon(self) -> float:
+        """An epsilon above which no grid needs tuning: beyond the composed
+        loss's support (or 1e12, far above any loss a grid holds) delta is the
+        mass at +inf on every grid."""
+        top = 0.0
+        for d in self._directions():
+            _, hi = self._exploration(d).support()
+            top = max(top, hi)
+        return min(top, 1e12) if math.isfinite(top) else 1e12
+
+    def _delta_pass(self, flat: np.ndarray, queries) -> tuple[np.ndarray, np.ndarray]:
+        """Brackets of delta at every point of ``flat`` from grids tuned for ``queries``."""
         lo = np.zeros(flat.shape)
         hi = np.zeros(flat.shape)
         for i, d in enumerate(self._directions()):
             d_lo = np.zeros(flat.shape)
             d_hi = np.ones(flat.shape)
-            for r in reps:
-                floor = float(np.min(lo)) if i > 0 and flat.size else -math.inf
-                pess, opt = self._materialize(d, *self._settings(d, ("eps", float(r)), floor=floor))
+            for query in queries:
+                floor = float(np.min(lo)) if i > 0 and flat.size and query[0] == "eps" else -math.inf
+                pess, opt = self._materialize(d, *self._settings(d, query, floor=floor))
                 d_hi = np.minimum(d_hi, pess.delta(flat))
                 d_lo = np.maximum(d_lo, opt.delta(flat))
             hi = np.maximum(hi, d_hi)
@@ -331,8 +393,33 @@ class PLD:
 
     def _tilt_star(self, direction: str, query: tuple) -> float:
         if query[0] == "delta":
-            return self._chernoff(direction, query[1])[0]
+            lam, cap = self._chernoff(direction, query[1])[0], self._near_one_tilt_cap(direction, query)
+            return lam if lam <= cap else cap
         return w.tilt_for_epsilon(self._exploration(direction), query[1])
+
+    def _near_one_tilt_cap(self, direction: str, query: tuple) -> float:
+        """Largest tilt whose rounding still resolves an epsilon at ``delta`` near 1.
+
+        The evaluator's log weights ``log_scale - lam l`` are rounded by about
+        ``8 u lam W`` (``W`` the loss window), a relative error of delta.  Since
+        ``|d delta / d eps| = e^eps Q(L > eps) = P(L > eps) - delta <= 1 - delta``,
+        an epsilon bracket of width ``t`` needs delta to a relative
+        ``t (1 - delta) / delta``: for delta = 1e-5 any tilt does, for
+        delta = 1 - 1e-9 (a randomized response at eps0 = 300, whose Chernoff
+        tilt runs off to 5e4) only a tilt below ~5.  Aimed at 5% of the
+        smallest target, ``atol``.
+        """
+        delta = query[1]
+        m, sd = self._exploration(direction).mean_sd()
+        lo, hi = self._exploration(direction).support()
+        span = min(max(hi - lo, 1e-300), 2.0 * abs(m) + 80.0 * sd + 1.0)
+        need = 0.05 * (_rtol(query) * abs(m) + EPS_ATOL) * (1.0 - delta) / delta
+        cap = max(need / (8.0 * 2.0 ** -53 * span), 0.0)
+        # where the cap binds, the tilt no longer serves the tail at delta
+        # (bounded losses, delta near 1): keep it weak enough that no mass in
+        # the window leaves the floating-point range either, which the
+        # dominating side would have to send to +inf
+        return cap if self._chernoff(direction, delta)[0] <= cap else min(cap, 600.0 / span)
 
     def _chernoff(self, direction: str, delta: float) -> tuple[float, float]:
         """``(lam*, Chernoff epsilon estimate)`` of one direction at ``delta`` (cached)."""
@@ -422,7 +509,11 @@ class PLD:
         lam_star = self._tilt_star(direction, query)
         log_eta = self._log_eta(direction, query)
         if self._h_fixed is not None:
-            return self._h_fixed, self._initial_tilt(direction, query, lam_star), log_eta
+            # a tilt is a representation: beyond a few dozen per grid cell it
+            # only pushes the grid's low end under the floating-point range
+            # (at h = 1e18 every tilted mass overflowed)
+            lam = self._initial_tilt(direction, query, lam_star)
+            return self._h_fixed, min(lam, w.quantize_tilt(_MAX_TILT_PER_CELL / self._h_fixed)), log_eta
         key = (direction, w.quantize_tilt(lam_star), log_eta, _rtol(query))
         with self._lock:
             memo = self._h_memo.get(key)

@@ -105,8 +105,8 @@ def test_empty_accountant():
     (lambda a: a.step(noise_multiplier=1.0, sampling_rate=0.1, count=2.5), TypeError, "count"),
     (lambda a: a.record("gaussian"), TypeError, "mechanism"),
     (lambda a: a.record(Gaussian(1.0), -1), ValueError, "count"),
-    (lambda a: a.epsilon(0.0), ValueError, "delta"),
-    (lambda a: a.epsilon(1.0), ValueError, "delta"),
+    (lambda a: a.epsilon(-0.1), ValueError, "delta"),
+    (lambda a: a.epsilon(1.5), ValueError, "delta"),
     (lambda a: a.delta(float("nan")), ValueError, "epsilon"),
     (lambda a: a.delta("1"), TypeError, "epsilon"),
 ])
