@@ -640,6 +640,12 @@ class MonotoneMixtureModel:
         lo, hi = self.loss_of_x(np.array([ya, yb]))
         return float(lo), float(hi)
 
+    def sup_loss(self) -> float:
+        """Exact supremum of the loss: its limit as ``y -> inf`` (``inf`` unless the
+        largest P- and Q-means coincide, e.g. the add direction of a mixture
+        with a zero sensitivity, where it is a log weight ratio)."""
+        return self.loss_limits()[1]
+
     def inf_log_mass(self) -> float:
         return _NEG_INF
 
@@ -753,6 +759,10 @@ class LossUnionModel:
 
     def loss_range(self) -> tuple[float, float]:
         return self.base.x_range()
+
+    def sup_loss(self) -> float:
+        """The largest of the parts' suprema (every part has positive weight)."""
+        return max(m.sup_loss() for _, m in self.parts)
 
     def inf_log_mass(self) -> float:
         return float(np.logaddexp.reduce([lw + m.inf_log_mass() for lw, m in self.parts]))

@@ -375,6 +375,8 @@ class MixtureOfGaussians(Mechanism):
         if not np.any((c > 0) & (p > 0)):
             raise ValueError("at least one positive sensitivity must have positive probability "
                              "(otherwise the output does not depend on the record)")
+        with np.errstate(over="ignore"):
+            v.loss_scale("max(sensitivities) / sigma", float(c.max()) / self.sigma, v.MAX_GAUSSIAN_MU)
         object.__setattr__(self, "sensitivities", tuple(c.tolist()))
         object.__setattr__(self, "probabilities", tuple(p.tolist()))
 
@@ -450,6 +452,8 @@ class PoissonSampledSubstitute(Mechanism):
                 f"dominating pair is implemented for the Gaussian base only, got {type(self.mechanism).__name__}")
         q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
         object.__setattr__(self, "sampling_rate", q)
+        # the pair's shift is 2 C: twice the Gaussian's own loss scale
+        v.loss_scale("2 * sensitivity / sigma", 2.0 * self.mechanism.mu, v.MAX_GAUSSIAN_MU)
 
     def loss_model(self, direction: str = "remove"):
         from pld._models import mixture_pair_model
@@ -531,6 +535,8 @@ class TruncatedPoissonGaussian(Mechanism):
         object.__setattr__(self, "max_batch_size", v.integer("max_batch_size", self.max_batch_size, low=1))
         if self.adjacency not in _ADJACENCIES:
             raise ValueError(f"adjacency must be one of {', '.join(map(repr, _ADJACENCIES))}, got {self.adjacency!r}")
+        with np.errstate(over="ignore"):  # a cut batch shifts by up to 2 (4 between two replacements)
+            v.loss_scale("4 / sigma", 4.0 / self.sigma, v.MAX_GAUSSIAN_MU)
 
     @property
     def symmetric(self) -> bool:  # type: ignore[override]

@@ -266,6 +266,36 @@ def test_randomized_response_replace_special_against_enumeration():
         assert hi - lo <= 1e-2 * exact  # (delta brackets are refined to 1% at least)
 
 
+def test_trivial_queries_have_exact_answers():
+    """delta = 0 / 1 and epsilon = +-inf, with and without anything composed (dp_accounting's conventions)."""
+    for relation in (AOR, REPLACE, SPECIAL):
+        for events in ([], [NOOP], [P(0.0, G(1.0))]):
+            acc = PLDAccountant(relation)
+            for e in events:
+                acc.compose(e)
+            assert acc.get_epsilon(0.0) == acc.get_epsilon(1.0) == 0.0
+            assert acc.get_delta(0.0) == acc.get_delta(math.inf) == 0.0
+            assert acc.get_delta(-math.inf) == 1.0
+        acc = PLDAccountant(relation).compose(ev.NonPrivateDpEvent())
+        assert acc.get_epsilon(0.0) == acc.get_epsilon(1.0) == math.inf
+        assert acc.get_delta(math.inf) == acc.get_delta(0.0) == 1.0
+    # pure DP: delta reaches 0 exactly at the largest composed loss (3 x 1 + 2 x 0.5 = 4 for
+    # discrete Laplace with sensitivity 1); the Gaussian never gets there
+    acc = PLDAccountant().compose(DL(1.0, 1), 3).compose(DL(0.5, 1), 2)
+    eps0 = acc.get_epsilon(0.0)
+    assert eps0 == pytest.approx(4.0, rel=1e-15) and eps0 >= 4.0
+    assert acc.get_delta(eps0) == 0.0 and acc.get_delta(math.inf) == 0.0
+    assert acc.get_delta(3.9) > 0.0
+    acc = PLDAccountant().compose(G(2.0))
+    assert acc.get_epsilon(0.0) == math.inf
+    assert acc.get_delta(math.inf) == 0.0  # no mass at infinite loss
+    # randomized response against the special input: largest loss log(2 - p) vs log(1/p)
+    p = 0.3
+    acc = PLDAccountant(SPECIAL).compose(RR(p, 2), 2)
+    assert acc.get_epsilon(0.0) == pytest.approx(2 * math.log(1 / p), rel=1e-14)
+    assert acc.get_delta(2 * math.log(1 / p) * (1 + 1e-12)) == 0.0
+
+
 def test_poisson_of_composed_gaussians_folds_into_one_gaussian():
     # the sampled record takes part in both releases: one Gaussian with s = (2 / 2^2)^(-1/2) = sqrt 2
     d = from_dp_event(S(P(0.1, C([G(2.0), S(G(2.0), 1), NOOP])), 30))

@@ -39,7 +39,8 @@ def _log_density(components, sigma, y):
     w = np.array([c[0] for c in components], float)
     m = np.array([c[1] for c in components], float)
     y = np.atleast_1d(np.asarray(y, float))
-    return logsumexp(np.log(w)[:, None] + norm.logpdf(y[None, :], m[:, None], sigma), axis=0)
+    keep = w > 0  # (a weight 1 - q with q = 1)
+    return logsumexp(np.log(w[keep])[:, None] + norm.logpdf(y[None, :], m[keep, None], sigma), axis=0)
 
 
 def _mass(components, sigma, a, b):

@@ -701,7 +701,12 @@ class PLDAccountant(_pa.PrivacyAccountant):
             return d, d
         key = ("delta", target_epsilon)
         if key not in self._answers:
-            self._answers[key] = self.pld().delta_bounds(target_epsilon)
+            if target_epsilon >= self.get_epsilon_bounds(0.0)[1]:
+                # at or beyond the largest privacy loss delta is exactly 0 (the
+                # grids' dominating side may still show a spread atom above it)
+                self._answers[key] = (0.0, 0.0)
+            else:
+                self._answers[key] = self.pld().delta_bounds(target_epsilon)
         return self._answers[key]
 
     def get_delta(self, target_epsilon: float) -> float:
