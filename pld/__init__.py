@@ -25,7 +25,7 @@ from pld.mechanisms import (
     SampledWithoutReplacement,
     TruncatedPoissonGaussian,
 )
-from pld.pld import PLD, GridTooLargeError
+from pld.pld import PLD, GridTooLargeError, TargetMissedWarning
 from pld.dpsgd import dpsgd, dpsgd_schedule
 from pld.accountant import Accountant
 from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PLD",
     "GridTooLargeError",
+    "TargetMissedWarning",
     "Mechanism",
     "Gaussian",
     "Laplace",

@@ -441,7 +441,7 @@ class GridPLD:
             d = np.minimum(eps - lm, 0.0)
             x = np.exp(d)
             # (eps - l_m: l_m and the difference rounded, then exp)
-            x_rel = (np.abs(eps) + 2.0 * np.abs(lm) + 2.0) * _U * 1.01
+            x_rel = np.where(x > 0, (np.abs(eps) + 2.0 * np.abs(lm) + 2.0) * _U * 1.01, 0.0)
             core, slack = self._inner(m, x, x_rel)
             inner = np.maximum(core + sign * (e[m] + slack), 0.0)
             logc, logc_err = self._log_weight(m)

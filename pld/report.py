@@ -273,12 +273,22 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "curve": rows,
         "curve_method": method,
         "numerics": _numerics(explained),
-        "warnings": dpsgd_warnings(cfg, hi),
+        "target_met": bool(explained.get("target_met", True)),
+        "target_missed_because": explained.get("target_missed_because"),
+        "warnings": _target_warning(explained) + dpsgd_warnings(cfg, hi),
         "seconds": seconds,
         "seconds_epsilon": t_eps,
         "pld_version": __version__,
     }
     return res
+
+
+def _target_warning(explained: dict) -> list[str]:
+    """A report line when the bracket ended wider than its target (never silent)."""
+    if explained.get("target_met", True):
+        return []
+    return [f"the epsilon bracket is wider than its target ({explained.get('target')}): "
+            f"{explained.get('target_missed_because')}; both ends are still certified"]
 
 
 def _fft_note(numerics: dict) -> str:

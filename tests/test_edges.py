@@ -193,3 +193,144 @@ def test_coarse_fixed_grid_is_certified_or_refused(log_h, which):
         warnings.simplefilter("ignore")
         lo, hi = p.epsilon_bounds(1e-5)
     assert lo <= exact * (1 + 1e-5) and hi >= exact * (1 - 1e-5)
+
+
+# ---------------------------------------------------- answers at the limits
+def test_epsilon_at_delta_zero_and_one_are_exact():
+    # delta(eps) = 0 exactly from the largest loss on: T eps0 for randomized
+    # response, c for Laplace, s/scale for the discrete Laplace; inf with a
+    # Gaussian part or a mass at +inf
+    assert pld.RandomizedResponse(1.0).pld().self_compose(3).epsilon_bounds(0.0) == pytest.approx((3.0, 3.0))
+    lo, hi = pld.Laplace(0.25).pld().epsilon_bounds(0.0)
+    assert lo <= 4.0 <= hi and hi - lo < 1e-12
+    assert pld.DiscreteLaplace(0.25, 1).pld().epsilon_bounds(0.0) == pytest.approx((4.0, 4.0))
+    assert pld.Gaussian(1.0).pld().epsilon_bounds(0.0) == (math.inf, math.inf)
+    assert pld.ApproxDP(1.0, 1e-3).pld().epsilon_bounds(0.0) == (math.inf, math.inf)
+    assert pld.dpsgd(1.0, 0.01, 10).epsilon_bounds(1.0) == (0.0, 0.0)
+    lo, hi = pld.RandomizedResponse(1.0).pld().epsilon_bounds([0.0, 0.5, 1.0])
+    assert list(lo) == [pytest.approx(1.0), 0.0, 0.0] and hi[0] >= 1.0
+
+
+def test_delta_at_infinite_epsilon_is_the_infinity_mass():
+    lo, hi = pld.ApproxDP(1.0, 1e-3).pld().self_compose(2).delta_bounds([math.inf, -math.inf])
+    assert lo[0] <= 1 - (1 - 1e-3) ** 2 <= hi[0] and hi[0] - lo[0] < 1e-12
+    assert lo[1] == hi[1] == 1.0
+    assert pld.Gaussian(1.0).pld().delta_bounds(10**400) == pld.Gaussian(1.0).pld().delta_bounds(math.inf)
+    assert pld.Accountant().delta_bounds(math.inf) == (0.0, 0.0)
+
+
+# ------------------------------------------------- parameters near the float limits
+_EXTREME = st.one_of(st.floats(5e-324, 1e-200), st.floats(1e200, 1.7e308), st.sampled_from([10**400, -(10**400)]))
+
+
+@PROPERTY
+@given(x=_EXTREME, which=st.sampled_from(["gauss_sigma", "gauss_sens", "rr", "pure", "laplace", "dlaplace",
+                                          "approx", "poisson_q", "swr_q"]))
+def test_extreme_parameters_are_answered_or_refused_at_construction(x, which):
+    build = {
+        "gauss_sigma": lambda: pld.Gaussian(x),
+        "gauss_sens": lambda: pld.Gaussian(1.0, sensitivity=x),
+        "rr": lambda: pld.RandomizedResponse(x),
+        "pure": lambda: pld.PureDP(x),
+        "laplace": lambda: pld.Laplace(x),
+        "dlaplace": lambda: pld.DiscreteLaplace(x),
+        "approx": lambda: pld.ApproxDP(x, 1e-6),
+        "poisson_q": lambda: pld.PoissonSampled(pld.Gaussian(1.0), x),
+        "swr_q": lambda: pld.SampledWithoutReplacement(pld.Gaussian(1.0), x),
+    }[which]
+    try:
+        mech = build()
+    except (ValueError, TypeError) as exc:
+        name = {"gauss_sigma": "sigma", "gauss_sens": "sensitivity", "rr": "epsilon", "pure": "epsilon",
+                "laplace": "scale", "dlaplace": "scale", "approx": "epsilon", "poisson_q": "sampling_rate",
+                "swr_q": "sampling_rate"}[which]
+        assert name in str(exc)
+        assert len(str(exc)) < 400  # (no 400-digit integers in a message)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = mech.pld().self_compose(3).epsilon_bounds(1e-5)
+    assert 0.0 <= lo <= hi and not math.isnan(hi)
+    if which in ("gauss_sigma", "gauss_sens"):
+        exact = _epsilon_exact(lambda e: _gaussian_delta(math.sqrt(3) * mech.sensitivity / mech.sigma, e),
+                               1e-5, 1e6)
+        assert lo <= exact <= hi
+
+
+@pytest.mark.parametrize("count, exc", [
+    (2.7, TypeError), ("3", TypeError), (True, TypeError), (None, TypeError), (0, ValueError), (-1, ValueError),
+    (10**30, ValueError), (np.int64(-2), ValueError), (float("nan"), TypeError)])
+def test_bad_counts_are_refused(count, exc):
+    with pytest.raises(exc, match="count"):
+        pld.PLD([(pld.Gaussian(1.0), count)])
+
+
+def test_good_counts_and_the_count_cap():
+    assert pld.PLD([(pld.Gaussian(1.0), np.int32(3))]).steps == 3
+    assert pld.PLD([(pld.Gaussian(1.0), 4.0)]).steps == 4
+    p = pld.Gaussian(1.0).pld().self_compose(10**6)
+    with pytest.raises(ValueError, match="count"):
+        p.self_compose(10**7)
+    with pytest.raises(ValueError, match="count"):
+        pld.PLD([(pld.Gaussian(1.0), 10**12), (pld.Gaussian(1.0), 1)])
+
+
+def test_loading_refuses_deep_nesting_and_huge_counts(tmp_path):
+    import json
+
+    from pld import io as pio
+
+    good = json.loads(pio.to_bytes(pld.Gaussian(1.0).pld(), delta=None) and "{}")  # noqa: F841 (smoke)
+    blob = pio.to_bytes(pld.Gaussian(1.0).pld().self_compose(3), delta=None)
+    meta, arrays = pio._read(blob, arrays=True)
+    for bad in ({**meta, "components": [{**meta["components"][0], "count": 10**30}]},
+                {**meta, "extra": json.loads("[" * 50_000 + "]" * 50_000)} if False else None):
+        if bad is None:
+            continue
+        raw = np.frombuffer(json.dumps(bad).encode(), dtype=np.uint8)
+        buf = __import__("io").BytesIO()
+        np.savez_compressed(buf, metadata=raw)
+        with pytest.raises(ValueError, match="count"):
+            pio.from_bytes(buf.getvalue())
+    deep = '{"format": "%s", "version": 1, "x": %s}' % (pio.FORMAT, "[" * 50_000 + "]" * 50_000)
+    buf = __import__("io").BytesIO()
+    np.savez_compressed(buf, metadata=np.frombuffer(deep.encode(), dtype=np.uint8))
+    with pytest.raises(ValueError, match="nested"):
+        pio.from_bytes(buf.getvalue())
+
+
+# ------------------------------------------------- epsilon and delta agree
+@PROPERTY
+@given(sigma=st.floats(0.5, 5.0), log_q=st.floats(-4.0, 0.0), steps=st.integers(1, 3000),
+       log_delta=st.floats(-12.0, -2.0))
+def test_epsilon_and_delta_brackets_never_contradict(sigma, log_q, steps, log_delta):
+    delta = 10.0 ** log_delta
+    p = pld.dpsgd(sigma, 10.0 ** log_q, steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = p.epsilon_bounds(delta)
+        assert p.delta_bounds(hi)[0] <= delta
+        if lo > 0.0:  # (epsilon is 0 wherever delta(0) <= delta already)
+            assert delta <= p.delta_bounds(lo)[1]
+
+
+def test_a_missed_target_is_said():
+    p = pld.Gaussian(1.0).pld(value_discretization_interval=0.5).self_compose(10)
+    with pytest.warns(pld.TargetMissedWarning, match="value_discretization_interval"):
+        lo, hi = p.epsilon_bounds(1e-5)
+    info = p.explain(1e-5)
+    assert info["target_met"] is False and "value_discretization_interval" in info["target_missed_because"]
+    assert pld.Gaussian(1.0).pld().explain(1e-5)["target_met"] is True
+
+
+def test_delta_query_costs_what_the_epsilon_query_costs():
+    """delta at eps = 0 of a narrow loss law was refined to 8000x what the
+    matching epsilon query needs; the grids it builds are now as fine as that
+    query's (compared by grid spacing, not by time)."""
+    p = pld.dpsgd(12.9, 7.1e-5, 728)
+    lo, hi = p.delta_bounds(0.0)
+    p2 = pld.dpsgd(12.9, 7.1e-5, 728)
+    p2.epsilon_bounds(hi)
+    h_delta = min(k[1] for k in p._cache)
+    h_eps = min(k[1] for k in p2._cache)
+    assert h_delta >= 0.5 * h_eps
