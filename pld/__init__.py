@@ -17,10 +17,13 @@ from pld.mechanisms import (
     Gaussian,
     Laplace,
     Mechanism,
+    MixtureOfGaussians,
     PoissonSampled,
+    PoissonSampledSubstitute,
     PureDP,
     RandomizedResponse,
     SampledWithoutReplacement,
+    TruncatedPoissonGaussian,
 )
 from pld.pld import PLD, GridTooLargeError, TargetMissedWarning
 from pld.dpsgd import dpsgd, dpsgd_schedule
@@ -45,6 +48,9 @@ __all__ = [
     "FromPMFs",
     "PoissonSampled",
     "SampledWithoutReplacement",
+    "PoissonSampledSubstitute",
+    "TruncatedPoissonGaussian",
+    "MixtureOfGaussians",
     "dpsgd",
     "dpsgd_schedule",
     "Accountant",

@@ -111,6 +111,24 @@ class Exploration:
         return hit
 
 
+def continuous_pieces(model: LossModel, cells: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """Merged loss and log P-mass of ``cells`` equal cells of the base coordinate.
+
+    A model whose base coordinate resolves its law poorly (a disjoint union of
+    pairs, whose coordinate is the loss itself) supplies its own pieces as
+    ``model.explore_pieces(cells)``.
+    """
+    hook = getattr(model, "explore_pieces", None)
+    if hook is not None:
+        return hook(cells)
+    xlo, xhi = model.base.x_range()
+    x = np.linspace(xlo, xhi, cells + 1)
+    cp, cq = model.base.interval_logmasses(x[:-1], x[1:])
+    cp, cq = model._subsample(cp, cq)
+    ok = (cp > -np.inf) & (cq > -np.inf)
+    return (cp - cq)[ok], cp[ok]
+
+
 def truncated_above(ex: Exploration, log_budget: float) -> Exploration:
     """``ex`` without its losses above the first point whose untilted upper
     tail is within ``e^log_budget`` (sizing only).
@@ -147,13 +165,9 @@ def explore(model: LossModel, cells: int = 1000) -> Exploration:
     fin = np.isfinite(loss) & (lp > -np.inf)
     parts_l, parts_p = [loss[fin]], [lp[fin]]
     if model.base is not None:
-        xlo, xhi = model.base.x_range()
-        x = np.linspace(xlo, xhi, cells + 1)
-        cp, cq = model.base.interval_logmasses(x[:-1], x[1:])
-        cp, cq = model._subsample(cp, cq)
-        ok = (cp > -np.inf) & (cq > -np.inf)
-        parts_l.append((cp - cq)[ok])
-        parts_p.append(cp[ok])
+        cl, cp = continuous_pieces(model, cells)
+        parts_l.append(cl)
+        parts_p.append(cp)
     L = np.concatenate(parts_l)
     P = np.concatenate(parts_p)
     if L.size == 0:

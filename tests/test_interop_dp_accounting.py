@@ -50,6 +50,7 @@ from pld.interop.dp_accounting import (  # noqa: E402
 
 AOR = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE = dpa.NeighboringRelation.REPLACE_ONE
+SPECIAL = dpa.NeighboringRelation.REPLACE_SPECIAL
 
 G = ev.GaussianDpEvent
 L = ev.LaplaceDpEvent
@@ -57,6 +58,9 @@ DL = ev.DiscreteLaplaceDpEvent
 RR = ev.RandomizedResponseDpEvent
 P = ev.PoissonSampledDpEvent
 SWOR = ev.SampledWithoutReplacementDpEvent
+MOG = ev.MixtureOfGaussiansDpEvent
+TSG = ev.TruncatedSubsampledGaussianDpEvent
+TREE = ev.SingleEpochTreeAggregationDpEvent
 S = ev.SelfComposedDpEvent
 C = ev.ComposedDpEvent
 NOOP = ev.NoOpDpEvent()
@@ -64,8 +68,15 @@ NOOP = ev.NoOpDpEvent()
 SOUND_SLACK = 1e-8  # relative: dp_accounting's upper bound vs pld's lower bound, rounding only
 
 
-def _close_tol(eps: float) -> float:
-    return max(1e-3 * eps, 2e-4)
+def _close_tol(eps: float, h: float = 1e-4) -> float:
+    # (h: dp_accounting's grid; its answer is rounded up by up to one cell)
+    return max(1e-3 * eps, 2 * h)
+
+
+#: TREES entries whose dp_accounting side runs on a coarser grid: its mixture
+#: of Gaussians takes ~1 minute at 1e-4 (pld: ~1 s)
+DP_GRID = {"mixture_of_gaussians_x5": 1e-3, "mixture_of_gaussians_special": 1e-3,
+           "truncated_replace_one_x20": 1e-3, "truncated_replace_special_x20": 1e-3}
 
 
 # name -> (event for pld, relation, event for dp_accounting or None for the same)
@@ -88,11 +99,25 @@ TREES = {
     "randomized_response_2_x20": (S(RR(0.3, 2), 20), REPLACE, C([RR(0.3, 2)] * 20)),
     # q = 1 without replacement is the Gaussian under REPLACE_ONE (sensitivity 2C)
     "without_replacement_q1_x4": (S(SWOR(100, 100, G(6.0)), 4), REPLACE, S(G(6.0), 4)),
+    # replacement by a special (zero) record: the add-or-remove pairs; randomized
+    # response against a uniform output
+    "gaussian_replace_special_x3": (S(G(2.0), 3), SPECIAL, None),
+    "poisson_laplace_replace_special_x50": (S(P(0.05, L(2.0)), 50), SPECIAL, None),
+    "discrete_laplace_replace_special_x3": (S(DL(0.5, 2), 3), SPECIAL, None),
+    "randomized_response_special_x10": (S(RR(0.3, 4), 10), SPECIAL, C([RR(0.3, 4)] * 10)),
+    # Poisson sampling under REPLACE_ONE: the same pair as dp_accounting's REPLACE adjacency
+    "poisson_gaussian_replace_one_x300": (S(P(0.02, G(1.0)), 300), REPLACE, None),
+    "mixture_of_gaussians_x5": (S(MOG(1.5, [0.0, 1.0, 2.0], [0.5, 0.3, 0.2]), 5), AOR, None),
+    "mixture_of_gaussians_special": (C([MOG(1.0, [0.0, 1.0], [0.9, 0.1]), G(3.0)]), SPECIAL, None),
+    # truncated batches under the replacements: pld's pair is dp_accounting's
+    # (add-or-remove differs: see test_truncated_add_or_remove_covers_both_neighbours)
+    "truncated_replace_one_x20": (S(TSG(200, 0.05, 20, 1.2), 20), REPLACE, None),
+    "truncated_replace_special_x20": (S(TSG(200, 0.05, 20, 1.2), 20), SPECIAL, None),
 }
 
 
-def _dp_epsilon(event, relation, delta):
-    acc = DpPLDAccountant(relation)
+def _dp_epsilon(event, relation, delta, h=1e-4):
+    acc = DpPLDAccountant(relation, value_discretization_interval=h)
     acc.compose(event)
     return acc.get_epsilon(delta)
 
@@ -101,7 +126,8 @@ def _dp_epsilon(event, relation, delta):
 def test_tree_matches_dp_accounting(name):
     event, relation, dp_event = TREES[name]
     delta = 1e-5
-    eps_dp = _dp_epsilon(dp_event or event, relation, delta)
+    h = DP_GRID.get(name, 1e-4)
+    eps_dp = _dp_epsilon(dp_event or event, relation, delta, h)
 
     acc = PLDAccountant(relation)
     assert acc.supports(event)
@@ -113,7 +139,7 @@ def test_tree_matches_dp_accounting(name):
     assert hi - lo <= 1e-3 * hi + 1e-4, f"pld bracket [{lo}, {hi}] is not narrow"
     assert eps_dp >= lo - SOUND_SLACK * (1 + lo), \
         f"dp_accounting's pessimistic {eps_dp} is below pld's certified lower bound {lo}"
-    assert abs(eps_dp - hi) <= _close_tol(hi), f"dp_accounting {eps_dp} vs pld [{lo}, {hi}]"
+    assert abs(eps_dp - hi) <= _close_tol(hi, h), f"dp_accounting {eps_dp} vs pld [{lo}, {hi}]"
 
     # from_dp_event gives the same composition (a fresh PLD: the engine may pick
     # other grids for it, so its certified bracket need only overlap)
@@ -160,6 +186,114 @@ def test_sampled_without_replacement_against_rdp():
         assert hi - lo <= 1e-3 * hi
         # and it is more expensive than the same run with Poisson sampling
         assert lo > PLDAccountant().compose(S(P(m / n, G(s)), steps)).get_epsilon(1e-5)
+
+
+def test_truncated_add_or_remove_covers_both_neighbours():
+    """Under ADD_OR_REMOVE_ONE a run on n records has neighbours with n - 1 and n + 1 records.
+
+    dp_accounting's pair for ``TruncatedSubsampledGaussianDpEvent(n, ...)``
+    uses n - 1 other records (the neighbour with the record removed); the
+    neighbour with a record added has n others, which its own construction
+    gives as the event with ``dataset_size = n + 1``.  pld's certified epsilon
+    covers both.
+    """
+    events = [S(TSG(4, 0.5, 2, 1.0), 3), S(TSG(3, 0.5, 2, 1.0), 2)]  # dp_accounting's own test event
+    added = [S(TSG(5, 0.5, 2, 1.0), 3), S(TSG(4, 0.5, 2, 1.0), 2)]
+    h = 1e-3  # (dp_accounting takes 20 s per event at its default 1e-4)
+    eps_removed = _dp_epsilon(C(events), AOR, 1e-6, h)
+    eps_added = _dp_epsilon(C(added), AOR, 1e-6, h)
+    assert eps_removed == pytest.approx(17.904330, abs=1e-3)  # the value dp_accounting's test pins
+    assert eps_added > eps_removed + 1.0  # the neighbour dp_accounting's answer leaves out
+    lo, hi = PLDAccountant(AOR).compose(C(events)).get_epsilon_bounds(1e-6)
+    assert hi >= eps_added - _close_tol(eps_added, h)
+    assert hi - lo <= 1e-3 * hi
+
+
+def test_tree_aggregation_is_a_gaussian_with_the_tree_depth():
+    # a record sits in the released dyadic intervals of [1, T] that hold its
+    # step; count them for every step and take the worst
+    def depth(T):
+        best = 0
+        for t in range(1, T + 1):
+            j, c = 0, 0
+            while 2 ** j <= T:
+                k = (t - 1) // 2 ** j
+                c += (k + 1) * 2 ** j <= T  # [k 2^j + 1, (k+1) 2^j] is complete, hence released
+                j += 1
+            best = max(best, c)
+        return best
+
+    for steps in [1, 2, 3, 4, 7, 8, 9, 100, [5, 17, 3]]:
+        d = depth(max(steps) if isinstance(steps, list) else steps)
+        (mech, k), = from_dp_event(TREE(2.0, steps), neighboring_relation=SPECIAL).components
+        assert k == 1 and mech == pld.Gaussian(2.0, sensitivity=math.sqrt(d))
+    # dp_accounting's RDP accountant bounds the same release: pld's certified epsilon is below it
+    event = S(TREE(3.0, 100), 4)
+    rdp = RdpAccountant(neighboring_relation=SPECIAL)
+    rdp.compose(event)
+    lo, hi = PLDAccountant(SPECIAL).compose(event).get_epsilon_bounds(1e-6)
+    assert 0 < lo <= hi < rdp.get_epsilon(1e-6)
+    # and agrees with dp_accounting's PLD of the equivalent Gaussian (noise / sqrt(depth))
+    eps_dp = _dp_epsilon(S(G(3.0 / math.sqrt(7)), 4), SPECIAL, 1e-6)
+    assert lo - SOUND_SLACK * (1 + lo) <= eps_dp and abs(eps_dp - hi) <= _close_tol(hi)
+    for degenerate in [TREE(3.0, 0), TREE(math.inf, 10)]:
+        assert from_dp_event(degenerate, neighboring_relation=SPECIAL).epsilon_bounds(1e-6) == (0.0, 0.0)
+    with pytest.raises(NonPrivateEventError):
+        from_dp_event(TREE(0.0, 10), neighboring_relation=SPECIAL)
+
+
+def test_randomized_response_replace_special_against_enumeration():
+    """k-ary randomized response against the special input (uniform output), T runs, exactly.
+
+    Remove direction: the input's bucket w.p. ``a = 1 - p + p/k`` (loss
+    ``log(a k)``), another w.p. ``1 - a`` (loss ``log((1-a) k/(k-1))``); add
+    direction: the same outcomes with probabilities ``1/k`` and ``(k-1)/k`` and
+    negated losses.  Sum over the binomial count of input-bucket outcomes.
+    """
+    p, k, T = 0.4, 5, 12
+    a = 1 - p + p / k
+    l1, l2 = math.log(a * k), math.log((1 - a) * k / (k - 1))
+    acc = PLDAccountant(SPECIAL).compose(S(RR(p, k), T))
+
+    def delta(eps, w, s1, s2):
+        return sum(math.comb(T, i) * w ** i * (1 - w) ** (T - i) * max(0.0, -math.expm1(eps - (s1 * i + s2 * (T - i))))
+                   for i in range(T + 1))
+
+    for eps in (0.5, 1.0, 2.0, 5.0):
+        exact = max(delta(eps, a, l1, l2), delta(eps, 1 / k, -l1, -l2))
+        lo, hi = acc.get_delta_bounds(eps)
+        assert lo - 1e-12 <= exact <= hi + 1e-12
+        assert hi - lo <= 1e-2 * exact  # (delta brackets are refined to 1% at least)
+
+
+def test_trivial_queries_have_exact_answers():
+    """delta = 0 / 1 and epsilon = +-inf, with and without anything composed (dp_accounting's conventions)."""
+    for relation in (AOR, REPLACE, SPECIAL):
+        for events in ([], [NOOP], [P(0.0, G(1.0))]):
+            acc = PLDAccountant(relation)
+            for e in events:
+                acc.compose(e)
+            assert acc.get_epsilon(0.0) == acc.get_epsilon(1.0) == 0.0
+            assert acc.get_delta(0.0) == acc.get_delta(math.inf) == 0.0
+            assert acc.get_delta(-math.inf) == 1.0
+        acc = PLDAccountant(relation).compose(ev.NonPrivateDpEvent())
+        assert acc.get_epsilon(0.0) == acc.get_epsilon(1.0) == math.inf
+        assert acc.get_delta(math.inf) == acc.get_delta(0.0) == 1.0
+    # pure DP: delta reaches 0 exactly at the largest composed loss (3 x 1 + 2 x 0.5 = 4 for
+    # discrete Laplace with sensitivity 1); the Gaussian never gets there
+    acc = PLDAccountant().compose(DL(1.0, 1), 3).compose(DL(0.5, 1), 2)
+    eps0 = acc.get_epsilon(0.0)
+    assert eps0 == pytest.approx(4.0, rel=1e-15) and eps0 >= 4.0
+    assert acc.get_delta(eps0) == 0.0 and acc.get_delta(math.inf) == 0.0
+    assert acc.get_delta(3.9) > 0.0
+    acc = PLDAccountant().compose(G(2.0))
+    assert acc.get_epsilon(0.0) == math.inf
+    assert acc.get_delta(math.inf) == 0.0  # no mass at infinite loss
+    # randomized response against the special input: largest loss log(2 - p) vs log(1/p)
+    p = 0.3
+    acc = PLDAccountant(SPECIAL).compose(RR(p, 2), 2)
+    assert acc.get_epsilon(0.0) == pytest.approx(2 * math.log(1 / p), rel=1e-14)
+    assert acc.get_delta(2 * math.log(1 / p) * (1 + 1e-12)) == 0.0
 
 
 def test_poisson_of_composed_gaussians_folds_into_one_gaussian():
@@ -243,25 +377,34 @@ UNSUPPORTED = [
     (ev.ZCDpEvent(0.5), AOR, ev.ZCDpEvent, "ZCDpEvent"),
     (ev.SampledWithReplacementDpEvent(100, 10, G(1.0)), AOR, ev.SampledWithReplacementDpEvent,
      "SampledWithReplacementDpEvent"),
-    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0], [1.0]), AOR, ev.MixtureOfGaussiansDpEvent,
-     "MixtureOfGaussiansDpEvent"),
-    (ev.TruncatedSubsampledGaussianDpEvent(1000, 0.01, 20, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
-     "TruncatedSubsampledGaussianDpEvent"),
+    (ev.RepeatAndSelectDpEvent(G(1.0), 3.0, 1.0), AOR, ev.RepeatAndSelectDpEvent, "RepeatAndSelectDpEvent"),
     # nested deep inside a supported tree: the error names the inner event
     (C([G(1.0), S(C([L(1.0), ev.ZCDpEvent(0.1)]), 3)]), AOR, ev.ZCDpEvent, "ZCDpEvent"),
     # sampled events whose inner event pld cannot sample
     (P(0.1, RR(0.5, 2)), AOR, RR, "RandomizedResponseDpEvent"),
     (SWOR(100, 10, L(1.0)), REPLACE, L, "LaplaceDpEvent"),
-    # each sampling scheme only with its own adjacency
-    (P(0.1, G(1.0)), REPLACE, P, "ADD_OR_REMOVE_ONE"),
+    # each pair only under the relations it is proven for (dp_accounting's wording)
+    (P(0.1, L(1.0)), REPLACE, P, "neighboring_relation must be `ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
+    (P(0.1, P(0.5, DL(0.5, 1))), REPLACE, P, "`ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
     (SWOR(100, 10, G(1.0)), AOR, SWOR, "REPLACE_ONE"),
-    (RR(0.5, 3), AOR, RR, "REPLACE_ONE"),
+    (SWOR(100, 10, G(1.0)), SPECIAL, SWOR, "REPLACE_ONE"),
+    (RR(0.5, 3), AOR, RR, "neighboring_relation must be `REPLACE_ONE` or `REPLACE_SPECIAL`"),
     (L(1.0), REPLACE, L, "ADD_OR_REMOVE_ONE"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [0.0, 1.0], [0.5, 0.5]), REPLACE, ev.MixtureOfGaussiansDpEvent,
+     "`ADD_OR_REMOVE_ONE` or `REPLACE_SPECIAL`"),
+    (ev.SingleEpochTreeAggregationDpEvent(1.0, 8), AOR, ev.SingleEpochTreeAggregationDpEvent,
+     "must be `REPLACE_SPECIAL`"),
     # invalid parameters
     (G(-1.0), AOR, G, "noise_multiplier"),
     (P(1.5, G(1.0)), AOR, P, "sampling_probability"),
     (SWOR(10, 20, G(1.0)), REPLACE, SWOR, "sample_size"),
     (S(G(1.0), -2), AOR, S, "count"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0, -1.0], [0.5, 0.5]), AOR, ev.MixtureOfGaussiansDpEvent, "sensitivities"),
+    (ev.MixtureOfGaussiansDpEvent(1.0, [1.0, 2.0], [0.5, 0.6]), AOR, ev.MixtureOfGaussiansDpEvent, "sampling_probs"),
+    (ev.TruncatedSubsampledGaussianDpEvent(10, 1.5, 2, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
+     "sampling_probability"),
+    (ev.TruncatedSubsampledGaussianDpEvent(10, 0.5, -1, 1.0), AOR, ev.TruncatedSubsampledGaussianDpEvent,
+     "truncated_batch_size"),
 ]
 
 
@@ -283,6 +426,27 @@ def test_unsupported_events(event, relation, bad_type, text):
     with pytest.raises(dpa.UnsupportedEventError, match=bad_type.__name__):
         acc.compose(event)
     assert (acc.get_epsilon(1e-5), acc.ledger) == before  # a failed compose changes nothing
+    # dp_accounting's wording names the sub-event inside the event passed to compose
+    with pytest.raises(dpa.UnsupportedEventError, match="caused by subevent"):
+        acc.compose(C([G(3.0), event]))
+
+
+@pytest.mark.parametrize("event", [S(G(1.0), -2), P(1.5, G(1.0)), G(-1.0), SWOR(10, 20, G(1.0))])
+def test_invalid_parameters_are_value_errors(event):
+    """Bad parameters are bad input (ValueError) and unsupported (supports() is False)."""
+    relation = REPLACE if isinstance(event, SWOR) else AOR
+    with pytest.raises(ValueError):
+        from_dp_event(event, neighboring_relation=relation)
+    acc = PLDAccountant(relation)
+    assert not acc.supports(event)
+    with pytest.raises(ValueError):
+        acc.compose(event)
+    with pytest.raises(ValueError, match="count"):
+        acc.compose(G(1.0), -1)
+    with pytest.raises(ValueError, match="count"):
+        acc.compose(G(1.0), 0)
+    with pytest.raises(TypeError, match="count"):
+        acc.compose(G(1.0), 1.5)
 
 
 def test_accountant_interface():
@@ -291,8 +455,7 @@ def test_accountant_interface():
     assert acc.neighboring_relation is AOR
     assert PLDAccountant(REPLACE).neighboring_relation is REPLACE
     assert PLDAccountant(neighboring_relation=REPLACE).supports(SWOR(100, 10, G(1.0)))
-    with pytest.raises(ValueError, match="REPLACE_SPECIAL"):
-        PLDAccountant(dpa.NeighboringRelation.REPLACE_SPECIAL)
+    assert PLDAccountant(SPECIAL).neighboring_relation is SPECIAL
     with pytest.raises(TypeError):
         PLDAccountant("add_or_remove")
     with pytest.raises(TypeError, match="DpEvent"):
@@ -314,10 +477,12 @@ def test_accountant_interface():
     assert d_lo <= 1e-6 and d_hi <= 1.01e-6
     clone = copy.deepcopy(acc)  # picklable / copyable, answers kept
     assert clone.get_epsilon_bounds(1e-6) == (lo, hi) and clone.ledger == acc.ledger
-    with pytest.raises(ValueError):
-        acc.get_epsilon(0.0)
-    with pytest.raises(ValueError):
-        acc.get_epsilon(1.0)
+    assert acc.get_epsilon_bounds(1.0) == (0.0, 0.0)  # delta = 1 holds at epsilon = 0
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="target_delta"):
+            acc.get_epsilon(bad)
+    with pytest.raises(ValueError, match="target_epsilon"):
+        acc.get_delta(math.nan)
     assert "PLDAccountant" in repr(acc)
 
 
