@@ -31,6 +31,12 @@ from pld.tuning import tune_fft
 
 __version__ = "0.1.0"
 
+#: submodules reachable as ``pld.<name>`` after ``import pld``, imported on first
+#: use (module ``__getattr__``, PEP 562) so that ``import pld`` stays as fast as
+#: the engine alone: rdp, lab and the curves pull in more of scipy, interop
+#: pulls in nothing until one of its adapters is imported
+_LAZY_SUBMODULES = ("rdp", "exact", "curves", "lab", "interop", "report", "spec", "plots", "cli")
+
 __all__ = [
     "PLD",
     "GridTooLargeError",
@@ -55,6 +61,19 @@ __all__ = [
     "tune_fft",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
 
 # first run after install: the kernels compile in two processes at once
 # (pld._jit_warm; PLD_JIT_HELPER=0 turns the helper off)
