@@ -18,18 +18,71 @@ from pld import _validate as v
 from pld.mechanisms import Gaussian, Mechanism, PoissonSampled, SampledWithoutReplacement
 from pld.pld import PLD
 
+#: the sampling schemes, in the one spelling pld uses everywhere (Python, CLI, spec files, JSON)
 SAMPLING_SCHEMES = ("poisson", "without_replacement")
+#: other spellings accepted for them (after lower-casing and reading "-" and " " as "_").
+#: Shuffle-and-split epochs are deliberately absent: a record then joins exactly one
+#: batch per epoch, which is neither scheme and is accounted by neither pair.
+SAMPLING_ALIASES = {
+    "poisson": "poisson",
+    "poisson_sampling": "poisson",
+    "poisson_sampled": "poisson",
+    "without_replacement": "without_replacement",
+    "sampling_without_replacement": "without_replacement",
+    "sampled_without_replacement": "without_replacement",
+    "wor": "without_replacement",
+    "fixed": "without_replacement",
+    "fixed_batch": "without_replacement",
+    "fixed_size": "without_replacement",
+    "fixed_size_batch": "without_replacement",
+}
 
 #: largest number of steps accepted in one call (the engine composes by repeated squaring)
 MAX_STEPS = 10**12
 
 
-def _check_sampling(sampling) -> str:
+def sampling_scheme(sampling, name: str = "sampling") -> str:
+    """The canonical name of a sampling scheme given in any accepted spelling.
+
+    Parameters
+    ----------
+    sampling : str
+        ``"poisson"`` or ``"without_replacement"``, or an alias such as
+        ``"without-replacement"``, ``"wor"`` or ``"fixed-batch"`` (case, ``-``,
+        ``_`` and spaces do not matter).
+    name : str
+        Parameter name used in error messages.
+
+    Returns
+    -------
+    str
+        ``"poisson"`` or ``"without_replacement"``.
+
+    Raises
+    ------
+    TypeError
+        If ``sampling`` is not a string.
+    ValueError
+        If it names no known scheme.
+
+    Examples
+    --------
+    >>> sampling_scheme("Without-Replacement")
+    'without_replacement'
+    """
     if not isinstance(sampling, str):
-        raise TypeError(f"sampling must be a string, one of {SAMPLING_SCHEMES}, got {type(sampling).__name__}")
-    if sampling not in SAMPLING_SCHEMES:
-        raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}, got {sampling!r}")
-    return sampling
+        raise TypeError(f"{name} must be a string, 'poisson' or 'without_replacement', "
+                        f"got {type(sampling).__name__}")
+    key = "_".join(sampling.strip().lower().replace("-", " ").replace("_", " ").split())
+    scheme = SAMPLING_ALIASES.get(key)
+    if scheme is None:
+        raise ValueError(f"{name} must be 'poisson' or 'without_replacement' (also accepted: "
+                         f"'without-replacement', 'wor', 'fixed-batch'), got {sampling!r}")
+    return scheme
+
+
+# (older name, kept for the modules that import it)
+_check_sampling = sampling_scheme
 
 
 def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: str = "poisson") -> Mechanism:
