@@ -10,7 +10,13 @@ added on the safe side.
 >>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
 """
 
-from pld.mechanisms import (
+import time as _time
+
+#: when ``import pld`` started (the command line counts the import in its wall time,
+#: so that a first run's kernel compilation is not hidden)
+_IMPORT_STARTED = _time.perf_counter()
+
+from pld.mechanisms import (  # noqa: E402
     ApproxDP,
     DiscreteLaplace,
     FromPMFs,
@@ -22,12 +28,13 @@ from pld.mechanisms import (
     RandomizedResponse,
     SampledWithoutReplacement,
 )
-from pld.pld import PLD, GridTooLargeError
-from pld.dpsgd import dpsgd, dpsgd_schedule
-from pld.accountant import Accountant
-from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
-from pld.io import load, save
-from pld.tuning import tune_fft
+from pld.pld import PLD, GridTooLargeError  # noqa: E402
+from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
+from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
+from pld.accountant import Accountant  # noqa: E402
+from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
+from pld.io import load, save  # noqa: E402
+from pld.tuning import tune_fft  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -52,10 +59,14 @@ __all__ = [
     "SampledWithoutReplacement",
     "dpsgd",
     "dpsgd_schedule",
+    "epsilon_per_epoch",
+    "epsilon_over_steps",
+    "EpsilonTable",
     "Accountant",
     "calibrate_noise",
     "calibrate_steps",
     "calibrate_sampling_rate",
+    "calibrate_parameter",
     "save",
     "load",
     "tune_fft",
@@ -80,3 +91,6 @@ def __dir__() -> list[str]:
 from pld import _jit_warm as _jit_warm  # noqa: E402
 
 _jit_warm.warm_up_if_cold()
+
+#: how long ``import pld`` took (numba and scipy, plus any first-run compilation)
+_IMPORT_SECONDS = _time.perf_counter() - _IMPORT_STARTED
