@@ -49,7 +49,7 @@ import numpy as np
 from pld import _validate as v
 from pld import _windows as w
 from pld.pld import EPS_RTOL
-from pld.dpsgd import MAX_STEPS, _check_sampling, dpsgd, dpsgd_mechanism
+from pld.dpsgd import MAX_STEPS, dpsgd, dpsgd_mechanism, sampling_scheme
 
 __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate", "calibrate_parameter"]
 
@@ -406,23 +406,50 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
 
     Parameters
     ----------
-    target_epsilon : float in (0, inf)
-    delta : float in (0, 1)
-    sampling_rate : float in (0, 1]
-    steps : int in [1, 1e12]
+    target_epsilon : float
+        In ``(0, inf)``.
+    delta : float
+        In ``(0, 1)``.
+    sampling_rate : float
+        In ``(0, 1]``.
+    steps : int
+        In ``[1, 1e12]``.
     sampling : {"poisson", "without_replacement"}
-    rtol : float in [1e-6, 1)
-        Relative tolerance on the noise multiplier.
+        Sampling scheme, as in :func:`pld.dpsgd`.
+    rtol : float
+        Relative tolerance on the noise multiplier, in ``[1e-6, 1)``.
     info : dict, optional
         Filled with ``evaluations`` (engine accountings used), ``points``
         (``(sigma, eps_lower, eps_upper)`` per evaluation, in order), ``seconds``
         and ``engine_seconds`` (time spent in the engine).
+
+    Returns
+    -------
+    float
+        The noise multiplier.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter (named in the message), or if no noise
+        multiplier up to 1e12 certifies the target.
+
+    See Also
+    --------
+    calibrate_parameter : the same for any mechanism's parameter.
+
+    Examples
+    --------
+    >>> import pld
+    >>> sigma = pld.calibrate_noise(target_epsilon=2.0, delta=1e-5, sampling_rate=0.01, steps=1000)
+    >>> pld.dpsgd(sigma, 0.01, 1000).epsilon(1e-5) <= 2.0
+    True
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
     sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    sampling = _check_sampling(sampling)
+    sampling = sampling_scheme(sampling)
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
 
     sur = _Surrogate(delta, sampling)
@@ -488,13 +515,46 @@ def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float
 
     Returns ``T`` with ``pld.dpsgd(noise_multiplier, sampling_rate, T, sampling=sampling)
     .epsilon(delta) <= target_epsilon``, ``T + 1`` evaluated above the target
-    (capped at 1e12 steps).  Raises ValueError if even one step exceeds the target.
+    (capped at 1e12 steps).
+
+    Parameters
+    ----------
+    target_epsilon : float
+        In ``(0, inf)``.
+    delta : float
+        In ``(0, 1)``.
+    noise_multiplier : float
+        In ``(0, inf)``.
+    sampling_rate : float
+        In ``(0, 1]``.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme, as in :func:`pld.dpsgd`.
+    info : dict, optional
+        Filled as in :func:`calibrate_noise`.
+
+    Returns
+    -------
+    int
+        The number of steps.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter (named in the message), or if even one step
+        exceeds the target.
+
+    Examples
+    --------
+    >>> import pld
+    >>> T = pld.calibrate_steps(target_epsilon=2.0, delta=1e-5, noise_multiplier=1.0, sampling_rate=0.01)
+    >>> pld.dpsgd(1.0, 0.01, T).epsilon(1e-5) <= 2.0 < pld.dpsgd(1.0, 0.01, T + 1).epsilon(1e-5)
+    True
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
     noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
     sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    sampling = _check_sampling(sampling)
+    sampling = sampling_scheme(sampling)
 
     sur = _Surrogate(delta, sampling)
 
@@ -527,12 +587,47 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
     <= target_epsilon`` (evaluated), next to an evaluated rate at most
     ``q (1 + rtol)`` above the target; ``1.0`` if the full batch is within
     budget.  The search covers rates down to 1e-12.
+
+    Parameters
+    ----------
+    target_epsilon : float
+        In ``(0, inf)``.
+    delta : float
+        In ``(0, 1)``.
+    noise_multiplier : float
+        In ``(0, inf)``.
+    steps : int
+        In ``[1, 1e12]``.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme, as in :func:`pld.dpsgd`.
+    rtol : float
+        Relative tolerance on the rate, in ``[1e-6, 1)``.
+    info : dict, optional
+        Filled as in :func:`calibrate_noise`.
+
+    Returns
+    -------
+    float
+        The sampling rate.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter (named in the message), or if no rate down to
+        1e-12 certifies the target.
+
+    Examples
+    --------
+    >>> import pld
+    >>> q = pld.calibrate_sampling_rate(target_epsilon=2.0, delta=1e-5, noise_multiplier=1.0, steps=1000)
+    >>> pld.dpsgd(1.0, q, 1000).epsilon(1e-5) <= 2.0
+    True
     """
     t0 = time.perf_counter()
     target_epsilon, delta = _check_common(target_epsilon, delta)
     noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    sampling = _check_sampling(sampling)
+    sampling = sampling_scheme(sampling)
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
 
     sur = _Surrogate(delta, sampling)

@@ -81,22 +81,8 @@ def sampling_scheme(sampling, name: str = "sampling") -> str:
     return scheme
 
 
-# (older name, kept for the modules that import it)
-_check_sampling = sampling_scheme
-
-
 def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: str = "poisson") -> Mechanism:
-    """The mechanism of one DP-SGD step (validated)."""
-    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
-    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    sampling = _check_sampling(sampling)
-    if sampling == "poisson":
-        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
-    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
-
-
-def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
-    """PLD of ``steps`` DP-SGD steps.
+    """The mechanism of one DP-SGD step (validated).
 
     Parameters
     ----------
@@ -104,10 +90,68 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling
         Noise standard deviation over the clipping norm, in ``(0, inf)``.
     sampling_rate : float
         Poisson rate, or batch size over dataset size, in ``(0, 1]``.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme (aliases as in :func:`sampling_scheme`).
+
+    Returns
+    -------
+    Mechanism
+        ``PoissonSampled(Gaussian(noise_multiplier), sampling_rate)`` or
+        ``SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)``.
+    """
+    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+    sampling = sampling_scheme(sampling)
+    if sampling == "poisson":
+        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
+    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
+
+
+def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
+    """PLD of ``steps`` DP-SGD steps: query it for a certified (epsilon, delta).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Noise standard deviation over the clipping norm ``C``, in ``(0, inf)``.
+    sampling_rate : float
+        Poisson rate, or batch size over dataset size, in ``(0, 1]``.
     steps : int
         Number of steps, in ``[1, 1e12]``.
     sampling : {"poisson", "without_replacement"}
-        Sampling scheme (and with it the adjacency, see the module docstring).
+        Sampling scheme, and with it the adjacency: ``"poisson"`` (each record
+        joins a batch independently; add-or-remove one record, both directions
+        composed) or ``"without_replacement"`` (fixed-size batches; substitute
+        one record, which moves the clipped sum by up to ``2 C``, so epsilon is
+        much larger for the same flags).  Aliases such as
+        ``"without-replacement"`` or ``"wor"`` are accepted.
+
+    Returns
+    -------
+    PLD
+        Query it with ``epsilon_bounds(delta)`` (certified ``(lower, upper)``),
+        ``epsilon(delta)`` (the upper end), ``delta_bounds(epsilon)``,
+        ``explain(delta)``.
+
+    Raises
+    ------
+    TypeError
+        If a parameter has the wrong type (e.g. ``sampling`` not a string).
+    ValueError
+        If a parameter is out of range; the message names it and the range.
+
+    See Also
+    --------
+    epsilon_per_epoch : epsilon at the end of every epoch.
+    calibrate_noise : the noise multiplier for a target epsilon.
+
+    Examples
+    --------
+    >>> import pld
+    >>> p = pld.dpsgd(noise_multiplier=1.0, sampling_rate=0.01, steps=1000)
+    >>> lo, hi = p.epsilon_bounds(1e-5)
+    >>> round(hi, 3)    # published: 1.8282
+    1.828
     """
     mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
@@ -124,9 +168,28 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
         sampling_rate)`` are merged (composition is commutative), the rest are
         composed heterogeneously.
     sampling : {"poisson", "without_replacement"}
-        Sampling scheme of every phase.
+        Sampling scheme of every phase (see :func:`dpsgd`).
+
+    Returns
+    -------
+    PLD
+        The composition of all phases.
+
+    Raises
+    ------
+    TypeError
+        If ``phases`` is not a sequence of 3-tuples.
+    ValueError
+        If it is empty or a phase is out of range (the message names the phase).
+
+    Examples
+    --------
+    >>> import pld
+    >>> p = pld.dpsgd_schedule([(1.0, 0.01, 500), (1.0, 0.01, 500)])
+    >>> p.epsilon(1e-5) == pld.dpsgd(1.0, 0.01, 1000).epsilon(1e-5)
+    True
     """
-    sampling = _check_sampling(sampling)
+    sampling = sampling_scheme(sampling)
     if isinstance(phases, (str, bytes)) or not hasattr(phases, "__iter__"):
         raise TypeError("phases must be a sequence of (noise_multiplier, sampling_rate, steps) tuples")
     components: list[tuple[Mechanism, int]] = []
