@@ -522,8 +522,6 @@ def _per_epoch(cfg, res: dict) -> list[dict]:
     from pld.dpsgd import dpsgd_mechanism
     from pld.epochs import MAX_ROWS, epsilon_over_steps
 
-    if cfg.runs > 1:
-        raise CLIError("--per-epoch accounts one training run: drop --runs")
     if cfg.batch_size and cfg.dataset_size:
         qf = Fraction(cfg.batch_size, cfg.dataset_size)
     else:
@@ -555,6 +553,8 @@ def cmd_dpsgd(args) -> int:
     import time
 
     cfg = _config(args)
+    if args.per_epoch and cfg.runs > 1:
+        raise CLIError("--per-epoch accounts one training run: drop --runs")
     _check_outputs(args.save, plot=args.plot)
     t0 = time.perf_counter()
     d = dpsgd_pld(cfg)

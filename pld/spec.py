@@ -215,9 +215,9 @@ def _mechanism(path: str, obj, base_dir: str | None):
         from pld.dpsgd import sampling_scheme
 
         try:  # (the same spellings and aliases as pld.dpsgd and the command line)
-            sampling = sampling_scheme(obj["sampling"], f"{path}.sampling")
+            sampling = sampling_scheme(obj["sampling"])
         except (TypeError, ValueError) as exc:
-            raise SpecError(str(exc)) from None
+            raise SpecError(f"{path}.sampling: " + str(exc).removeprefix("sampling ")) from None
         if sampling != "poisson":
             # a spec composes under add-or-remove adjacency; sampling without
             # replacement pairs with substitution, a different relation
