@@ -21,6 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from pld import _validate as v
+from pld._rounding import bracket, round_up
 from pld.dpsgd import MAX_STEPS, dpsgd_mechanism, sampling_scheme
 from pld.mechanisms import Mechanism
 from pld.pld import PLD
@@ -74,8 +75,9 @@ class EpsilonTable:
         lines = [head]
         for r in self.rows():
             e = f"{r['epoch']:>8g}  " if self.epochs is not None else ""
-            lines.append(f"{e}{r['steps']:>12d}  {r['epsilon_upper']:>10.4f}  "
-                         f"[{r['epsilon_lower']:.6f}, {r['epsilon_upper']:.6f}]")
+            # epsilon rounded up, the bracket outward: nothing printed is below the certificate
+            lines.append(f"{e}{r['steps']:>12d}  {round_up(r['epsilon_upper'], 4):>10}  "
+                         f"{bracket(r['epsilon_lower'], r['epsilon_upper'])}")
         return "\n".join(lines)
 
 

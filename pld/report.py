@@ -348,32 +348,8 @@ def _table(rows, indent: str = "  ", width: int = 100) -> list[str]:
 
 
 # ---------------------------------------------------------------- rounding
-def round_up(x: float, decimals: int) -> str:
-    """``x`` printed with ``decimals`` decimals, rounded *up*: a reported epsilon
-    (or the upper end of a bracket) is never shown below the certified value."""
-    if not math.isfinite(x):
-        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    scale = 10 ** decimals
-    r = math.ceil(x * scale) / scale
-    while r < x:  # (x * scale can round down in binary)
-        r += 1.0 / scale
-    return f"{r:.{decimals}f}"
-
-
-def round_down(x: float, decimals: int) -> str:
-    """``x`` rounded *down* to ``decimals`` decimals (lower ends of brackets)."""
-    if not math.isfinite(x):
-        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    scale = 10 ** decimals
-    r = math.floor(x * scale) / scale
-    while r > x:
-        r -= 1.0 / scale
-    return f"{r:.{decimals}f}"
-
-
-def bracket(lo: float, hi: float, decimals: int = 6) -> str:
-    """``[lo, hi]`` rounded outward: the printed bracket contains the certified one."""
-    return f"[{round_down(lo, decimals)}, {round_up(hi, decimals)}]"
+# (outward rounding lives in pld._rounding, shared with pld.epochs' table)
+from pld._rounding import bracket, round_down, round_up  # noqa: E402,F401
 
 
 def headline(epsilon_lower: float, epsilon_upper: float, delta: float) -> str:
@@ -383,12 +359,13 @@ def headline(epsilon_lower: float, epsilon_upper: float, delta: float) -> str:
 
 
 def footer(r: dict) -> str:
-    """``pld VERSION, S s`` plus the wall time when it differs (start-up, first-run compilation)."""
+    """``pld VERSION, S s`` plus the wall time when it differs (start-up, first-run compilation:
+    a first run is slow for a reason the user should see)."""
     text = f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s"
     wall = r.get("wall_seconds")
     compiled = r.get("compile_seconds") or 0.0
     if wall is not None and wall > r["seconds"] + 0.05:
-        text += f" accounting, {wall:.2f} s wall time"
+        text += f" accounting, {wall:.2f} s in all"
         if compiled > 0:
             text += f" (first run on this machine: {compiled:.1f} s compiling the numba kernels, once)"
     return text
@@ -460,7 +437,7 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
     lines.append("")
     tail = footer(r)
     if not verbose:
-        tail += "; --verbose: all settings, the delta(epsilon) curve, numerics"
+        tail += " (--verbose: all settings, delta curve, numerics)"
     lines.append(tail)
     return _warnings_first(r, lines)
 

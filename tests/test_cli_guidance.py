@@ -111,7 +111,7 @@ def test_without_replacement_explains_the_larger_epsilon(capsys):
 
 def test_footer_states_wall_time_and_first_run_compilation():
     r = {"pld_version": "0.1.0", "seconds": 0.15, "wall_seconds": 7.4, "compile_seconds": 6.2}
-    assert footer(r) == ("pld 0.1.0, 0.15 s accounting, 7.40 s wall time (first run on this machine: "
+    assert footer(r) == ("pld 0.1.0, 0.15 s accounting, 7.40 s in all (first run on this machine: "
                          "6.2 s compiling the numba kernels, once)")
     assert footer({"pld_version": "0.1.0", "seconds": 0.15, "wall_seconds": 0.16}) == "pld 0.1.0, 0.15 s"
     p = run("dpsgd", *SMALL, "--json")
