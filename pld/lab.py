@@ -415,7 +415,9 @@ def format_compare(result: dict) -> str:
     def sec(v):
         return f"{v:8.2f}" if v is not None else ""
 
-    rows = [("pld, certified bracket", f"[{r['pld_epsilon_lower']:.5f}, {r['pld_epsilon_upper']:.5f}]",
+    from pld._rounding import bracket
+
+    rows = [("PLD, certified bracket", bracket(r["pld_epsilon_lower"], r["pld_epsilon_upper"], 5),
              sec(s.get("pld")))]
     if r.get("rdp_epsilon_improved") is not None:
         rows += [(f"RDP, improved conversion (order {r['rdp_order_improved']:.3g})",
@@ -425,7 +427,7 @@ def format_compare(result: dict) -> str:
     else:
         rows.append(("RDP (pld.rdp)", "n/a (Poisson sampling only)", ""))
     rows.append(("privacy-loss tail, P(L > eps) <= delta",
-                 f"[{r['tail_epsilon_lower']:.4f}, {r['tail_epsilon_upper']:.4f}]", sec(s.get("tail"))))
+                 bracket(r["tail_epsilon_lower"], r["tail_epsilon_upper"], 4), sec(s.get("tail"))))
     if r.get("exact_epsilon") is not None:
         rows.append(("exact (Gaussian, q = 1)", f"{r['exact_epsilon']:.5f}", sec(s.get("exact"))))
         rows.append(("exact tail (Gaussian, q = 1)", f"{r['exact_tail_epsilon']:.5f}", ""))

@@ -95,9 +95,11 @@ def _prv(sigma: float, q: float, steps: int, delta: float, sampling: str) -> dic
         return {"note": "accounts Poisson sampling only"}
     import prv_accountant as pa
 
-    acc = pa.Accountant(noise_multiplier=sigma, sampling_probability=q, delta=delta,
-                        eps_error=PRV_EPS_ERROR, max_compositions=int(steps))
-    lo, est, hi = acc.compute_epsilon(num_compositions=int(steps))
+    prv = pa.PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=sigma)
+    # (delta_error = delta / 1000: what its deprecated Accountant used)
+    acc = pa.PRVAccountant(prvs=[prv], eps_error=PRV_EPS_ERROR, delta_error=delta / 1000,
+                           max_self_compositions=[int(steps)])
+    lo, est, hi = acc.compute_epsilon(delta=delta, num_self_compositions=[int(steps)])
     return {"epsilon": float(est), "epsilon_lower": float(lo), "epsilon_upper": float(hi)}
 
 
