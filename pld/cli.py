@@ -400,8 +400,9 @@ def _config(args, *, need_sigma: bool = True, need_q: bool = True, need_t: bool 
         T = math.ceil(_frac(E) / qf)
         if T > 10**12:
             # (the count itself can have hundreds of digits: say how large, not what)
-            raise CLIError(f"--epochs {E:g} at q = {float(qf):g} needs about {E / float(qf):.3g} steps, "
-                           f"above the limit of 1e12")
+            approx = E / float(qf)
+            size = f"about {approx:.3g}" if math.isfinite(approx) else "more than 1e308"
+            raise CLIError(f"--epochs {E:g} at q = {float(qf):g} needs {size} steps, above the limit of 1e12")
     if need_q and q is None:
         raise CLIError("give --sampling-rate (or --batch-size with --dataset-size)")
     if need_t and T is None:
