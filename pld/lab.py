@@ -276,7 +276,7 @@ def plot_lab(result: dict, path) -> None:
     ax.set_xlim(0.0, e_max)
     ax.set_xlabel("epsilon")
     ax.set_ylabel("delta")
-    ax.set_title(f"k = {steps} Gaussian releases, sigma = {_num(sigma)}")
+    ax.set_title(f"k = {steps} Gaussian releases, sigma = {_num(sigma)}, delta = {_num(target)}")
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(True, which="major", alpha=0.3)
 
