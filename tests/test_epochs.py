@@ -9,6 +9,7 @@ import pytest
 
 import pld
 from pld import exact
+from pld._rounding import bracket, round_up
 from pld.epochs import epoch_steps
 
 
@@ -68,7 +69,9 @@ def test_table_text_and_rows():
     assert len(t) == 2
     text = str(t).splitlines()
     assert text[0].split()[:3] == ["epoch", "steps", "epsilon"] and len(text) == 3
-    assert f"{rows[1]['epsilon_upper']:.6f}" in text[2]
+    # printed rounded up, the bracket outward: nothing shown is below the certificate
+    assert round_up(rows[1]["epsilon_upper"], 4) in text[2]
+    assert bracket(rows[1]["epsilon_lower"], rows[1]["epsilon_upper"]) in text[2]
 
 
 @pytest.mark.parametrize("call, exc, fragment", [
