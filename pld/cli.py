@@ -491,7 +491,7 @@ def _write_outputs(res: dict, pld_obj, delta: float, *, plot, save, title, plot_
             _wrote(path, what)
 
 
-#: when :func:`main` started, and whether this process ran it before
+#: ``[(when main() started, whether it is the process's first command)]``
 _STARTED: list = []
 
 
@@ -548,10 +548,11 @@ def _per_epoch(cfg, res: dict) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------ commands
 def cmd_dpsgd(args) -> int:
-    from pld.report import account_dpsgd, dpsgd_pld, format_dpsgd
-
     import time
+
+    from pld.report import account_dpsgd, dpsgd_pld, format_dpsgd
 
     cfg = _config(args)
     if args.per_epoch and cfg.runs > 1:
@@ -862,7 +863,7 @@ def main(argv=None) -> int:
     import time
     import warnings
 
-    _STARTED.append((time.perf_counter(), not _STARTED))
+    _STARTED[:] = [(time.perf_counter(), not _STARTED)]
 
     try:
         with warnings.catch_warnings():
