@@ -560,7 +560,9 @@ def cmd_dpsgd(args) -> int:
     _check_outputs(args.save, plot=args.plot)
     t0 = time.perf_counter()
     d = dpsgd_pld(cfg)
-    res = account_dpsgd(cfg, curve_points=args.curve_points, pld_obj=d)
+    # (the short report shows no curve: it is only worked out for --verbose and --json)
+    points = args.curve_points if (args.verbose or args.json) else 0
+    res = account_dpsgd(cfg, curve_points=points, pld_obj=d)
     plot_bytes, plot_what = None, "delta curve, PLD and trade-off plot"
     if args.per_epoch:
         res["per_epoch"] = _per_epoch(cfg, res)
