@@ -77,8 +77,28 @@ def _spa_epsilon(parts, log_delta: float) -> float:
     return _spa_epsilon_of(w.Composite(parts), log_delta)
 
 
-def _spa_epsilon_of(comp, log_delta: float) -> float:
-    """Surrogate epsilon of one direction's composite (``nan`` if the approximation fails)."""
+def _spa_epsilon_of(comp, log_delta: float, hint: list | None = None) -> float:
+    """Surrogate epsilon of one direction's composite (``nan`` if the approximation fails).
+
+    ``hint``, a one-element list, carries the crossing tilt from one call to the
+    next: a search asks for nearby parameters, whose crossings lie close, so a
+    bracket of +-0.35 in log theta around the last one usually holds it and the
+    41-point scan is skipped (3x fewer saddle-point evaluations).
+    """
+    def log_d(log_theta: float) -> float:
+        return w.saddle_log_delta(comp, math.exp(log_theta))[1]
+
+    if hint and hint[0]:
+        lo, hi = math.log(hint[0]) - 0.35, math.log(hint[0]) + 0.35
+        if log_d(lo) > log_delta and -math.inf < log_d(hi) < log_delta:
+            for _ in range(16):  # as below: theta to 1e-5 relative
+                mid = 0.5 * (lo + hi)
+                if log_d(mid) > log_delta:
+                    lo = mid
+                else:
+                    hi = mid
+            hint[0] = math.exp(hi)
+            return max(0.0, float(w.saddle_log_delta(comp, math.exp(hi))[0]))
     parts = comp.parts
     # (a failed approximation, -inf, is never taken for a crossing)
     scan = [w.saddle_log_delta(comp, float(t)) for t in _THETA_GRID]
@@ -98,6 +118,8 @@ def _spa_epsilon_of(comp, log_delta: float) -> float:
             lo = mid
         else:
             hi = mid
+    if hint is not None:
+        hint[0] = math.exp(hi)
     return max(0.0, float(w.saddle_log_delta(comp, math.exp(hi))[0]))
 
 
@@ -786,12 +808,14 @@ def calibrate_parameter(make, target_epsilon: float, delta: float, *, bounds: tu
         return hit
 
     log_delta = math.log(delta)
+    hints: dict = {}  # per direction: the last crossing tilt of the surrogate
 
     def surrogate(x: float) -> float:
         """Saddle-point epsilon of ``make(x)`` (as for DP-SGD; ``nan`` where it fails)."""
         try:
             d = pld_at(x)
-            vals = [_spa_epsilon_of(d._exploration(dr), log_delta) for dr in d._directions()]
+            vals = [_spa_epsilon_of(d._exploration(dr), log_delta, hints.setdefault(dr, [None]))
+                    for dr in d._directions()]
         except Exception:  # the surrogate only steers the search: engine secants replace it
             return math.nan
         return math.nan if any(math.isnan(e) for e in vals) else max(vals)
