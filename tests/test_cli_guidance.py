@@ -103,9 +103,10 @@ def test_printed_epsilon_is_never_below_the_certified_one(capsys):
     assert shown - res["epsilon_upper"] < 1e-4
 
 
-def test_without_replacement_explains_the_larger_epsilon(capsys):
-    cli.main(["dpsgd", *SMALL, "--sampling", "without_replacement"])
-    out = " ".join(capsys.readouterr().out.split())
+def test_without_replacement_explains_the_larger_epsilon():
+    p = run("dpsgd", *SMALL, "--sampling", "without_replacement")
+    assert p.returncode == 0, p.stderr
+    out = " ".join(p.stdout.split())
     assert "substitute one record" in out and "up to 2C" in out and "much larger than Poisson" in out
 
 
@@ -133,18 +134,19 @@ def test_plot_and_save_confirm_the_files_they_wrote(tmp_path):
     assert len(err) == 2 and png.stat().st_size > 10_000 and saved.exists()
 
 
-def test_plot_titles_carry_the_run(tmp_path, capsys):
-    mpl = pytest.importorskip("matplotlib")
-    svg = tmp_path / "r.svg"
-    with mpl.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG
-        assert cli.main(["dpsgd", *SMALL, "--plot", str(svg)]) == 0
-        text = svg.read_text()
-        for part in ("sigma=2", "q=0.05", "T=50", "delta=1e-05"):
-            assert part in text, part
-        curve = tmp_path / "c.svg"
-        assert cli.main(["curve", *SMALL, "--epsilons", "1,2", "--plot", str(curve)]) == 0
-        assert "sigma=2 q=0.05 T=50 delta=1e-05" in curve.read_text()
-    assert f"pld: wrote {curve} (delta(epsilon) plot" in capsys.readouterr().err
+def test_plot_titles_carry_the_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "matplotlibrc").write_text("svg.fonttype: none\n")  # text stays text in the SVG
+    env = {"MATPLOTLIBRC": str(tmp_path)}
+    p = run("dpsgd", *SMALL, "--plot", "r.svg", cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "r.svg").read_text()
+    for part in ("sigma=2", "q=0.05", "T=50", "delta=1e-05"):
+        assert part in text, part
+    p = run("curve", *SMALL, "--epsilons", "1,2", "--plot", "c.svg", cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "sigma=2 q=0.05 T=50 delta=1e-05" in (tmp_path / "c.svg").read_text()
+    assert p.stderr.startswith("pld: wrote c.svg (delta(epsilon) plot")
 
 
 # ------------------------------------------------------------ epsilon per epoch
@@ -224,12 +226,12 @@ def test_compare_without_replacement_peers(capsys):
 
 
 # ------------------------------------------------------------ pld curve: no flat upper bounds
-def test_curve_tail_is_not_a_round_off_floor(capsys):
+def test_curve_tail_is_not_a_round_off_floor():
     # full batch: Gaussian releases, exact delta(epsilon) from the closed form
-    args = ["curve", "--noise-multiplier", "5", "--sampling-rate", "1", "--steps", "10", "--eps-max", "5",
-            "--points", "11", "--json"]
-    assert cli.main(args) == 0
-    res = json.loads(capsys.readouterr().out)
+    p = run("curve", "--noise-multiplier", "5", "--sampling-rate", "1", "--steps", "10", "--eps-max", "5",
+            "--points", "11", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
     mu = exact.gaussian_mu(5.0, 10)
     for r in res["curve"]:
         truth = float(exact.gaussian_delta(r["epsilon"], mu))
