@@ -613,7 +613,7 @@ def cmd_calibrate(args) -> int:
         except (TypeError, ValueError):  # pragma: no cover
             params = {}
         if "sampling" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            raise CLIError(f"solving for {solve.replace('_', ' ')} with --sampling without-replacement "
+            raise CLIError(f"solving for {solve.replace('_', ' ')} with --sampling without_replacement "
                            f"is not supported by this installation's pld.calibrate.{fname}")
         kwargs["sampling"] = cfg.sampling
     info: dict = {}
