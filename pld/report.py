@@ -371,13 +371,18 @@ def footer(r: dict) -> str:
     return text
 
 
-def _accounted(r: dict) -> list[tuple[str, str]]:
-    """What the figure covers, in a few rows (the short report)."""
-    q = r["sampling_rate"]
-    qtxt = f"q = {q:.6g}"
+def _rate_text(r: dict, eq: str = "") -> str:
+    """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
+    text = f"{r['sampling_rate']:.6g}"
     if r.get("batch_size") and r.get("dataset_size"):
         kind = "expected batch" if r["sampling"] == "poisson" else "batch"
-        qtxt += f" ({kind} {r['batch_size']} / dataset {r['dataset_size']})"
+        text += f" ({eq}{kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    return text
+
+
+def _accounted(r: dict) -> list[tuple[str, str]]:
+    """What the figure covers, in a few rows (the short report)."""
+    qtxt = f"q = {_rate_text(r)}"
     ttxt = f"T = {r['steps']}"
     if r.get("epochs") is not None:
         ttxt += f" ({r['epochs']:g} epochs)"
@@ -443,11 +448,7 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
 
 
 def _verbose_rows(r: dict) -> list[str]:
-    q = r["sampling_rate"]
-    qtxt = f"{q:.6g}"
-    if r.get("batch_size") and r.get("dataset_size"):
-        kind = "expected batch" if r["sampling"] == "poisson" else "batch"
-        qtxt += f" (= {kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    qtxt = _rate_text(r, eq="= ")
     ttxt = f"{r['steps']}"
     if r.get("epochs") is not None:
         if r.get("batch_size") and r.get("dataset_size"):
