@@ -10,7 +10,13 @@ added on the safe side.
 >>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
 """
 
-from pld.mechanisms import (
+import time as _time
+
+#: when ``import pld`` started (the command line counts the import in its wall time,
+#: so that a first run's kernel compilation is not hidden)
+_IMPORT_STARTED = _time.perf_counter()
+
+from pld.mechanisms import (  # noqa: E402
     ApproxDP,
     DiscreteLaplace,
     FromPMFs,
@@ -25,14 +31,21 @@ from pld.mechanisms import (
     SampledWithoutReplacement,
     TruncatedPoissonGaussian,
 )
-from pld.pld import PLD, GridTooLargeError, TargetMissedWarning
-from pld.dpsgd import dpsgd, dpsgd_schedule
-from pld.accountant import Accountant
-from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
-from pld.io import load, save
-from pld.tuning import tune_fft
+from pld.pld import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
+from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
+from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
+from pld.accountant import Accountant  # noqa: E402
+from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
+from pld.io import load, save  # noqa: E402
+from pld.tuning import tune_fft  # noqa: E402
 
 __version__ = "0.1.0"
+
+#: submodules reachable as ``pld.<name>`` after ``import pld``, imported on first
+#: use (module ``__getattr__``, PEP 562) so that ``import pld`` stays as fast as
+#: the engine alone: rdp, lab and the curves pull in more of scipy, interop
+#: pulls in nothing until one of its adapters is imported
+_LAZY_SUBMODULES = ("rdp", "exact", "curves", "lab", "interop", "report", "spec", "plots", "cli")
 
 __all__ = [
     "PLD",
@@ -53,18 +66,38 @@ __all__ = [
     "MixtureOfGaussians",
     "dpsgd",
     "dpsgd_schedule",
+    "epsilon_per_epoch",
+    "epsilon_over_steps",
+    "EpsilonTable",
     "Accountant",
     "calibrate_noise",
     "calibrate_steps",
     "calibrate_sampling_rate",
+    "calibrate_parameter",
     "save",
     "load",
     "tune_fft",
     "__version__",
 ]
 
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
+
 # first run after install: the kernels compile in two processes at once
 # (pld._jit_warm; PLD_JIT_HELPER=0 turns the helper off)
 from pld import _jit_warm as _jit_warm  # noqa: E402
 
 _jit_warm.warm_up_if_cold()
+
+#: how long ``import pld`` took (numba and scipy, plus any first-run compilation)
+_IMPORT_SECONDS = _time.perf_counter() - _IMPORT_STARTED

@@ -84,19 +84,46 @@ def cold_kernels() -> list[str]:
     return [name for name, _ in OWN_SHARE + HELPER_SHARE if not _cached(getattr(kernels, name))]
 
 
+#: seconds this process spent compiling kernels at import (0 when the cache was warm)
+compile_seconds = 0.0
+
+
+def _notice(helper: bool) -> None:
+    """Say once, on stderr, why the first run is slow (it is silent otherwise)."""
+    how = ("about 7 s on 2 cores, half of it in a helper process" if helper
+           else "about 10 s, each kernel on its first use")
+    try:
+        sys.stderr.write(f"pld: first run on this machine: compiling the numba kernels ({how}; "
+                         "they are cached, later runs start in about a second)\n")
+        sys.stderr.flush()
+    except Exception:  # no usable stderr (e.g. pythonw): the notice is a courtesy
+        pass
+
+
 def warm_up_if_cold() -> bool:
     """Compile missing kernels, half in a helper process (once per process,
-    never from the helper itself).  Returns whether anything was compiled."""
-    global _tried
-    if os.environ.get(_ENV, "").strip().lower() in ("0", "off", "no", "helper") or _tried:
+    never from the helper itself).  Returns whether anything was compiled.
+
+    A cold cache is announced on stderr (once: the cache is warm afterwards),
+    also when the helper is off and the kernels compile on first use."""
+    global _tried, compile_seconds
+    setting = os.environ.get(_ENV, "").strip().lower()
+    if setting == "helper" or _tried:
         return False
+    _tried = True
     try:
         cold = cold_kernels()
     except Exception:
         return False
     if not cold:
         return False
-    _tried = True
+    off = setting in ("0", "off", "no")
+    _notice(helper=not off)
+    if off:
+        return False
+    import time
+
+    t0 = time.perf_counter()
     proc = None
     if any(name in cold for name, _ in HELPER_SHARE) and getattr(sys, "executable", None):
         try:
@@ -114,6 +141,7 @@ def warm_up_if_cold() -> bool:
             proc.wait(timeout=_WAIT_S)
         except Exception:
             pass  # the first query compiles whatever is still missing
+    compile_seconds = time.perf_counter() - t0
     return True
 
 

@@ -19,7 +19,7 @@ import math
 import threading
 
 from pld import _validate as v
-from pld.dpsgd import _check_sampling, dpsgd_mechanism
+from pld.dpsgd import dpsgd_mechanism, sampling_scheme
 from pld.mechanisms import Mechanism
 from pld.pld import PLD
 
@@ -33,11 +33,25 @@ class Accountant:
     Parameters
     ----------
     sampling : {"poisson", "without_replacement"}
-        Sampling scheme used by :meth:`step` (and with it the adjacency).
+        Sampling scheme used by :meth:`step` (and with it the adjacency; any
+        spelling :func:`pld.dpsgd` accepts).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an unknown sampling scheme.
+
+    Examples
+    --------
+    >>> import pld
+    >>> acc = pld.Accountant()
+    >>> acc.step(noise_multiplier=1.0, sampling_rate=0.01, count=1000)
+    >>> acc.epsilon(1e-5) == pld.dpsgd(1.0, 0.01, 1000).epsilon(1e-5)
+    True
     """
 
     def __init__(self, *, sampling: str = "poisson"):
-        self._sampling = _check_sampling(sampling)
+        self._sampling = sampling_scheme(sampling)
         self._lock = threading.RLock()
         self._history: list[tuple[Mechanism, int]] = []
         self._steps = 0
@@ -51,12 +65,42 @@ class Accountant:
         return self._sampling
 
     def step(self, *, noise_multiplier: float, sampling_rate: float, count: int = 1) -> None:
-        """Record ``count`` DP-SGD steps (Gaussian noise, subsampled as ``sampling``)."""
+        """Record ``count`` DP-SGD steps (Gaussian noise, subsampled as ``sampling``).
+
+        Parameters
+        ----------
+        noise_multiplier : float
+            Noise standard deviation over the clipping norm, in ``(0, inf)``.
+        sampling_rate : float
+            In ``(0, 1]``.
+        count : int, default 1
+            Number of identical steps, in ``[1, 1e12]``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For an invalid parameter (named in the message).
+        """
         mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=self._sampling)
         self.record(mech, count)
 
     def record(self, mechanism: Mechanism, count: int = 1) -> None:
-        """Record ``count`` runs of ``mechanism`` on the same data."""
+        """Record ``count`` runs of ``mechanism`` on the same data.
+
+        Parameters
+        ----------
+        mechanism : pld.Mechanism
+            What ran, e.g. ``pld.Laplace(scale=2.0)``.
+        count : int, default 1
+            In ``[1, 1e12]``.
+
+        Raises
+        ------
+        TypeError
+            If ``mechanism`` is not a pld mechanism.
+        ValueError
+            If ``count`` is out of range.
+        """
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a pld mechanism, got {type(mechanism).__name__}")
         count = v.integer("count", count, low=1, high=10**12)
@@ -83,7 +127,17 @@ class Accountant:
             return list(self._history)
 
     def pld(self) -> PLD:
-        """The composed :class:`pld.PLD` of everything recorded so far."""
+        """The composed :class:`pld.PLD` of everything recorded so far.
+
+        Returns
+        -------
+        PLD
+
+        Raises
+        ------
+        ValueError
+            If nothing has been recorded yet.
+        """
         with self._lock:
             if not self._history:
                 raise ValueError("nothing has been recorded yet: call step() or record() first")
@@ -105,23 +159,76 @@ class Accountant:
         return value
 
     def epsilon_bounds(self, delta: float) -> tuple[float, float]:
-        """Certified ``(lower, upper)`` on epsilon at ``delta`` for everything recorded."""
+        """Certified ``(lower, upper)`` on epsilon at ``delta`` for everything recorded.
+
+        Parameters
+        ----------
+        delta : float
+            In ``[0, 1]``: ``delta = 0`` asks for the epsilon from which
+            delta(epsilon) is 0 (the largest loss; ``inf`` for a Gaussian),
+            ``delta = 1`` is answered by 0.
+
+        Returns
+        -------
+        (float, float)
+            The bracket; ``upper`` is the epsilon to report (``(0, 0)`` before
+            anything is recorded).
+
+        Raises
+        ------
+        ValueError
+            If ``delta`` is out of range.
+        """
         delta = v.real("delta", delta, low=0.0, high=1.0)
         return self._query(("eps", delta), lambda d: (0.0, 0.0) if d is None else d.epsilon_bounds(delta))
 
     def epsilon(self, delta: float) -> float:
-        """Certified epsilon at ``delta`` (the upper end of :meth:`epsilon_bounds`)."""
+        """Certified epsilon at ``delta`` (the upper end of :meth:`epsilon_bounds`).
+
+        Parameters
+        ----------
+        delta : float
+            In ``(0, 1)``.
+
+        Returns
+        -------
+        float
+        """
         return self.epsilon_bounds(delta)[1]
 
     def delta_bounds(self, epsilon: float) -> tuple[float, float]:
-        """Certified ``(lower, upper)`` on delta at ``epsilon``."""
+        """Certified ``(lower, upper)`` on delta at ``epsilon``.
+
+        Parameters
+        ----------
+        epsilon : float
+            A real number, or ``+-inf`` (delta(inf) is the mass at +inf).
+
+        Returns
+        -------
+        (float, float)
+
+        Raises
+        ------
+        ValueError
+            If ``epsilon`` is NaN.
+        """
         epsilon = v.real("epsilon", epsilon, allow_inf=True)
         # nothing recorded: identical laws, delta(eps) = (1 - e^eps)_+
         empty = max(0.0, -math.expm1(epsilon)) if epsilon < 0 else 0.0
         return self._query(("delta", epsilon), lambda d: (empty, empty) if d is None else d.delta_bounds(epsilon))
 
     def delta(self, epsilon: float) -> float:
-        """Certified delta at ``epsilon`` (the upper end of :meth:`delta_bounds`)."""
+        """Certified delta at ``epsilon`` (the upper end of :meth:`delta_bounds`).
+
+        Parameters
+        ----------
+        epsilon : float
+
+        Returns
+        -------
+        float
+        """
         return self.delta_bounds(epsilon)[1]
 
     def __repr__(self) -> str:
@@ -130,7 +237,13 @@ class Accountant:
 
     # -------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        """JSON-serialisable state: format, version, sampling and history."""
+        """JSON-serialisable state: format, version, sampling and history.
+
+        Returns
+        -------
+        dict
+            Feed it to :meth:`from_state_dict` to resume (e.g. from a checkpoint).
+        """
         with self._lock:
             return {
                 "format": STATE_FORMAT,
@@ -142,7 +255,22 @@ class Accountant:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Accountant":
-        """Rebuild an accountant from :meth:`state_dict` output."""
+        """Rebuild an accountant from :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : dict
+            Output of :meth:`state_dict` (possibly through JSON).
+
+        Returns
+        -------
+        Accountant
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``state`` is not such a dict (the message names the bad entry).
+        """
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from Accountant.state_dict(), got {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:

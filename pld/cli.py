@@ -9,9 +9,11 @@ Errors exit with status 2 and one line ``pld: error: ...`` on stderr (set
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
+import re
 import sys
 from fractions import Fraction
 
@@ -22,8 +24,9 @@ examples:
   pld dpsgd                                   # MNIST example: sigma=1.1, q=256/60000, T=14063, delta=1e-5
   pld dpsgd --noise-multiplier 1.0 --sampling-rate 0.01 --steps 10000 --delta 1e-5
   pld dpsgd --noise-multiplier 1.1 --epochs 60 --dataset-size 60000 --batch-size 256 \\
-            --sampling without-replacement --json
-  pld dpsgd --runs 5 --plot run.png           # five training runs, report plot
+            --sampling without_replacement --json
+  pld dpsgd --per-epoch --plot epochs.png     # epsilon after every epoch, and its plot
+  pld dpsgd --runs 5 --plot run.png --verbose # five training runs, report plot, full report
   pld calibrate --target-epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 10000   # solve for sigma
   pld calibrate --target-epsilon 2 --delta 1e-5 --noise-multiplier 1.0 --sampling-rate 0.01  # steps
   pld calibrate --target-epsilon 2 --delta 1e-5 --noise-multiplier 1.0 --steps 10000  # rate
@@ -63,12 +66,83 @@ class CLIError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
+        m = re.match(r"argument (COMMAND|command): invalid choice: '([^']*)'", message)
+        if m:
+            close = difflib.get_close_matches(m.group(2), list(_COMMANDS), n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
         raise CLIError(f"{message} (see '{self.prog} --help')")
+
+    def parse_args(self, args=None, namespace=None):
+        # unknown flags are reported with the subcommand that saw them, so that a
+        # misspelt or misplaced flag can point to the right one
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = getattr(self, "_commands", {}).get(getattr(parsed, "command", None))
+            (sub or self).error(_unrecognized(extras, sub or self, getattr(parsed, "command", None)))
+        return parsed
+
+
+#: subcommands (for "did you mean")
+_COMMANDS = ("dpsgd", "calibrate", "compose", "curve", "lab", "compare", "tune-fft")
+
+#: flags of one subcommand that belong to another, and where to go instead
+_ELSEWHERE = {
+    ("dpsgd", "--epsilon"): "pld dpsgd computes epsilon from sigma, q and T: to solve for sigma, T or q "
+                            "at a target epsilon use 'pld calibrate --target-epsilon E ...', for delta at "
+                            "given epsilons 'pld curve --epsilons E,...'",
+    ("dpsgd", "--target-epsilon"): "pld dpsgd computes epsilon from sigma, q and T: to solve for sigma, T or "
+                                   "q at a target epsilon use 'pld calibrate --target-epsilon E ...'",
+    ("dpsgd", "--epsilons"): "for delta at given epsilons use 'pld curve --epsilons E,...'",
+    ("compare", "--epsilon"): "pld compare reports each accountant's epsilon at --delta; for delta at given "
+                              "epsilons use 'pld curve --epsilons E,...'",
+}
+
+
+def _unrecognized(extras: list, parser: argparse.ArgumentParser, command: str | None) -> str:
+    flags = [x for x in extras if x.startswith("-") and not _looks_numeric(x)]
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        where = _ELSEWHERE.get((command, name))
+        if where is None and command == "dpsgd" and name.startswith("--eps") and name != "--epochs":
+            where = _ELSEWHERE[("dpsgd", "--epsilon")]
+        if where:
+            return f"{message}: {where}"
+        known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        if close:
+            return f"{message}; did you mean {close[0]}?"
+    return message
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------ arg types
+#: most epsilons one curve evaluates (each is read off certified grids; beyond this a
+#: table is unreadable and a long list only costs memory and time)
+MAX_CURVE_POINTS = 10_000
+#: most epsilons the dpsgd report's curve shows
+MAX_REPORT_CURVE_POINTS = 100
+
+
+def _plain_number(text: str) -> str:
+    """Refuse spellings Python's float() / int() accept but a reader would not
+    expect: '1_0' is 10 to Python, a typo to a person."""
+    if "_" in text:
+        raise argparse.ArgumentTypeError(f"must be a plain number without '_', got {text!r}")
+    return text.strip()
+
+
 def _float(kind: str):
     def parse(text: str) -> float:
+        _plain_number(text)
         try:
             x = float(text)
         except ValueError:
@@ -80,7 +154,13 @@ def _float(kind: str):
         if kind == "nonneg" and not x >= 0:
             raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
         if kind == "rate" and not 0 < x <= 1:
-            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+            hint = ""
+            if x > 1 and x.is_integer():
+                hint = (f"; {int(x)} looks like a batch size: give --batch-size {int(x)} --dataset-size N "
+                        f"(q = batch size / dataset size)")
+            elif 1 < x <= 100:
+                hint = f"; for {x:g}% give {x / 100:g}"
+            raise argparse.ArgumentTypeError(f"must be a probability in (0, 1], got {text!r}{hint}")
         if kind == "open01" and not 0 < x < 1:
             raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
         return x
@@ -88,31 +168,47 @@ def _float(kind: str):
     return parse
 
 
-def _int(text: str) -> int:
-    try:
-        x = int(text)
-    except ValueError:
+def _count(low: int, high: int):
+    """Integer in ``[low, high]`` ('1e4' is accepted, '2.5' and '1_000' are not)."""
+    def parse(text: str) -> int:
+        _plain_number(text)
         try:
-            f = float(text)
+            x = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if not f.is_integer():
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        x = int(f)
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    if x > 10**12:
-        raise argparse.ArgumentTypeError(f"must be at most 1e12, got {text!r}")
-    return x
+            try:
+                f = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+            if not math.isfinite(f) or not f.is_integer():
+                raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+            if f > high:  # (before int(): no 300-digit integers in messages)
+                raise argparse.ArgumentTypeError(f"must be at most {_limit(high)}, got {text!r}")
+            x = int(f)
+        if x < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        if x > high:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {_limit(high)}, got {text!r}" if high >= 10**6 else
+                f"must be at most {high}, got {text!r}")
+        return x
+    parse.__name__ = "integer"
+    return parse
+
+
+def _limit(n: int) -> str:
+    return f"{n:.0e}".replace("e+", "e")
+
+
+_int = _count(1, 10**12)
 
 
 def _sampling(text: str) -> str:
-    t = text.strip().lower().replace("-", "_")
-    if t in ("poisson",):
-        return "poisson"
-    if t in ("without_replacement", "wor", "fixed", "fixed_batch", "shuffle", "shuffling"):
-        return "without_replacement"
-    raise argparse.ArgumentTypeError(f"must be 'poisson' or 'without-replacement', got {text!r}")
+    from pld.dpsgd import sampling_scheme
+
+    try:
+        return sampling_scheme(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("sampling must be", "must be")) from None
 
 
 def _float_list(kind: str):
@@ -144,9 +240,11 @@ def _add_config(p: argparse.ArgumentParser, *, delta_default: float | None = 1e-
                    help="number of training examples (also checks delta < 1/N)")
     g.add_argument("--batch-size", "-b", type=_int, metavar="B",
                    help="instead of --sampling-rate: q = B / N (needs --dataset-size)")
-    g.add_argument("--sampling", type=_sampling, default="poisson", metavar="{poisson,without-replacement}",
+    g.add_argument("--sampling", type=_sampling, default="poisson", metavar="{poisson,without_replacement}",
                    help="batch sampling: poisson (add-or-remove neighbouring, default) or "
-                        "without-replacement (fixed-size batches, substitute neighbouring)")
+                        "without_replacement (fixed-size batches, substitute neighbouring: a replaced "
+                        "record moves the clipped sum by 2C, so epsilon is much larger); "
+                        "also accepted: without-replacement, wor, fixed-batch")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,9 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--runs", type=_int, default=1, metavar="N",
                    help="number of training runs on the same data (composed; default 1)")
-    p.add_argument("--curve-points", type=int, default=4, metavar="K",
-                   help="epsilons around the answer at which the report shows delta (default 4, 0: none)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--curve-points", type=_count(0, MAX_REPORT_CURVE_POINTS), default=4, metavar="K",
+                   help="epsilons around the answer at which --verbose and --json show delta "
+                        f"(default 4, 0: none, at most {MAX_REPORT_CURVE_POINTS})")
+    p.add_argument("--per-epoch", action="store_true",
+                   help="also show the certified epsilon at the end of every epoch (one query each; "
+                        "with --plot: epsilon against epochs)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="the full report: every setting, the delta(epsilon) curve and the numerical settings")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (everything, as with --verbose)")
     p.add_argument("--plot", metavar="FILE", help="write a report plot (delta curve, PLD, trade-off)")
     p.add_argument("--save", metavar="FILE", help="save the composed PLD (pld.save format, .npz)")
     p.set_defaults(func=cmd_dpsgd)
@@ -205,13 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eps-min", type=_float("nonneg"), default=0.0, metavar="E", help="default 0")
     p.add_argument("--eps-max", type=_float("pos"), metavar="E",
                    help="default: about 2 x epsilon(delta), rounded up")
-    p.add_argument("--points", type=_int, default=21, metavar="K", help="number of epsilons (default 21)")
+    p.add_argument("--points", type=_count(2, MAX_CURVE_POINTS), default=21, metavar="K",
+                   help=f"number of epsilons (default 21, at most {MAX_CURVE_POINTS})")
     p.add_argument("--epsilons", type=_float_list("nonneg"), metavar="E,E,...",
                    help="explicit epsilons (instead of --eps-min/--eps-max/--points)")
     p.add_argument("--tuned", action="store_true",
                    help="tune the grids for every epsilon (PLD.delta_bounds: tightest brackets far "
-                        "from epsilon(delta), much slower); default: read the whole curve off the grids "
-                        "tuned for --delta")
+                        "from epsilon(delta), slower); default: read the curve off the grids tuned for "
+                        "--delta and re-tune only the epsilons where that bracket is wider than 1%%")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON output")
     out.add_argument("--csv", action="store_true", help="CSV output: epsilon,delta_lower,delta_upper")
@@ -230,8 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser("compare", help="compare accountants (PLD, RDP, peers) on one DP-SGD run",
+                       description="pld's certified bracket beside RDP, the privacy-loss tail and the "
+                                   "installed peer libraries (dp_accounting, prv_accountant); peers that "
+                                   "are not installed are named.",
                        epilog=EXAMPLES, formatter_class=fmt)
     _add_config(p)
+    p.add_argument("--no-peers", action="store_true", help="skip the peer libraries (faster)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare)
 
@@ -245,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest transform to measure, 1024..2097152 (default 262144)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tune_fft)
+    top._commands = dict(sub.choices)
     return top
 
 
@@ -289,7 +399,10 @@ def _config(args, *, need_sigma: bool = True, need_q: bool = True, need_t: bool 
             raise CLIError("--epochs needs --sampling-rate or --batch-size with --dataset-size")
         T = math.ceil(_frac(E) / qf)
         if T > 10**12:
-            raise CLIError(f"--epochs {E:g} gives {T} steps, above the limit of 1e12")
+            # (the count itself can have hundreds of digits: say how large, not what)
+            approx = E / float(qf)
+            size = f"about {approx:.3g}" if math.isfinite(approx) else "more than 1e308"
+            raise CLIError(f"--epochs {E:g} at q = {float(qf):g} needs {size} steps, above the limit of 1e12")
     if need_q and q is None:
         raise CLIError("give --sampling-rate (or --batch-size with --dataset-size)")
     if need_t and T is None:
@@ -298,7 +411,7 @@ def _config(args, *, need_sigma: bool = True, need_q: bool = True, need_t: bool 
         sigma = MNIST_EXAMPLE.noise_multiplier
     return DPSGDConfig(noise_multiplier=sigma, sampling_rate=q, steps=T, delta=args.delta,
                        sampling=args.sampling, runs=runs, dataset_size=n, batch_size=b, epochs=E,
-                       batch_size_given=b is not None)
+                       batch_size_given=b is not None, sampling_rate_given=args.sampling_rate is not None)
 
 
 def _emit_json(obj) -> None:
@@ -342,45 +455,131 @@ def _optional(module: str, names: tuple, what: str):
     return out
 
 
-def _write_outputs(res: dict, pld_obj, delta: float, *, plot, save, title) -> None:
+def _wrote(path: str, what: str) -> None:
+    """Confirm a written file on stderr (stdout may be JSON or CSV)."""
+    size = os.path.getsize(path)
+    sys.stderr.write(f"pld: wrote {path} ({what}, {_size(size)})\n")
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 10_000 else f"{n / 1024:.0f} kB"
+
+
+def _write_outputs(res: dict, pld_obj, delta: float, *, plot, save, title, plot_bytes=None,
+                   plot_what: str = "delta curve, PLD and trade-off plot") -> None:
     """Render every output file first, then write each atomically (no half-done set)."""
     files = []
     if plot:
         from pld.plots import check_plot_path, render_report
 
         fmt = check_plot_path(plot)
-        files.append((plot, render_report(pld_obj, fmt=fmt, delta=delta, epsilon=res["epsilon_upper"],
-                                          title=title)))
+        data = plot_bytes(fmt) if plot_bytes is not None else render_report(
+            pld_obj, fmt=fmt, delta=delta, epsilon=res["epsilon_upper"], title=title)
+        files.append((plot, data, plot_what))
         res["plot"] = plot
     if save:
         from pld.io import to_bytes
 
-        files.append((save, to_bytes(pld_obj, delta=delta)))
+        files.append((save, to_bytes(pld_obj, delta=delta), "the composed PLD; pld.load reads it"))
         res["saved"] = save
     if files:
         from pld.io import write_atomic
 
-        for path, data in files:
+        for path, data, _ in files:
             write_atomic(path, data)
+        for path, _, what in files:
+            _wrote(path, what)
+
+
+#: ``[(when main() started, whether it is the process's first command)]``
+_STARTED: list = []
+
+
+def _timing(res: dict) -> dict:
+    """Wall time of the command -- with ``import pld`` (and any first-run kernel
+    compilation) on the first command of a process -- and the compilation."""
+    import time
+
+    import pld
+    from pld import _jit_warm
+
+    started, first = _STARTED[-1] if _STARTED else (time.perf_counter(), False)
+    res["wall_seconds"] = time.perf_counter() - started + (pld._IMPORT_SECONDS if first else 0.0)
+    res["compile_seconds"] = _jit_warm.compile_seconds if first else 0.0
+    return res
+
+
+def _title(cfg, delta: float) -> str:
+    """What a plot shows: sigma, q, T (and runs), delta."""
+    t = (f"DP-SGD sigma={cfg.noise_multiplier:g} q={cfg.sampling_rate:.4g} T={cfg.steps}"
+         + (f" x {cfg.runs} runs" if cfg.runs > 1 else ""))
+    if cfg.sampling != "poisson":
+        t += " (without replacement)"
+    return t + f" delta={delta:g}"
+
+
+def _per_epoch(cfg, res: dict) -> list[dict]:
+    """Certified epsilon at the end of every epoch of one run (the last row is the answer)."""
+    from pld.dpsgd import dpsgd_mechanism
+    from pld.epochs import MAX_ROWS, epsilon_over_steps
+
+    if cfg.batch_size and cfg.dataset_size:
+        qf = Fraction(cfg.batch_size, cfg.dataset_size)
+    else:
+        qf = _frac(cfg.sampling_rate)
+    epochs = cfg.epochs if cfg.epochs is not None else float(cfg.steps * qf)
+    full = math.floor(_frac(epochs)) if cfg.epochs is not None else int(cfg.steps * qf)
+    if full > MAX_ROWS:
+        raise CLIError(f"--per-epoch shows at most {MAX_ROWS} epochs (one certified query each); "
+                       f"this run has {full}")
+    marks = list(range(1, full + 1))
+    counts = [math.ceil(Fraction(e) / qf) for e in marks]
+    rows_at = [(e, t) for e, t in zip(marks, counts) if t < cfg.steps]
+    rows = []
+    if rows_at:
+        # 1e-3 brackets: the table prints 4 decimals of the (certified) upper end
+        table = epsilon_over_steps(dpsgd_mechanism(cfg.noise_multiplier, cfg.sampling_rate, sampling=cfg.sampling),
+                                   [t for _, t in rows_at], cfg.delta, rtol=1e-3)
+        rows = [{"epoch": float(e), "steps": t, "epsilon_lower": float(a), "epsilon_upper": float(b),
+                 "bracket_rtol": 1e-3}
+                for (e, t), a, b in zip(rows_at, table.epsilon_lower, table.epsilon_upper)]
+    rows.append({"epoch": float(epochs), "steps": cfg.steps, "epsilon_lower": res["epsilon_lower"],
+                 "epsilon_upper": res["epsilon_upper"], "bracket_rtol": 1e-4})
+    return rows
 
 
 # ------------------------------------------------------------ commands
 def cmd_dpsgd(args) -> int:
+    import time
+
     from pld.report import account_dpsgd, dpsgd_pld, format_dpsgd
 
     cfg = _config(args)
-    if args.curve_points < 0:
-        raise CLIError("--curve-points must be >= 0")
+    if args.per_epoch and cfg.runs > 1:
+        raise CLIError("--per-epoch accounts one training run: drop --runs")
     _check_outputs(args.save, plot=args.plot)
+    t0 = time.perf_counter()
     d = dpsgd_pld(cfg)
-    res = account_dpsgd(cfg, curve_points=args.curve_points, pld_obj=d)
-    title = (f"DP-SGD sigma={cfg.noise_multiplier:g} q={cfg.sampling_rate:.4g} T={cfg.steps}"
-             + (f" x {cfg.runs} runs" if cfg.runs > 1 else ""))
-    _write_outputs(res, d, cfg.delta, plot=args.plot, save=args.save, title=title)
+    # (the short report shows no curve: it is only worked out for --verbose and --json)
+    points = args.curve_points if (args.verbose or args.json) else 0
+    res = account_dpsgd(cfg, curve_points=points, pld_obj=d)
+    plot_bytes, plot_what = None, "delta curve, PLD and trade-off plot"
+    if args.per_epoch:
+        res["per_epoch"] = _per_epoch(cfg, res)
+        res["seconds"] = time.perf_counter() - t0
+        if args.plot:
+            from pld.plots import render_epochs
+
+            rows = res["per_epoch"]
+            plot_bytes = lambda fmt: render_epochs(rows, fmt=fmt, delta=cfg.delta, title=_title(cfg, cfg.delta))  # noqa: E731
+            plot_what = "epsilon after each epoch"
+    _write_outputs(res, d, cfg.delta, plot=args.plot, save=args.save, title=_title(cfg, cfg.delta),
+                   plot_bytes=plot_bytes, plot_what=plot_what)
+    _timing(res)
     if args.json:
         _emit_json(res)
     else:
-        print(format_dpsgd(res))
+        print(format_dpsgd(res, verbose=args.verbose))
     return 0
 
 
@@ -414,7 +613,7 @@ def cmd_calibrate(args) -> int:
         except (TypeError, ValueError):  # pragma: no cover
             params = {}
         if "sampling" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            raise CLIError(f"solving for {solve.replace('_', ' ')} with --sampling without-replacement "
+            raise CLIError(f"solving for {solve.replace('_', ' ')} with --sampling without_replacement "
                            f"is not supported by this installation's pld.calibrate.{fname}")
         kwargs["sampling"] = cfg.sampling
     info: dict = {}
@@ -459,6 +658,7 @@ def cmd_calibrate(args) -> int:
         "seconds": time.perf_counter() - t0,
         "pld_version": __version__,
     }
+    _timing(res)
     if args.json:
         _emit_json(res)
     else:
@@ -492,7 +692,8 @@ def cmd_compose(args) -> int:
     spec = load_spec(args.spec)
     res = account_compose(spec, deltas=args.delta, epsilons=args.epsilon)
     _write_outputs(res, spec.pld, res["delta"], plot=args.plot, save=args.save,
-                   title=spec.name or os.path.basename(args.spec))
+                   title=f"{spec.name or os.path.basename(args.spec)}, delta={res['delta']:g}")
+    _timing(res)
     if args.json:
         _emit_json(res)
     else:
@@ -528,6 +729,8 @@ def cmd_curve(args) -> int:
     eps_at = None
     if args.epsilons:
         eps = sorted(set(args.epsilons))
+        if len(eps) > MAX_CURVE_POINTS:
+            raise CLIError(f"--epsilons: at most {MAX_CURVE_POINTS} values, got {len(eps)}")
     else:
         top = args.eps_max
         if top is None:
@@ -535,16 +738,16 @@ def cmd_curve(args) -> int:
             top = _round_up(2 * eps_at[1]) if math.isfinite(eps_at[1]) else 10.0
         if top <= args.eps_min:
             raise CLIError(f"--eps-max ({top:g}) must be larger than --eps-min ({args.eps_min:g})")
-        if args.points < 2:
-            raise CLIError("--points must be at least 2 (or give --epsilons)")
         eps = [float(x) for x in np.linspace(args.eps_min, top, args.points)]
-    lo, hi, method = delta_profile(d, eps, delta, tuned=args.tuned)
+    lo, hi, method = delta_profile(d, eps, delta, tuned=True if args.tuned else "auto")
     rows = curve_rows(eps, lo, hi)
     if args.plot:
         from pld.plots import plot_delta_curve
 
+        title = (f"{os.path.basename(args.spec)} x {args.runs} runs, delta={delta:g}" if args.spec
+                 else _title(cfg, delta))
         plot_delta_curve(args.plot, curve=(eps, lo, hi), target_delta=delta,
-                         target_epsilon=eps_at[1] if eps_at else None)
+                         target_epsilon=eps_at[1] if eps_at else None, title=title)
     res = {"command": "curve", "config": config, "accountant": ACCOUNTANT, "delta": delta,
            "epsilon_at_delta": None if eps_at is None else {"lower": eps_at[0], "upper": eps_at[1]},
            "curve": rows, "curve_method": method, "seconds": time.perf_counter() - t0,
@@ -561,8 +764,11 @@ def cmd_curve(args) -> int:
         from pld.io import write_atomic
 
         write_atomic(args.output, text.encode("utf-8"))
+        _wrote(args.output, f"{len(rows)} epsilons, " + ("JSON" if args.json else "CSV" if args.csv else "table"))
     else:
         sys.stdout.write(text)
+    if args.plot:
+        _wrote(args.plot, "delta(epsilon) plot")
     return 0
 
 
@@ -602,6 +808,7 @@ def cmd_lab(args) -> int:
                 os.unlink(tmp)
             except OSError:
                 pass
+        _wrote(args.plot, "lab plot")
     if args.json:
         _emit_json(result)
     else:
@@ -613,6 +820,8 @@ def cmd_compare(args) -> int:
     compare, format_compare = _optional("pld.lab", ("compare", "format_compare"), "pld compare")
     cfg = _config(args)
     kwargs = {} if cfg.sampling == "poisson" else {"sampling": cfg.sampling}
+    if args.no_peers:
+        kwargs["peers"] = False
     result = compare(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, cfg.delta, **kwargs)
     if args.json:
         _emit_json(result)
@@ -653,7 +862,10 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv=None) -> int:
     """Entry point of the ``pld`` console script; returns the exit status."""
+    import time
     import warnings
+
+    _STARTED[:] = [(time.perf_counter(), not _STARTED)]
 
     try:
         with warnings.catch_warnings():

@@ -18,32 +18,71 @@ from pld import _validate as v
 from pld.mechanisms import Gaussian, Mechanism, PoissonSampled, SampledWithoutReplacement
 from pld.pld import PLD
 
+#: the sampling schemes, in the one spelling pld uses everywhere (Python, CLI, spec files, JSON)
 SAMPLING_SCHEMES = ("poisson", "without_replacement")
+#: other spellings accepted for them (after lower-casing and reading "-" and " " as "_").
+#: Shuffle-and-split epochs are deliberately absent: a record then joins exactly one
+#: batch per epoch, which is neither scheme and is accounted by neither pair.
+SAMPLING_ALIASES = {
+    "poisson": "poisson",
+    "poisson_sampling": "poisson",
+    "poisson_sampled": "poisson",
+    "without_replacement": "without_replacement",
+    "sampling_without_replacement": "without_replacement",
+    "sampled_without_replacement": "without_replacement",
+    "wor": "without_replacement",
+    "fixed": "without_replacement",
+    "fixed_batch": "without_replacement",
+    "fixed_size": "without_replacement",
+    "fixed_size_batch": "without_replacement",
+}
 
 #: largest number of steps accepted in one call (the engine composes by repeated squaring)
 MAX_STEPS = 10**12
 
 
-def _check_sampling(sampling) -> str:
+def sampling_scheme(sampling, name: str = "sampling") -> str:
+    """The canonical name of a sampling scheme given in any accepted spelling.
+
+    Parameters
+    ----------
+    sampling : str
+        ``"poisson"`` or ``"without_replacement"``, or an alias such as
+        ``"without-replacement"``, ``"wor"`` or ``"fixed-batch"`` (case, ``-``,
+        ``_`` and spaces do not matter).
+    name : str
+        Parameter name used in error messages.
+
+    Returns
+    -------
+    str
+        ``"poisson"`` or ``"without_replacement"``.
+
+    Raises
+    ------
+    TypeError
+        If ``sampling`` is not a string.
+    ValueError
+        If it names no known scheme.
+
+    Examples
+    --------
+    >>> sampling_scheme("Without-Replacement")
+    'without_replacement'
+    """
     if not isinstance(sampling, str):
-        raise TypeError(f"sampling must be a string, one of {SAMPLING_SCHEMES}, got {type(sampling).__name__}")
-    if sampling not in SAMPLING_SCHEMES:
-        raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}, got {sampling!r}")
-    return sampling
+        raise TypeError(f"{name} must be a string, 'poisson' or 'without_replacement', "
+                        f"got {type(sampling).__name__}")
+    key = "_".join(sampling.strip().lower().replace("-", " ").replace("_", " ").split())
+    scheme = SAMPLING_ALIASES.get(key)
+    if scheme is None:
+        raise ValueError(f"{name} must be 'poisson' or 'without_replacement' (also accepted: "
+                         f"'without-replacement', 'wor', 'fixed-batch'), got {sampling!r}")
+    return scheme
 
 
 def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: str = "poisson") -> Mechanism:
-    """The mechanism of one DP-SGD step (validated)."""
-    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
-    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    sampling = _check_sampling(sampling)
-    if sampling == "poisson":
-        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
-    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
-
-
-def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
-    """PLD of ``steps`` DP-SGD steps.
+    """The mechanism of one DP-SGD step (validated).
 
     Parameters
     ----------
@@ -51,10 +90,68 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling
         Noise standard deviation over the clipping norm, in ``(0, inf)``.
     sampling_rate : float
         Poisson rate, or batch size over dataset size, in ``(0, 1]``.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme (aliases as in :func:`sampling_scheme`).
+
+    Returns
+    -------
+    Mechanism
+        ``PoissonSampled(Gaussian(noise_multiplier), sampling_rate)`` or
+        ``SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)``.
+    """
+    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+    sampling = sampling_scheme(sampling)
+    if sampling == "poisson":
+        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
+    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
+
+
+def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
+    """PLD of ``steps`` DP-SGD steps: query it for a certified (epsilon, delta).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Noise standard deviation over the clipping norm ``C``, in ``(0, inf)``.
+    sampling_rate : float
+        Poisson rate, or batch size over dataset size, in ``(0, 1]``.
     steps : int
         Number of steps, in ``[1, 1e12]``.
     sampling : {"poisson", "without_replacement"}
-        Sampling scheme (and with it the adjacency, see the module docstring).
+        Sampling scheme, and with it the adjacency: ``"poisson"`` (each record
+        joins a batch independently; add-or-remove one record, both directions
+        composed) or ``"without_replacement"`` (fixed-size batches; substitute
+        one record, which moves the clipped sum by up to ``2 C``, so epsilon is
+        much larger for the same flags).  Aliases such as
+        ``"without-replacement"`` or ``"wor"`` are accepted.
+
+    Returns
+    -------
+    PLD
+        Query it with ``epsilon_bounds(delta)`` (certified ``(lower, upper)``),
+        ``epsilon(delta)`` (the upper end), ``delta_bounds(epsilon)``,
+        ``explain(delta)``.
+
+    Raises
+    ------
+    TypeError
+        If a parameter has the wrong type (e.g. ``sampling`` not a string).
+    ValueError
+        If a parameter is out of range; the message names it and the range.
+
+    See Also
+    --------
+    epsilon_per_epoch : epsilon at the end of every epoch.
+    calibrate_noise : the noise multiplier for a target epsilon.
+
+    Examples
+    --------
+    >>> import pld
+    >>> p = pld.dpsgd(noise_multiplier=1.0, sampling_rate=0.01, steps=1000)
+    >>> lo, hi = p.epsilon_bounds(1e-5)
+    >>> round(hi, 3)    # published: 1.8282
+    1.828
     """
     mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
@@ -71,9 +168,28 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
         sampling_rate)`` are merged (composition is commutative), the rest are
         composed heterogeneously.
     sampling : {"poisson", "without_replacement"}
-        Sampling scheme of every phase.
+        Sampling scheme of every phase (see :func:`dpsgd`).
+
+    Returns
+    -------
+    PLD
+        The composition of all phases.
+
+    Raises
+    ------
+    TypeError
+        If ``phases`` is not a sequence of 3-tuples.
+    ValueError
+        If it is empty or a phase is out of range (the message names the phase).
+
+    Examples
+    --------
+    >>> import pld
+    >>> p = pld.dpsgd_schedule([(1.0, 0.01, 500), (1.0, 0.01, 500)])
+    >>> p.epsilon(1e-5) == pld.dpsgd(1.0, 0.01, 1000).epsilon(1e-5)
+    True
     """
-    sampling = _check_sampling(sampling)
+    sampling = sampling_scheme(sampling)
     if isinstance(phases, (str, bytes)) or not hasattr(phases, "__iter__"):
         raise TypeError("phases must be a sequence of (noise_multiplier, sampling_rate, steps) tuples")
     components: list[tuple[Mechanism, int]] = []

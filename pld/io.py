@@ -175,9 +175,36 @@ def to_bytes(pld_obj, *, delta: float | None = DEFAULT_DELTA) -> bytes:
 def save(pld_obj, path, *, delta: float | None = DEFAULT_DELTA) -> None:
     """Save ``pld_obj`` to ``path`` (a compressed ``.npz``; the name is used as given).
 
-    ``delta`` chooses the query at which the inspection grids are stored
-    (``None``: store only the composition).  The file is written to a
-    temporary name and renamed, so a failed save never leaves a partial file.
+    The file is written to a temporary name and renamed, so a failed save
+    never leaves a partial file.
+
+    Parameters
+    ----------
+    pld_obj : PLD
+        What to save: its composition (mechanisms and counts), which
+        :func:`load` rebuilds exactly.
+    path : str or os.PathLike
+        Target file.
+    delta : float or None, default 1e-5
+        The query at which inspection grids are stored as well, in ``(0, 1)``
+        (``None``: only the composition).
+
+    Raises
+    ------
+    TypeError
+        If ``pld_obj`` is not a :class:`pld.PLD`.
+    ValueError
+        If ``delta`` is out of range.
+    OSError
+        If the file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile, pld
+    >>> path = os.path.join(tempfile.mkdtemp(), "run.pld")
+    >>> pld.save(pld.dpsgd(1.0, 0.01, 100), path)
+    >>> pld.load(path).components == pld.dpsgd(1.0, 0.01, 100).components
+    True
     """
     data = to_bytes(pld_obj, delta=delta)
     write_atomic(path, data)
@@ -336,9 +363,27 @@ def _build(meta: dict, label) -> object:
 def load(path):
     """Load a PLD saved with :func:`save`: the exact composition that was saved.
 
-    Raises ``ValueError`` ("not a pld file ..." or "unsupported version ...")
-    for foreign, truncated or corrupted files, and ``OSError`` if the file
-    cannot be read.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file written by :func:`save` (or ``pld dpsgd --save``).
+
+    Returns
+    -------
+    PLD
+        The saved composition; its queries are computed afresh (and certified).
+
+    Raises
+    ------
+    ValueError
+        "not a pld file ..." or "unsupported version ..." for foreign,
+        truncated or corrupted files.
+    OSError
+        If the file cannot be read.
+
+    Examples
+    --------
+    See :func:`save`.
     """
     meta, _ = _read(path, arrays=True)
     return _build(meta, os.fspath(path))

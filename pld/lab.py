@@ -276,7 +276,7 @@ def plot_lab(result: dict, path) -> None:
     ax.set_xlim(0.0, e_max)
     ax.set_xlabel("epsilon")
     ax.set_ylabel("delta")
-    ax.set_title(f"k = {steps} Gaussian releases, sigma = {_num(sigma)}")
+    ax.set_title(f"k = {steps} Gaussian releases, sigma = {_num(sigma)}, delta = {_num(target)}")
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(True, which="major", alpha=0.3)
 
@@ -310,23 +310,25 @@ def plot_lab(result: dict, path) -> None:
 
 
 def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
-            sampling: str = "poisson") -> dict:
-    """Run a DP-SGD configuration through every accountant.
+            sampling: str = "poisson", *, peers: bool = True) -> dict:
+    """Run a DP-SGD configuration through every accountant, pld's and its peers'.
 
     Parameters
     ----------
     noise_multiplier : float
-        Noise standard deviation / clipping norm.
+        Noise standard deviation / clipping norm, in ``(0, inf)``.
     sampling_rate : float
-        Poisson sampling probability ``q`` in ``(0, 1]``.
+        Sampling rate ``q`` in ``(0, 1]`` (Poisson rate, or batch / dataset size).
     steps : int
-        Number of steps.
+        Number of steps, ``>= 1``.
     delta : float
         Target delta in ``(0, 1)``.
-    sampling : {"poisson"}
-        Only Poisson sampling with add-or-remove adjacency is supported; other
-        schemes pair with other adjacency relations and are refused rather than
-        mis-accounted.
+    sampling : {"poisson", "without_replacement"}
+        Sampling scheme, any spelling :func:`pld.dpsgd` accepts.  Without
+        replacement pairs with substitute adjacency (sensitivity ``2 C``); the
+        RDP accountant of :mod:`pld.rdp` covers Poisson sampling only.
+    peers : bool, default True
+        Also ask the installed peer libraries (:func:`pld.peers.peer_epsilons`).
 
     Returns
     -------
@@ -334,13 +336,27 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
         Inputs; ``pld_epsilon_lower/upper`` (certified bracket,
         :func:`pld.dpsgd`); ``rdp_epsilon_classic``/``rdp_order_classic`` and
         ``rdp_epsilon_improved``/``rdp_order_improved`` (Mironov-Talwar-Zhang
-        RDP with optimal orders, :mod:`pld.rdp`); ``tail_epsilon_lower/upper``
-        (certified bracket on the privacy-loss-tail epsilon from the PLD);
-        ``exact_epsilon`` and ``exact_tail_epsilon`` when ``sampling_rate ==
-        1`` (plain Gaussian, closed form), else ``None``; ``seconds`` per method.
+        RDP with optimal orders, :mod:`pld.rdp`; ``None`` without Poisson
+        sampling); ``tail_epsilon_lower/upper`` (certified bracket on the
+        privacy-loss-tail epsilon from the PLD); ``exact_epsilon`` and
+        ``exact_tail_epsilon`` when ``sampling_rate == 1`` (plain Gaussian,
+        closed form), else ``None``; ``peers`` (one dict per peer library,
+        installed or not); ``seconds`` per method.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter (named in the message).
+
+    Examples
+    --------
+    >>> r = compare(1.0, 0.01, 1000, 1e-5, peers=False)
+    >>> r["pld_epsilon_upper"] <= r["rdp_epsilon_improved"]
+    True
     """
-    if sampling != "poisson":
-        raise ValueError(f"sampling must be 'poisson' (add-or-remove adjacency), got {sampling!r}")
+    from pld.dpsgd import sampling_scheme
+
+    sampling = sampling_scheme(sampling)
     sigma = _check_positive("noise_multiplier", noise_multiplier)
     q = _check_positive("sampling_rate", sampling_rate)
     if q > 1.0:
@@ -357,14 +373,14 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
     out["pld_epsilon_lower"], out["pld_epsilon_upper"] = float(lo), float(hi)
     seconds["pld"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    e, o = _rdp.dpsgd_rdp_epsilon(sigma, q, steps, delta, "improved")
-    out["rdp_epsilon_improved"], out["rdp_order_improved"] = float(e), float(o)
-    seconds["rdp_improved"] = time.perf_counter() - t
-    t = time.perf_counter()
-    e, o = _rdp.dpsgd_rdp_epsilon(sigma, q, steps, delta, "classic")
-    out["rdp_epsilon_classic"], out["rdp_order_classic"] = float(e), float(o)
-    seconds["rdp_classic"] = time.perf_counter() - t
+    for conversion in ("improved", "classic"):
+        if sampling == "poisson":
+            t = time.perf_counter()
+            e, o = _rdp.dpsgd_rdp_epsilon(sigma, q, steps, delta, conversion)
+            out[f"rdp_epsilon_{conversion}"], out[f"rdp_order_{conversion}"] = float(e), float(o)
+            seconds[f"rdp_{conversion}"] = time.perf_counter() - t
+        else:
+            out[f"rdp_epsilon_{conversion}"] = out[f"rdp_order_{conversion}"] = None
 
     t = time.perf_counter()
     tl, th = _curves.tail_epsilon(d, delta)
@@ -373,13 +389,20 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
 
     if q == 1.0:
         t = time.perf_counter()
-        mu = _exact.gaussian_mu(sigma, steps)
+        # full batch: the Gaussian mechanism; a substituted record moves the sum by 2C
+        mu = _exact.gaussian_mu(sigma, steps, sensitivity=2.0 if sampling != "poisson" else 1.0)
         out["exact_epsilon"] = float(_exact.gaussian_epsilon(delta, mu))
         out["exact_tail_epsilon"] = float(_exact.privacy_loss_tail_epsilon_gaussian(delta, mu))
         seconds["exact"] = time.perf_counter() - t
     else:
         out["exact_epsilon"] = None
         out["exact_tail_epsilon"] = None
+    if peers:
+        from pld.peers import peer_epsilons
+
+        out["peers"] = peer_epsilons(sigma, q, steps, delta, sampling)
+    else:
+        out["peers"] = []
     out["seconds"] = seconds
     return out
 
@@ -389,31 +412,56 @@ def format_compare(result: dict) -> str:
     r = result
     s = r.get("seconds", {})
 
-    def sec(key):
-        v = s.get(key)
-        return f"{v:8.2f}" if v is not None else f"{'':8s}"
+    def sec(v):
+        return f"{v:8.2f}" if v is not None else ""
 
-    rows = [
-        ("PLD, certified bracket", f"[{r['pld_epsilon_lower']:.5f}, {r['pld_epsilon_upper']:.5f}]", sec("pld")),
-        (f"RDP, improved conversion (order {r['rdp_order_improved']:.3g})",
-         f"{r['rdp_epsilon_improved']:.5f}", sec("rdp_improved")),
-        (f"RDP, classic conversion (order {r['rdp_order_classic']:.3g})",
-         f"{r['rdp_epsilon_classic']:.5f}", sec("rdp_classic")),
-        ("privacy-loss tail, P(L > eps) <= delta",
-         f"[{r['tail_epsilon_lower']:.4f}, {r['tail_epsilon_upper']:.4f}]", sec("tail")),
-    ]
+    from pld._rounding import bracket
+
+    rows = [("PLD, certified bracket", bracket(r["pld_epsilon_lower"], r["pld_epsilon_upper"], 5),
+             sec(s.get("pld")))]
+    if r.get("rdp_epsilon_improved") is not None:
+        rows += [(f"RDP, improved conversion (order {r['rdp_order_improved']:.3g})",
+                  f"{r['rdp_epsilon_improved']:.5f}", sec(s.get("rdp_improved"))),
+                 (f"RDP, classic conversion (order {r['rdp_order_classic']:.3g})",
+                  f"{r['rdp_epsilon_classic']:.5f}", sec(s.get("rdp_classic")))]
+    else:
+        rows.append(("RDP (pld.rdp)", "n/a (Poisson sampling only)", ""))
+    rows.append(("privacy-loss tail, P(L > eps) <= delta",
+                 bracket(r["tail_epsilon_lower"], r["tail_epsilon_upper"], 4), sec(s.get("tail"))))
     if r.get("exact_epsilon") is not None:
-        rows.append(("exact (Gaussian, q = 1)", f"{r['exact_epsilon']:.5f}", sec("exact")))
+        rows.append(("exact (Gaussian, q = 1)", f"{r['exact_epsilon']:.5f}", sec(s.get("exact"))))
         rows.append(("exact tail (Gaussian, q = 1)", f"{r['exact_tail_epsilon']:.5f}", ""))
     else:
         rows.append(("exact", "n/a (needs sampling_rate = 1)", ""))
-    w0 = max(len(a) for a, _, _ in rows)
+    missing = []
+    for p in r.get("peers") or []:
+        if not p.get("installed"):
+            missing.append(p)
+            continue
+        name = p["label"] + (f" {p['version']}" if p.get("version") else "")
+        if p.get("epsilon") is None:
+            rows.append((name, f"n/a ({p.get('note')})", ""))
+            continue
+        if p.get("epsilon_lower") is not None:
+            value = f"{p['epsilon']:.5f} in [{p['epsilon_lower']:.5f}, {p['epsilon_upper']:.5f}]"
+        else:
+            value = f"{p['epsilon']:.5f}"
+        rows.append((name, value, sec(p.get("seconds"))))
+        if p.get("note"):
+            rows.append(("  (" + p["note"] + ")", "", ""))
+    w0 = max(len(a) for a, b, _ in rows if b)
     w1 = max(len(b) for _, b, _ in rows)
-    head = (f"DP-SGD, {r.get('sampling', 'poisson')} sampling, add-or-remove adjacency: "
+    neigh = "add-or-remove" if r.get("sampling", "poisson") == "poisson" else "substitute (sensitivity 2C)"
+    scheme = "Poisson sampling" if r.get("sampling", "poisson") == "poisson" else "sampling without replacement"
+    head = (f"DP-SGD, {scheme}, {neigh} adjacency: "
             f"noise multiplier {_num(r['noise_multiplier'])}, sampling rate {_num(r['sampling_rate'])}, "
             f"steps {r['steps']}, delta {_num(r['delta'])}")
     lines = [head, "", f"{'method':<{w0}}  {'epsilon':<{w1}}  {'seconds':>8s}",
              f"{'-' * w0}  {'-' * w1}  {'-' * 8}"]
     for a, b, c in rows:
         lines.append(f"{a:<{w0}}  {b:<{w1}}  {c}".rstrip())
+    if missing:
+        lines.append("")
+        lines.append("not installed: " + "; ".join(
+            f"{p['label']} (pip install {p['package']})" for p in missing))
     return "\n".join(lines)

@@ -11,7 +11,9 @@ plot never leaves a partial file.
 * :func:`plot_distribution` -- the discretised PLD of each direction
   (dominating side) with its infinity mass;
 * :func:`plot_tradeoff` -- the f-DP trade-off curve implied by delta(epsilon);
-* :func:`plot_report` -- the three panels in one figure (``pld dpsgd --plot``).
+* :func:`plot_report` -- the three panels in one figure (``pld dpsgd --plot``);
+* :func:`plot_epochs` -- certified epsilon after each epoch
+  (``pld dpsgd --per-epoch --plot``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import numpy as np
 
 __all__ = ["plot_delta_curve", "plot_distribution", "plot_tradeoff", "plot_report", "render_report",
+           "plot_epochs", "render_epochs",
            "tradeoff_from_delta", "tradeoff", "delta_curve", "check_plot_path", "PlotError"]
 
 
@@ -280,3 +283,38 @@ def render_report(pld, *, fmt: str = "png", delta: float, curve=None, epsilon: f
     if title:
         fig.suptitle(title)
     return _render(fig, fmt)
+
+
+def render_epochs(rows, *, fmt: str = "png", delta: float, title: str | None = None) -> bytes:
+    """Certified epsilon against epochs as image bytes (nothing written).
+
+    ``rows``: dicts with ``epoch``, ``epsilon_lower`` and ``epsilon_upper``
+    (:meth:`pld.EpsilonTable.rows`, or ``pld dpsgd --per-epoch --json``).
+    """
+    _mpl()
+    epochs = np.array([r["epoch"] for r in rows], float)
+    lo = np.array([r["epsilon_lower"] for r in rows], float)
+    hi = np.array([r["epsilon_upper"] for r in rows], float)
+    fig, (ax,) = _new_figure()
+    ax.fill_between(epochs, lo, hi, color="tab:blue", alpha=0.3, label="certified bracket")
+    ax.plot(epochs, hi, color="tab:blue", lw=1.5, marker="o" if epochs.size <= 60 else None, ms=3,
+            label="epsilon (certified upper end)")
+    ax.set_xlabel("epochs")
+    ax.set_ylabel(f"epsilon at delta = {delta:g}")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"epsilon after each epoch (delta = {delta:g})", fontsize="medium")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return _render(fig, fmt)
+
+
+def plot_epochs(path, table, *, title: str | None = None) -> str:
+    """Plot a :class:`pld.EpsilonTable` with epochs (:func:`pld.epsilon_per_epoch`)."""
+    from pld.io import write_atomic
+
+    fmt = check_plot_path(path)
+    if getattr(table, "epochs", None) is None:
+        raise ValueError("table has no epochs: use pld.epsilon_per_epoch")
+    write_atomic(path, render_epochs(table.rows(), fmt=fmt, delta=table.delta, title=title))
+    return os.fspath(path)

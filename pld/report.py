@@ -49,6 +49,7 @@ class DPSGDConfig:
     batch_size: int | None = None
     epochs: float | None = None
     batch_size_given: bool = False     # --batch-size was passed explicitly
+    sampling_rate_given: bool = False  # --sampling-rate was passed explicitly
     example: str | None = None         # name of the built-in example, when defaults were used
 
     @property
@@ -129,28 +130,43 @@ def nice_epsilons(center: float, points: int = 4) -> list[float]:
     return [round((first + i) * step, 12) for i in range(points)]
 
 
-def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool = False):
+#: a one-grid delta bracket wider than this (relative to its upper end) is re-tuned
+RETUNE_WIDTH = 0.01
+
+
+def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"):
     """Certified ``(delta_lower, delta_upper, method)`` at ``epsilons``.
 
-    By default the whole curve is read off the grid pair the engine built for
-    the query ``delta`` (:func:`pld.curves.delta_curve`: no extra composition,
-    brackets valid everywhere and tightest near ``epsilon(delta)``).
-    ``tuned=True`` (or an engine without :mod:`pld.curves`) asks
-    :meth:`pld.PLD.delta_bounds`, which tunes a grid per epsilon: tighter far
-    from ``epsilon(delta)``, much slower.
+    ``tuned="auto"`` (default) reads the whole curve off the grid pair the
+    engine built for the query ``delta`` (:func:`pld.curves.delta_curve`: no
+    extra composition, tightest near ``epsilon(delta)``) and re-tunes only
+    the epsilons where that bracket is wider than 1% of its upper end (far in
+    the tail, where the grid's round-off floor would show a flat upper bound
+    many times too high) with :meth:`pld.PLD.delta_bounds`; both brackets are
+    certified, so their intersection is.  ``tuned=True`` tunes every epsilon
+    (slower), ``tuned=False`` none (the method says so).
     """
     eps = np.asarray(epsilons, dtype=float)
-    if not tuned:
-        try:
-            from pld.curves import delta_curve
-        except ImportError:
-            delta_curve = None
-        if delta_curve is not None:
-            lo, hi = delta_curve(pld_obj, eps, delta=delta)
-            return (np.asarray(lo, float), np.asarray(hi, float),
-                    f"one grid pair tuned at delta = {delta:g} (pld.curves.delta_curve)")
-    lo, hi = pld_obj.delta_bounds(eps)
-    return np.asarray(lo, float), np.asarray(hi, float), "grids tuned per epsilon (PLD.delta_bounds)"
+    if tuned is True:
+        lo, hi = pld_obj.delta_bounds(eps)
+        return np.asarray(lo, float), np.asarray(hi, float), "grids tuned per epsilon (PLD.delta_bounds)"
+    from pld.curves import delta_curve
+
+    lo, hi = delta_curve(pld_obj, eps, delta=delta)
+    lo, hi = np.array(lo, float, ndmin=1), np.array(hi, float, ndmin=1)
+    method = f"one grid pair tuned at delta = {delta:g} (pld.curves.delta_curve)"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wide = np.flatnonzero(np.where(hi > 0, (hi - lo) / hi, 0.0) > RETUNE_WIDTH)
+    if tuned == "auto" and wide.size:
+        t_lo, t_hi = pld_obj.delta_bounds(eps.reshape(-1)[wide])
+        lo[wide] = np.maximum(lo[wide], t_lo)
+        hi[wide] = np.minimum(hi[wide], t_hi)
+        method += (f"; {wide.size} epsilon{'s' if wide.size > 1 else ''} where that bracket was wider than "
+                   f"{RETUNE_WIDTH:.0%} re-tuned (PLD.delta_bounds)")
+    elif wide.size:
+        method += (f"; {wide.size} bracket{'s' if wide.size > 1 else ''} wider than {RETUNE_WIDTH:.0%} "
+                   "(far from epsilon(delta): --tuned narrows them)")
+    return lo.reshape(eps.shape), hi.reshape(eps.shape), method
 
 
 def curve_rows(eps, lo, hi) -> list[dict]:
@@ -192,10 +208,13 @@ def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
         w.append(f"delta = {cfg.delta:g} is not below 1/dataset size = 1/{cfg.dataset_size} = "
                  f"{1.0 / cfg.dataset_size:.3g}: releasing one whole random record meets this delta; "
                  f"choose delta well below 1/n (e.g. {_nice_delta(cfg.dataset_size)})")
+    if cfg.sampling_rate_given and cfg.sampling_rate == 1.0:
+        w.append("q = 1 is full-batch training (every record in every step); if you meant 1%, "
+                 "give --sampling-rate 0.01")
     if cfg.batch_size_given and cfg.sampling == "poisson":
         w.append("--batch-size with Poisson sampling: q = batch size / dataset size makes the batch size "
-                 "an expected value; if training uses fixed-size batches (shuffle and split), Poisson "
-                 "accounting does not apply: use --sampling without-replacement")
+                 "an expected value; if every step draws a fixed-size batch, Poisson accounting does not "
+                 "apply: use --sampling without_replacement (shuffle-and-split epochs are neither scheme)")
     if epsilon_upper is not None and (epsilon_upper > LARGE_EPSILON or not math.isfinite(epsilon_upper)):
         w.append(f"epsilon = {epsilon_upper:.4g} > {LARGE_EPSILON:g}: a very weak guarantee "
                  f"(likelihood ratios up to e^epsilon = {_exp_text(epsilon_upper)}); check sigma, q and T")
@@ -222,7 +241,7 @@ def _numerics(explained: dict) -> dict:
 
 
 def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=None, pld_obj=None,
-                  tuned_curve: bool = False) -> dict:
+                  tuned_curve: bool | str = "auto") -> dict:
     """Account ``cfg`` and return a JSON-ready result (see the module docstring).
 
     ``curve_points`` round epsilons around the answer are queried for the
@@ -301,7 +320,7 @@ def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
     for d, n in numerics.get("directions", {}).items():
         parts = []
         if "epsilon_lower" in n and "epsilon_upper" in n:
-            parts.append(f"epsilon in [{n['epsilon_lower']:.6f}, {n['epsilon_upper']:.6f}]")
+            parts.append(f"epsilon in {bracket(n['epsilon_lower'], n['epsilon_upper'])}")
             if n.get("binding") is False:
                 parts.append("does not bind (below the other direction: settled on a coarse grid)")
         h0, h1 = n.get("grid_spacing_first_step"), n.get("grid_spacing_final")
@@ -338,22 +357,108 @@ def _table(rows, indent: str = "  ", width: int = 100) -> list[str]:
     return out
 
 
-def format_dpsgd(r: dict) -> str:
-    """Human-readable DP-SGD report."""
-    lo, hi = r["epsilon_lower"], r["epsilon_upper"]
-    lines = []
-    head = "DP-SGD privacy accounting"
-    if r.get("example"):
-        head += f" (default example: {r['example']})"
-    lines.append(head)
-    lines.append(f"  ({hi:.4f}, {r['delta']:g})-DP    certified: epsilon in [{lo:.6f}, {hi:.6f}]"
-                 f" at delta = {r['delta']:g}")
-    lines.append("")
-    q = r["sampling_rate"]
-    qtxt = f"{q:.6g}"
+# ---------------------------------------------------------------- rounding
+# (outward rounding lives in pld._rounding, shared with pld.epochs' table)
+from pld._rounding import bracket, round_down, round_up  # noqa: E402,F401
+
+
+def headline(epsilon_lower: float, epsilon_upper: float, delta: float) -> str:
+    """The answer in one line: the epsilon to report, then its certified bracket."""
+    return (f"({round_up(epsilon_upper, 4)}, {delta:g})-DP: certified epsilon in "
+            f"{bracket(epsilon_lower, epsilon_upper)} at delta = {delta:g}")
+
+
+def footer(r: dict) -> str:
+    """``pld VERSION, S s`` plus the wall time when it differs (start-up, first-run compilation:
+    a first run is slow for a reason the user should see)."""
+    text = f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s"
+    wall = r.get("wall_seconds")
+    compiled = r.get("compile_seconds") or 0.0
+    if wall is not None and wall > r["seconds"] + 0.05:
+        text += f" accounting, {wall:.2f} s in all"
+        if compiled > 0:
+            text += f" (first run on this machine: {compiled:.1f} s compiling the numba kernels, once)"
+    return text
+
+
+def _rate_text(r: dict, eq: str = "") -> str:
+    """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
+    text = f"{r['sampling_rate']:.6g}"
     if r.get("batch_size") and r.get("dataset_size"):
         kind = "expected batch" if r["sampling"] == "poisson" else "batch"
-        qtxt += f" (= {kind} {r['batch_size']} / dataset {r['dataset_size']})"
+        text += f" ({eq}{kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    return text
+
+
+def _accounted(r: dict) -> list[tuple[str, str]]:
+    """What the figure covers, in a few rows (the short report)."""
+    qtxt = f"q = {_rate_text(r)}"
+    ttxt = f"T = {r['steps']}"
+    if r.get("epochs") is not None:
+        ttxt += f" ({r['epochs']:g} epochs)"
+    run = "one training run" if r["runs"] == 1 else f"{r['runs']} training runs composed ({r['total_steps']} steps)"
+    rows = [("run", f"sigma = {r['noise_multiplier']:g}, {qtxt}, {ttxt}; {run}")]
+    if r["sampling"] == "poisson":
+        rows.append(("sampling", "Poisson, add-or-remove one record (both directions composed); "
+                                 "sigma = noise std / clipping norm C"))
+    else:
+        rows.append(("sampling", "sampling without replacement (fixed-size batches), substitute one "
+                                 "record: a replaced record moves the clipped gradient sum by up to 2C, "
+                                 "twice add-or-remove's C, so epsilon is much larger than Poisson "
+                                 "sampling's for the same flags; sigma = noise std / clipping norm C"))
+    if r.get("example"):
+        rows.append(("example", f"{r['example']} (the default; give --noise-multiplier, --sampling-rate "
+                                "or --batch-size, --steps or --epochs for your run)"))
+    return rows
+
+
+def format_epochs(rows: list[dict], indent: str = "  ") -> list[str]:
+    """The per-epoch table: epoch, steps, epsilon (rounded up) and the bracket."""
+    out = [f"{indent}{'epoch':>7}  {'steps':>10}  {'epsilon':>9}  certified bracket"]
+    for row in rows:
+        out.append(f"{indent}{row['epoch']:>7g}  {row['steps']:>10d}  {round_up(row['epsilon_upper'], 4):>9}  "
+                   f"{bracket(row['epsilon_lower'], row['epsilon_upper'])}")
+    return out
+
+
+def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
+    """Human-readable DP-SGD report: warnings first, then the answer.
+
+    The short form (default) is the answer, what was accounted and the time;
+    ``verbose`` adds every setting, the delta(epsilon) curve and the
+    numerical settings behind the certificate.
+    """
+    lo, hi = r["epsilon_lower"], r["epsilon_upper"]
+    lines = [headline(lo, hi, r["delta"])]
+    if not verbose:
+        lines += _table(_accounted(r))
+    else:
+        lines += _verbose_rows(r)
+    if r.get("per_epoch"):
+        lines.append("")
+        lines.append(f"Epsilon at the end of each epoch (delta = {r['delta']:g}; every row its own certified query)")
+        lines += format_epochs(r["per_epoch"])
+    if verbose:
+        if r.get("curve"):
+            lines.append("")
+            lines.append("Accountant curve delta(epsilon) (max over directions; certified bounds)")
+            lines.append(format_curve(r["curve"], marker_epsilon=hi))
+            if r.get("curve_method"):
+                lines.append(f"  (from {r['curve_method']})")
+        lines.append("")
+        lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']}"
+                     f"{_fft_note(r['numerics'])})")
+        lines += _dir_lines(r["numerics"])
+    lines.append("")
+    tail = footer(r)
+    if not verbose:
+        tail += " (--verbose: all settings, delta curve, numerics)"
+    lines.append(tail)
+    return _warnings_first(r, lines)
+
+
+def _verbose_rows(r: dict) -> list[str]:
+    qtxt = _rate_text(r, eq="= ")
     ttxt = f"{r['steps']}"
     if r.get("epochs") is not None:
         if r.get("batch_size") and r.get("dataset_size"):
@@ -372,29 +477,15 @@ def format_dpsgd(r: dict) -> str:
         ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
                                   if r["runs"] > 1 else "")),
     ]
+    if r.get("example"):
+        rows.insert(0, ("example", r["example"]))
     if r.get("dataset_size"):
-        rows.insert(4, ("dataset size", f"n = {r['dataset_size']}"))
-    lines += _table(rows)
-    if r.get("curve"):
-        lines.append("")
-        lines.append("Accountant curve delta(epsilon) (max over directions; certified bounds)")
-        lines.append(format_curve(r["curve"], marker_epsilon=hi))
-        if r.get("curve_method"):
-            lines.append(f"  (from {r['curve_method']})")
-    lines.append("")
-    lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']}{_fft_note(r['numerics'])})")
-    lines += _dir_lines(r["numerics"])
-    if r.get("warnings"):
-        lines.append("")
-        lines.append("Warnings")
-        lines += [f"  ! {w}" for w in r["warnings"]]
-    lines.append("")
-    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s")
-    return "\n".join(lines)
+        rows.insert(5 if r.get("example") else 4, ("dataset size", f"n = {r['dataset_size']}"))
+    return [""] + _table(rows)
 
 
 # --------------------------------------------------------------- compose
-def account_compose(spec, *, deltas=None, epsilons=None, tuned_curve: bool = False) -> dict:
+def account_compose(spec, *, deltas=None, epsilons=None, tuned_curve: bool | str = "auto") -> dict:
     """Result dict for a parsed :class:`pld.spec.Spec`."""
     from pld import __version__
 
@@ -449,8 +540,7 @@ def account_compose(spec, *, deltas=None, epsilons=None, tuned_curve: bool = Fal
 def format_compose(r: dict) -> str:
     lines = ["Composition privacy accounting" + (f": {r['name']}" if r.get("name") else "")]
     for q in r["queries"]:
-        lines.append(f"  ({q['epsilon_upper']:.4f}, {q['delta']:g})-DP    certified: epsilon in "
-                     f"[{q['epsilon_lower']:.6f}, {q['epsilon_upper']:.6f}] at delta = {q['delta']:g}")
+        lines.append("  " + headline(q["epsilon_lower"], q["epsilon_upper"], q["delta"]))
     lines.append("")
     lines.append("What ran")
     for c in r["components"]:
@@ -469,13 +559,9 @@ def format_compose(r: dict) -> str:
         lines.append(f"Numerical settings at delta = {r['queries'][0]['delta']:g} "
                      f"(bracket target: {r['numerics']['bracket_target']}{_fft_note(r['numerics'])})")
         lines += _dir_lines(r["numerics"])
-    if r.get("warnings"):
-        lines.append("")
-        lines.append("Warnings")
-        lines += [f"  ! {w}" for w in r["warnings"]]
     lines.append("")
-    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s")
-    return "\n".join(lines)
+    lines.append(footer(r))
+    return _warnings_first(r, lines)
 
 
 # ------------------------------------------------------------- calibrate
@@ -491,7 +577,7 @@ def format_calibrate(r: dict) -> str:
              f"  ({goal} with epsilon <= {r['target_epsilon']:g} at delta = {r['delta']:g})"]
     if r.get("epsilon_upper") is not None:
         ok = r["epsilon_upper"] <= r["target_epsilon"]
-        lines.append(f"  check: certified epsilon in [{r['epsilon_lower']:.6f}, {r['epsilon_upper']:.6f}]"
+        lines.append(f"  check: certified epsilon in {bracket(r['epsilon_lower'], r['epsilon_upper'])}"
                      f" {'<=' if ok else '>'} target {r['target_epsilon']:g}")
     lines.append("")
     rows = [("noise multiplier", f"sigma = {r['noise_multiplier']:.6g}"),
@@ -503,14 +589,18 @@ def format_calibrate(r: dict) -> str:
             ("sensitivity", r["sensitivity_convention"]),
             ("accountant", r["accountant"])]
     lines += _table(rows)
-    if r.get("warnings"):
-        lines.append("")
-        lines.append("Warnings")
-        lines += [f"  ! {w}" for w in r["warnings"]]
     lines.append("")
     evals = f", {r['evaluations']} engine accountings" if r.get("evaluations") else ""
-    lines.append(f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s{evals}")
-    return "\n".join(lines)
+    lines.append(footer(r) + evals)
+    return _warnings_first(r, lines)
+
+
+def _warnings_first(r: dict, lines: list[str]) -> str:
+    """Warnings go above the answer: read before the number is taken away."""
+    head = []
+    for w in r.get("warnings") or []:
+        head += _table([("warning:", w)], indent="")
+    return "\n".join(head + ([""] if head else []) + lines)
 
 
 def config_dict(cfg: DPSGDConfig) -> dict:

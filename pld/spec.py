@@ -38,7 +38,8 @@ composition ran this many times), ``name`` (free text),
 ``value_discretization_interval`` (expert: fixed grid spacing).
 
 Mechanism types and their fields (``count``, ``sampling_rate``, ``sampling``
-and ``name`` are accepted by all):
+and ``name`` are accepted by all; ``sampling`` is ``"poisson"``, the only scheme
+a spec composes, spelled as in :func:`pld.dpsgd`):
 
 =====================  ==========================================================
 ``gaussian``           ``sigma`` > 0, ``sensitivity`` > 0 (default 1; L2)
@@ -210,9 +211,20 @@ def _mechanism(path: str, obj, base_dir: str | None):
     count = _integer(f"{path}.count", obj["count"]) if "count" in obj else 1
     if "name" in obj and not isinstance(obj["name"], str):
         raise SpecError(f"{path}.name: must be a string, got {_fmt(obj['name'])}")
-    sampling = obj.get("sampling", "poisson")
-    if not isinstance(sampling, str) or sampling.replace("-", "_").lower() != "poisson":
-        raise SpecError(f"{path}.sampling: only \"poisson\" subsampling is supported in specs, got {_fmt(sampling)}")
+    if "sampling" in obj:
+        from pld.dpsgd import sampling_scheme
+
+        try:  # (the same spellings and aliases as pld.dpsgd and the command line)
+            sampling = sampling_scheme(obj["sampling"])
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{path}.sampling: " + str(exc).removeprefix("sampling ")) from None
+        if sampling != "poisson":
+            # a spec composes under add-or-remove adjacency; sampling without
+            # replacement pairs with substitution, a different relation
+            raise SpecError(f"{path}.sampling: 'without_replacement' (substitute neighbouring) cannot be "
+                            "composed in a spec, whose entries are accounted under add-or-remove "
+                            "neighbouring; account it with pld dpsgd --sampling without_replacement or "
+                            "pld.dpsgd(..., sampling='without_replacement')")
 
     try:
         if kind == "gaussian":

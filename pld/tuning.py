@@ -82,6 +82,19 @@ def tune_fft(max_points: int = 1 << 18, *, min_points: int = _MIN_TUNED,
         ``path`` (the wisdom file) and ``sizes``: per length, the seconds of a
         forward and inverse pair before (``estimate_s``) and after
         (``measured_s``) tuning, and the seconds the planner took.
+
+    Raises
+    ------
+    RuntimeError
+        Without pyfftw.
+    ValueError
+        If a length is out of range, or ``PLD_FFTW_WISDOM=off``.
+
+    Examples
+    --------
+    >>> import pld
+    >>> pld.tune_fft(4096)["path"]          # doctest: +SKIP
+    '/home/me/.cache/pld/fftw-wisdom.json'
     """
     if not _fft._HAVE_PYFFTW:
         raise RuntimeError("tune_fft needs pyfftw (pip install pyfftw); scipy.fft has no plans to tune")

@@ -88,14 +88,23 @@ def test_dpsgd_json_round_trips():
 
 def test_dpsgd_default_is_the_mnist_example():
     out = run("dpsgd").stdout
-    assert "MNIST" in out
+    lines = out.splitlines()
+    # the answer at a glance: line 1 (no warnings here), a short report below it
+    assert lines[0].startswith("(2.3") and "-DP: certified epsilon in [2.3" in lines[0]  # about 2.38
+    assert lines[0].endswith("at delta = 1e-05")
+    assert len(lines) <= 12, out
+    flat = " ".join(out.split())
+    for text in ("MNIST", "sigma = 1.1", "T = 14063", "0.00426667", "add-or-remove", "clipping norm",
+                 "one training run", "--verbose"):
+        assert text in flat, text
+    assert "Numerical settings" not in out and "grid spacing" not in out
+    verbose = run("dpsgd", "--verbose").stdout
+    assert verbose.splitlines()[0] == lines[0]
     for text in ("accountant", "pld: certified PLD, FFT composition", "delta             1e-05",
                  "sigma = 1.1", "T = 14063", "0.00426667", "add-or-remove", "clipping norm",
                  "one training run", "Accountant curve", "Numerical settings", "grid spacing", "tilt",
                  "FFT error bound"):
-        assert text in out, text
-    first = out.splitlines()[1]
-    assert "certified: epsilon in [2.3" in first  # about 2.38 at delta = 1e-5
+        assert text in verbose, text
 
 
 def test_calibrate_solves_for_sigma():
@@ -173,12 +182,12 @@ def test_config_resolution():
     (["dpsgd", "--batch-size", "10", "-T", "3"], "--batch-size needs --dataset-size"),
     (["dpsgd", "--batch-size", "1000", "-n", "100", "-T", "3"], "larger than --dataset-size"),
     (["dpsgd", "--epochs", "2", "-n", "100"], "--epochs needs"),
-    (["dpsgd", "-q", "1.5", "-T", "3"], "must be in (0, 1]"),
+    (["dpsgd", "-q", "1.5", "-T", "3"], "must be a probability in (0, 1], got '1.5'; for 1.5% give 0.015"),
     (["dpsgd", "-q", "0.1", "-T", "2.5"], "must be an integer"),
     (["dpsgd", "-q", "0.1", "-T", "0"], "must be an integer >= 1"),
     (["dpsgd", "--delta", "0"], "must be in (0, 1)"),
     (["dpsgd", "--delta", "nan"], "must be finite"),
-    (["dpsgd", "--sampling", "shuffle-ish"], "must be 'poisson' or 'without-replacement'"),
+    (["dpsgd", "--sampling", "shuffle-ish"], "must be 'poisson' or 'without_replacement'"),
     (["dpsgd", "--plot", "out.unknown"], "image format"),
     (["dpsgd", "--save", "/no/such/dir/x.pld"], "does not exist"),
     (["calibrate", "--target-epsilon", "1", "-q", "0.1"], "exactly two of"),
@@ -220,7 +229,7 @@ def test_subcommand_help_has_examples(capsys):
 
 
 def test_report_states_what_a_dpsgd_figure_needs(capsys):
-    code, out, err = call(capsys, "dpsgd", *SMALL, "--runs", "2", "--dataset-size", "1000")
+    code, out, err = call(capsys, "dpsgd", *SMALL, "--runs", "2", "--dataset-size", "1000", "--verbose")
     assert code == 0 and err == ""
     out = " ".join(out.split())  # undo line wrapping
     for text in ("pld: certified PLD, FFT composition", "sigma = 2", "q = 0.05", "T = 50", "n = 1000",
@@ -228,7 +237,7 @@ def test_report_states_what_a_dpsgd_figure_needs(capsys):
                  "2 x 50 = 100 steps", "delta lower", "delta upper", "grid spacing", "tilt", "grid points",
                  "FFT error bound", "bracket target"):
         assert text in out, text
-    assert "Warnings" not in out
+    assert "warning" not in out
     code, out, _ = call(capsys, "dpsgd", *SMALL, "--runs", "2", "--json")
     two = json.loads(out)
     one = pld.dpsgd(2.0, 0.05, 50).epsilon(1e-5)
@@ -241,14 +250,17 @@ def test_warnings(capsys):
                         "--batch-size", "20", "--delta", "0.01", "--json")
     res = json.loads(out)
     w = " ".join(res["warnings"])
-    assert "not below 1/dataset size" in w and "--sampling without-replacement" in w
+    assert "not below 1/dataset size" in w and "--sampling without_replacement" in w
     code, out, _ = call(capsys, "dpsgd", "--noise-multiplier", "0.3", "-q", "1", "-T", "1", "--curve-points", "0")
-    assert code == 0 and "Warnings" in out and "> 10: a very weak guarantee" in out
+    # warnings come first, above the answer
+    assert code == 0 and out.startswith("warning:") and "> 10: a very weak guarantee" in out
+    flat = " ".join(out.split())
+    assert "q = 1 is full-batch training" in flat and "give --sampling-rate 0.01" in flat
     code, out, _ = call(capsys, "dpsgd", "--noise-multiplier", "3", "--epochs", "1", "--dataset-size", "200",
                         "--batch-size", "20", "--sampling", "without-replacement", "--json")
     res = json.loads(out)
     assert res["sampling"] == "without_replacement" and "substitute" in res["neighbouring"]
-    assert not any("without-replacement" in x for x in res["warnings"])
+    assert not any("without_replacement" in x for x in res["warnings"])
     assert res["epsilon_upper"] == pytest.approx(
         pld.dpsgd(3.0, 0.1, 10, sampling="without_replacement").epsilon(1e-5), rel=1e-9)
 
@@ -272,7 +284,7 @@ def test_plot_save_and_compose_on_top(capsys, tmp_path):
 def test_curve_outputs_are_written_whole_or_not_at_all(capsys, tmp_path):
     target = tmp_path / "c.json"
     code, out, err = call(capsys, "curve", *SMALL, "--epsilons", "0.5,1,2", "--json", "--output", target)
-    assert code == 0 and out == "" and err == ""
+    assert code == 0 and out == "" and err == f"pld: wrote {target} (3 epsilons, JSON, {target.stat().st_size} bytes)\n"
     res = json.loads(target.read_text())
     assert [r["epsilon"] for r in res["curve"]] == [0.5, 1.0, 2.0]
     assert res["config"]["steps"] == 50 and res["delta"] == 1e-5

@@ -62,7 +62,21 @@ def test_cold_cache_comes_out_of_import_complete(tmp_path, helper):
         assert _run(code, **env) == repr(sorted(kernels.__all__))
     else:
         env["PLD_JIT_HELPER"] = ""  # (on, whatever this run's environment says)
-        assert _run(code, **env) == "[]"
+        # a first run of the command, as after install
+        out = subprocess.run([sys.executable, "-m", "pld", "dpsgd", "--noise-multiplier", "2", "--sampling-rate",
+                              "0.5", "--steps", "3"], env=dict(os.environ, **env), capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        # the silent seconds are announced, once, on stderr, and counted in the report's wall time
+        assert out.stderr.startswith("pld: first run on this machine: compiling the numba kernels (about 7 s")
+        assert out.stderr.count("\n") == 1
+        footer = out.stdout.strip().splitlines()[-1]
+        assert "s in all (first run on this machine: " in footer and "s compiling the numba kernels, once)" in footer
+        # the next process finds every kernel cached, and says nothing
+        again = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True,
+                               text=True, timeout=600)
+        assert again.returncode == 0 and again.stderr == "", again.stderr
+        assert again.stdout.strip() == "[]"
         # the helper's share is in the cache too (written by the helper: this
         # process compiled only its own share)
         written = " ".join(p.name for p in tmp_path.rglob("*.nbi"))
@@ -87,14 +101,22 @@ def test_warm_up_survives_a_helper_that_cannot_start(monkeypatch):
     assert J.warm_up_if_cold() is False  # once per process
 
 
-def test_warm_up_does_nothing_when_warm_or_off(monkeypatch):
+def test_warm_up_does_nothing_when_warm_or_off(monkeypatch, capsys):
     monkeypatch.setattr(J, "_helper", [])
     monkeypatch.setattr(J, "_tried", False)
     monkeypatch.setattr(J, "_compile", lambda share: pytest.fail("nothing to compile"))
     monkeypatch.setattr(J, "cold_kernels", lambda: [])
     monkeypatch.delenv("PLD_JIT_HELPER", raising=False)
     assert J.warm_up_if_cold() is False
+    assert capsys.readouterr().err == ""  # a warm cache is silent
     monkeypatch.setattr(J, "cold_kernels", lambda: ["log_mgf_grid"])
     for off in ("0", "off", "helper"):
+        monkeypatch.setattr(J, "_tried", False)
         monkeypatch.setenv("PLD_JIT_HELPER", off)
         assert J.warm_up_if_cold() is False
+        err = capsys.readouterr().err
+        if off == "helper":  # the helper process itself says nothing
+            assert err == ""
+        else:  # helper off: the kernels compile on first use, and the user is told
+            assert err.startswith("pld: first run on this machine: compiling the numba kernels"), err
+            assert "each kernel on its first use" in err and err.count("\n") == 1

@@ -1,22 +1,192 @@
-"""The README's Python example runs as written and its quoted numbers hold."""
+"""README.md runs as printed, and what it quotes is what pld says.
+
+* The ```python block is executed statement by statement in a fresh namespace
+  (nothing injected: a missing import fails here as it would for a reader).
+  A trailing comment ``# -> VALUE`` quotes what its line evaluates to; VALUE is
+  compared at its printed precision: a pair of numbers is a bracket quoted
+  rounded outward (lower end down, upper end up), a single number is rounded to
+  nearest, anything else must be equal.  ``exact X`` after the quote must lie in
+  the bracket, ``published X`` must overlap it.
+* Every fenced block whose first line is ``$ pld ...`` is run (the installed
+  entry point) and its output compared line by line; only the numbers of the
+  timing footer may differ.
+* The set-up section holds exactly two commands (.ci/run runs both verbatim).
+"""
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
+import os
 import pathlib
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tokenize
 
-import numpy as np
+import pytest
+
+from pld import exact
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
 
 
-def test_readme_python_example_runs(tmp_path, monkeypatch):
-    text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert blocks, "README has a python example"
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _python_block() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", _text(), flags=re.S)
+    assert len(blocks) == 1, "README has one python example"
+    return blocks[0]
+
+
+def _unit(token: str) -> float:
+    """The value of one unit in the last printed digit of ``token``."""
+    mant, _, exp = token.lower().partition("e")
+    decimals = len(mant.split(".")[1]) if "." in mant else 0
+    return 10.0 ** (-decimals + (int(exp) if exp else 0))
+
+
+def _comments(source: str) -> dict[int, str]:
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            out[tok.start[0]] = tok.string
+    return out
+
+
+def _split_quote(comment: str) -> tuple[str, str]:
+    """``# -> (1, 2); exact 3`` -> ``("(1, 2)", "exact 3")``: the longest literal prefix."""
+    body = comment[len("# ->"):].strip()
+    for end in range(len(body), 0, -1):
+        try:
+            ast.literal_eval(body[:end])
+        except (ValueError, SyntaxError, TypeError, MemoryError):
+            continue
+        return body[:end], body[end:].lstrip(" ;:,")
+    raise AssertionError(f"README quote {comment!r} does not start with a Python literal")
+
+
+def _check(quote: str, rest: str, value, where: str) -> None:
+    literal = ast.literal_eval(quote)
+    tokens = re.findall(NUMBER, quote)
+    if isinstance(literal, tuple) and len(literal) == 2 and any(isinstance(x, float) for x in literal):
+        lo, hi = (float(x) for x in value)
+        (qa, ua), (qb, ub) = ((float(t), _unit(t)) for t in tokens)
+        tol = 1e-9
+        # outward: the quoted bracket contains the computed one, within one printed unit
+        assert qa - tol * ua <= lo < qa + ua * (1 + tol), f"{where}: lower end {lo!r} is not {quote} rounded down"
+        assert qb - ub * (1 + tol) < hi <= qb + tol * ub, f"{where}: upper end {hi!r} is not {quote} rounded up"
+        for kind, x in re.findall(rf"\b(exact|published)\s+({NUMBER})", rest):
+            if kind == "exact":
+                assert lo <= float(x) <= hi, f"{where}: exact {x} is outside [{lo!r}, {hi!r}]"
+            else:
+                half = _unit(x) / 2
+                assert lo <= float(x) + half and float(x) - half <= hi, f"{where}: published {x} vs [{lo}, {hi}]"
+    elif isinstance(literal, float):
+        assert abs(float(value) - literal) <= _unit(tokens[0]) / 2 * (1 + 1e-9), f"{where}: {value!r} is not {quote}"
+    else:
+        assert value == literal, f"{where}: {value!r} != {quote}"
+
+
+def test_python_block_runs_as_printed_and_its_quotes_hold(tmp_path, monkeypatch):
+    source = _python_block()
+    comments = _comments(source)
     monkeypatch.chdir(tmp_path)  # the example saves a file
-    ns = {"np": np}
-    exec(compile(blocks[0], "README.md", "exec"), ns)
-    lo, hi = ns["lo"], ns["hi"]
-    assert lo <= 7.0167886 <= hi  # exact (Balle & Wang) epsilon quoted in the README
+    ns: dict = {"__name__": "__readme__"}
+    quoted = 0
+    tree = ast.parse(source, "README.md")
+    # the last statement on a line owns the line's comment
+    last_on_line = {}
+    for node in tree.body:
+        last_on_line[node.end_lineno] = node
+    stdout = io.StringIO()
+    for node in tree.body:
+        comment = comments.get(node.end_lineno, "") if last_on_line.get(node.end_lineno) is node else ""
+        where = f"README.md python line {node.lineno}"
+        with contextlib.redirect_stdout(stdout):
+            if isinstance(node, ast.Expr):
+                value = eval(compile(ast.Expression(node.value), where, "eval"), ns)
+            elif isinstance(node, ast.Assign):
+                value = eval(compile(ast.Expression(node.value), where, "eval"), ns)
+                ns["__readme_value__"] = value
+                assign = ast.Assign(targets=node.targets, value=ast.Name("__readme_value__", ast.Load()))
+                exec(compile(ast.fix_missing_locations(ast.Module([assign], [])), where, "exec"), ns)
+            else:
+                exec(compile(ast.Module([node], []), where, "exec"), ns)
+                value = None
+        if comment.startswith("# ->"):
+            quote, rest = _split_quote(comment)
+            _check(quote, rest, value, where)
+            quoted += 1
+    assert quoted >= 6
     assert (tmp_path / "run.pld").exists()
+    assert "epoch" in stdout.getvalue()  # print(t) printed the per-epoch table
+
+
+def test_quoted_exact_references_are_the_closed_forms():
+    # the numbers the README calls exact are the closed forms (Balle & Wang), not pld's output
+    refs = re.findall(rf"exact\s+({NUMBER})", _python_block())
+    mu = exact.gaussian_mu(8.0, 120)
+    assert len(refs) == 2
+    eps, delta6 = refs
+    assert abs(float(exact.gaussian_epsilon(1e-6, mu)) - float(eps)) <= _unit(eps) / 2
+    assert abs(float(exact.gaussian_delta(6.0, mu)) - float(delta6)) <= _unit(delta6) / 2
+
+
+def _shell_examples() -> list[tuple[str, list[str]]]:
+    out = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", _text(), flags=re.S):
+        lines = block.rstrip("\n").splitlines()
+        if lines and lines[0].startswith("$ pld "):
+            out.append((lines[0][2:], lines[1:]))
+    return out
+
+
+FOOTER = re.compile(r"pld \d+\.\d+\.\d+, [\d.]+ s( accounting, [\d.]+ s in all)?( \(--verbose: .*\))?$")
+
+
+@pytest.mark.parametrize("command", [c for c, _ in _shell_examples()])
+def test_shell_examples_print_what_the_readme_shows(command):
+    expected = dict(_shell_examples())[command]
+    argv = shlex.split(command)
+    exe = shutil.which("pld", path=os.path.dirname(sys.executable))
+    argv = ([exe] if exe else [sys.executable, "-m", "pld"]) + argv[1:]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = p.stdout.rstrip("\n").splitlines()
+    assert len(got) == len(expected), p.stdout
+    for want, have in zip(expected, got):
+        if FOOTER.match(want):
+            assert FOOTER.match(have), have
+            # the footer's words are the README's, only its timings differ
+            assert re.sub(NUMBER, "#", want) == re.sub(NUMBER, "#", have), have
+        else:
+            assert have == want
+
+
+def test_set_up_has_exactly_two_commands():
+    section = _text().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    section = re.sub(r"```.*?```", "", section, flags=re.S)  # (example output is not a command)
+    commands = [line.strip() for line in section.splitlines() if line.startswith("    ") and line.strip()]
+    assert commands == [
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && pld dpsgd",
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -q tests",
+    ]
+
+
+def test_without_replacement_jump_quoted_in_prose():
+    import pld
+    from pld.report import MNIST_EXAMPLE as ex
+
+    m = re.search(rf"goes from ({NUMBER}) \(Poisson, add-or-remove\) to ({NUMBER}) \(without replacement",
+                  " ".join(_text().split()))
+    assert m, "README explains the without-replacement jump with numbers"
+    for quoted, sampling in zip(m.groups(), ("poisson", "without_replacement")):
+        hi = pld.dpsgd(ex.noise_multiplier, ex.sampling_rate, ex.steps, sampling=sampling).epsilon(ex.delta)
+        assert abs(hi - float(quoted)) <= _unit(quoted) / 2, (sampling, hi, quoted)

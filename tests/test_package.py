@@ -1,0 +1,51 @@
+"""The package as a newcomer meets it: ``import pld``, its submodules, ``python -m pld``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+LAZY = ("rdp", "exact", "curves", "lab", "interop")
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_submodules_are_reachable_after_import_pld_without_being_imported_by_it():
+    code = ("import sys, json, pld\n"
+            f"names = {LAZY!r}\n"
+            "before = [n for n in names if 'pld.' + n in sys.modules]\n"
+            "listed = [n for n in names if n in dir(pld)]\n"
+            "kinds = [type(getattr(pld, n)).__name__ for n in names]\n"
+            "print(json.dumps([before, listed, kinds, pld.rdp.rdp_gaussian(2.0, 1.0)]))\n")
+    p = _python(code)
+    assert p.returncode == 0, p.stderr
+    before, listed, kinds, rdp2 = json.loads(p.stdout)
+    assert before == []  # `import pld` does not pay for them
+    assert listed == list(LAZY)
+    assert kinds == ["module"] * len(LAZY)
+    assert rdp2 == pytest.approx(1.0)  # D_2 of N(1, 1) vs N(0, 1): alpha / (2 sigma^2)
+
+
+def test_unknown_attribute_is_still_an_attribute_error():
+    import pld
+
+    with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
+        pld.not_a_module  # noqa: B018
+    assert not hasattr(pld, "kernels_x")
+
+
+def test_python_dash_m_pld_runs_the_command():
+    import pld
+
+    p = subprocess.run([sys.executable, "-m", "pld", "--version"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"pld {pld.__version__}"
+    p = subprocess.run([sys.executable, "-m", "pld", "dpsgd", "--noise-multiplier", "2", "--sampling-rate",
+                        "0.05", "--steps", "50", "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["epsilon_upper"] == pytest.approx(pld.dpsgd(2.0, 0.05, 50).epsilon(1e-5), rel=1e-9)
