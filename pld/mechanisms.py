@@ -282,6 +282,21 @@ class PoissonSampled(Mechanism):
         return LossModel(base.atom_x, base.atom_log_p, base.atom_log_q, base.base, q, direction)
 
 
+def _check_substitute_gaussian(mech) -> None:
+    """Arguments of a subsampled Gaussian under substitute adjacency (its pair
+    is built for the Gaussian base only, and shifts by 2 C)."""
+    name = type(mech).__name__
+    if not isinstance(mech.mechanism, Mechanism):
+        raise TypeError(f"mechanism must be a pld mechanism, got {type(mech.mechanism).__name__}")
+    if not isinstance(mech.mechanism, Gaussian):
+        raise TypeError(
+            f"mechanism of {name} must be a pld.Gaussian: the substitute-adjacency dominating pair is "
+            f"implemented for the Gaussian base only, got {type(mech.mechanism).__name__}")
+    q = v.real("sampling_rate", mech.sampling_rate, low=0.0, high=1.0, low_open=True)
+    object.__setattr__(mech, "sampling_rate", q)
+    v.loss_scale("2 * sensitivity / sigma", 2.0 * mech.mechanism.mu, v.MAX_GAUSSIAN_MU)
+
+
 @dataclass(frozen=True)
 class SampledWithoutReplacement(Mechanism):
     """``mechanism`` run on a fixed-size batch drawn without replacement.
@@ -313,14 +328,7 @@ class SampledWithoutReplacement(Mechanism):
     symmetric: bool = field(default=True, init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a pld mechanism, got {type(self.mechanism).__name__}")
-        if not isinstance(self.mechanism, Gaussian):
-            raise TypeError(
-                "mechanism of SampledWithoutReplacement must be a pld.Gaussian: the substitute-adjacency "
-                f"dominating pair is implemented for the Gaussian base only, got {type(self.mechanism).__name__}")
-        q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
-        object.__setattr__(self, "sampling_rate", q)
+        _check_substitute_gaussian(self)
 
     def loss_model(self, direction: str = "remove"):
         from pld._models import SymmetrizedSubsampledGaussianModel
@@ -444,16 +452,7 @@ class PoissonSampledSubstitute(Mechanism):
     symmetric: bool = field(default=True, init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a pld mechanism, got {type(self.mechanism).__name__}")
-        if not isinstance(self.mechanism, Gaussian):
-            raise TypeError(
-                "mechanism of PoissonSampledSubstitute must be a pld.Gaussian: the substitute-adjacency "
-                f"dominating pair is implemented for the Gaussian base only, got {type(self.mechanism).__name__}")
-        q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
-        object.__setattr__(self, "sampling_rate", q)
-        # the pair's shift is 2 C: twice the Gaussian's own loss scale
-        v.loss_scale("2 * sensitivity / sigma", 2.0 * self.mechanism.mu, v.MAX_GAUSSIAN_MU)
+        _check_substitute_gaussian(self)
 
     def loss_model(self, direction: str = "remove"):
         from pld._models import mixture_pair_model
