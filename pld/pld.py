@@ -257,7 +257,7 @@ class PLD:
         if np.any(flat >= limit):
             # beyond every grid the upper end is the mass a grid sent to +inf,
             # truncated mass included; one grid tuned at a tiny delta (loosely:
-            # only its windows matter) holds that below 1e-48
+            # only its windows matter) holds that below ~1e-40
             queries.append(_FAR_QUERY)
         lo, hi = self._delta_pass(flat, queries)
         # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
