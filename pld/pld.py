@@ -614,7 +614,8 @@ class PLD:
         hi = max(hi, lo)
         miss = self._target_miss(delta, rtol, lo, hi, used)
         if miss is not None:
-            warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {delta:.3g} is wider than its "
+            shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
+            warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
                           f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): {miss}. Both ends are "
                           "still certified.", TargetMissedWarning, stacklevel=4)
         return lo, hi
