@@ -474,14 +474,20 @@ class GridPLD:
         # On cell m (eps in [l_{m-1}, l_m); cell 0 reaches down to -inf) the bound
         # decreases in eps, so its largest value is at the left end.  Both sides
         # take the last cell whose largest value exceeds the target.
-        left = np.full(n + 1, math.exp(-self.h))
-        left[0] = 0.0
-        core, slack = self._inner(m, left, np.full(n + 1, 4.0 * _U))
-        extreme = core + sign * (e + slack)
-        logc, logc_err = self._log_weight(m)
-        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-            log_extreme = np.where(extreme > 0, logc + sign * logc_err
-                                   + np.log(np.where(extreme > 0, extreme, 1.0)), -np.inf)
+        # (the cells' largest values do not depend on delta: computed once per grid)
+        cached = self.__dict__.get("_extreme_cache")
+        if cached is None:
+            left = np.full(n + 1, math.exp(-self.h))
+            left[0] = 0.0
+            core, slack = self._inner(m, left, np.full(n + 1, 4.0 * _U))
+            extreme = core + sign * (e + slack)
+            logc, logc_err = self._log_weight(m)
+            with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+                log_extreme = np.where(extreme > 0, logc + sign * logc_err
+                                       + np.log(np.where(extreme > 0, extreme, 1.0)), -np.inf)
+            cached = (log_extreme, slack, logc, logc_err)
+            object.__setattr__(self, "_extreme_cache", cached)
+        log_extreme, slack, logc, logc_err = cached
         log_target = math.log(target) if target > 0 else -math.inf
         above = log_extreme > log_target
         above[n] = False
