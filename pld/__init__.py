@@ -31,7 +31,7 @@ from pld.mechanisms import (  # noqa: E402
     SampledWithoutReplacement,
     TruncatedPoissonGaussian,
 )
-from pld.pld import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
+from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
 from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
 from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
 from pld.accountant import Accountant  # noqa: E402

@@ -22,15 +22,85 @@ part", which is all the discretiser needs.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
+from functools import reduce
+from typing import Protocol, runtime_checkable
 
 import numpy as np
+from scipy.special import erf as _erf
 from scipy.special import log_ndtr, logsumexp
 
 from pld.kernels import log_diff_exp
 
 _NEG_INF = -np.inf
+
+
+class ContinuousBase(Protocol):
+    """The continuous part of a pair in its base coordinate ``x``."""
+
+    def interval_logmasses(self, xa: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """log P- and Q-mass of ``(xa, xb]`` (in the base pair's coordinate)."""
+        ...
+
+    def x_range(self) -> tuple[float, float]:
+        """Where the base coordinate has non-negligible mass."""
+        ...
+
+
+@runtime_checkable
+class LossModelProtocol(Protocol):
+    """What the discretiser, the explorer and the engine need of one direction of a pair.
+
+    Every loss model implements these public members; nothing else is called
+    from other modules.  The loss is a non-decreasing function of a base
+    coordinate ``x`` (``loss_of_x``, with ``x_of_loss`` its inverse), the
+    continuous part has closed-form interval masses in ``x`` (``base``, or None
+    for a pair of atoms only), and ``pair_masses`` maps the base's masses to
+    the pair's (Poisson subsampling for :class:`LossModel`, the identity for
+    models whose base already holds the pair).
+    """
+
+    base: ContinuousBase | None
+    sampling_rate: float
+    direction: str
+
+    def loss_of_x(self, x: np.ndarray) -> np.ndarray: ...
+
+    def x_of_loss(self, loss: np.ndarray) -> np.ndarray: ...
+
+    def pair_masses(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def cells(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def loss_range(self) -> tuple[float, float]: ...
+
+    def sup_loss(self) -> float: ...
+
+    def inf_log_mass(self) -> float: ...
+
+
+def poisson_subsampled_masses(lp: np.ndarray, lq: np.ndarray, q: float,
+                              direction: str) -> tuple[np.ndarray, np.ndarray]:
+    """log masses of the Poisson-subsampled pair from the base pair's ``(lp, lq)``.
+
+    remove: ``((1-q) Q + q P, Q)``; add: ``(Q, (1-q) Q + q P)`` (Zhu, Dong &
+    Wang 2022); at ``q = 1`` the base pair, swapped for ``add``.
+    """
+    if q == 1.0:
+        return (lp, lq) if direction == "remove" else (lq, lp)
+    mix = np.logaddexp(np.log1p(-q) + lq, np.log(q) + lp)
+    if direction == "remove":
+        return mix, lq
+    return lq, mix
+
+
+class _PairInBase:
+    """Mixin of models whose base already returns the pair's masses."""
+
+    def pair_masses(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return lp, lq
 
 
 def _log_diff_exp(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
@@ -173,19 +243,14 @@ class LossModel:
         # caller gets the base coordinate of loss through v = -loss.
         return x
 
-    def _subsample(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        q = self.sampling_rate
-        if q == 1.0:
-            return (lp, lq) if self.direction == "remove" else (lq, lp)
-        mix = np.logaddexp(np.log1p(-q) + lq, np.log(q) + lp)
-        if self.direction == "remove":
-            return mix, lq
-        return lq, mix
+    def pair_masses(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The subsampled pair's log masses from the base pair's."""
+        return poisson_subsampled_masses(lp, lq, self.sampling_rate, self.direction)
 
     # ---- pieces for the discretiser --------------------------------------
     def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Final losses and log P/Q masses of the atoms (after subsampling)."""
-        lp, lq = self._subsample(np.asarray(self.atom_log_p, float), np.asarray(self.atom_log_q, float))
+        lp, lq = self.pair_masses(np.asarray(self.atom_log_p, float), np.asarray(self.atom_log_q, float))
         with np.errstate(invalid="ignore"):
             loss = np.where(lq == _NEG_INF, np.inf, lp - lq)
         loss = np.where(lp == _NEG_INF, -np.inf, loss)
@@ -206,7 +271,7 @@ class LossModel:
             x = x[::-1]  # loss decreases in x: walk x upwards, then reverse
         edges = np.concatenate(([-np.inf], x, [np.inf]))
         lp, lq = self.base.interval_logmasses(edges[:-1], edges[1:])
-        lp, lq = self._subsample(lp, lq)
+        lp, lq = self.pair_masses(lp, lq)
         if self.direction == "add":
             lp, lq = lp[::-1].copy(), lq[::-1].copy()
         return lp, lq
@@ -249,9 +314,6 @@ class LossModel:
 # Sampling without replacement under substitute adjacency (appended for DP-SGD)
 # ---------------------------------------------------------------------------
 
-import math  # noqa: E402  (appended section)
-
-from scipy.special import erf as _erf  # noqa: E402
 
 def _log1mexp_neg(v: np.ndarray) -> np.ndarray:
     """``log(1 - e^{-v})`` for ``v >= 0``."""
@@ -300,7 +362,7 @@ class SymmetrizedSubsampledNormalBase:
 
 
 @dataclass(frozen=True)
-class SymmetrizedSubsampledGaussianModel:
+class SymmetrizedSubsampledGaussianModel(_PairInBase):
     """Gaussian mechanism on a sample drawn without replacement, substitute adjacency.
 
     Dominating pair of the tradeoff function ``C_q(G_mu) = min(f_q, f_q^{-1})**``
@@ -320,7 +382,7 @@ class SymmetrizedSubsampledGaussianModel:
 
     The loss is ``sign(z) log(1 - q + q e^{|z|})``, increasing in ``z``;
     the interface mirrors :class:`LossModel` (``atoms``, ``cells``,
-    ``loss_range``, ``inf_log_mass``, ``base``, ``_subsample``).
+    ``loss_range``, ``inf_log_mass``, ``base``, ``pair_masses``).
     """
 
     mu: float
@@ -357,9 +419,6 @@ class SymmetrizedSubsampledGaussianModel:
             large = np.maximum(v, 30.0) - math.log(q) + np.log1p(-(1 - q) * np.exp(-np.maximum(v, 30.0)))
         return np.sign(loss) * np.where(v <= 30.0, small, large)
 
-    def _subsample(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # the base already returns the final masses
-        return lp, lq
 
     # ---- pieces for the discretiser --------------------------------------
     def zero_log_mass(self) -> float:
@@ -398,7 +457,6 @@ class SymmetrizedSubsampledGaussianModel:
 # Pairs of Gaussian mixtures with a monotone likelihood ratio
 # ---------------------------------------------------------------------------
 
-from functools import reduce  # noqa: E402  (appended section)
 
 
 def _log_add_all(parts: list[np.ndarray]) -> np.ndarray:
@@ -440,7 +498,7 @@ def _end_weight(log_w: tuple, means: tuple, pick) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class MonotoneMixtureModel:
+class MonotoneMixtureModel(_PairInBase):
     """One direction of a pair of Gaussian mixtures whose loss increases with the output.
 
     ``P = sum_i a_i N(m_i, sd^2)``, ``Q = sum_j b_j N(n_j, sd^2)`` on the real
@@ -455,7 +513,7 @@ class MonotoneMixtureModel:
     ``x_of_loss`` is solved by bracketed Newton steps to a few ulps.
 
     The interface mirrors :class:`LossModel` (``atoms``, ``cells``,
-    ``loss_range``, ``inf_log_mass``, ``base``, ``_subsample``); the
+    ``loss_range``, ``inf_log_mass``, ``base``, ``pair_masses``); the
     ``direction`` is not ``"remove"``, so :class:`pld.PoissonSampled` refuses
     to wrap it (its subsampling formula assumes an unsampled remove pair).
     """
@@ -625,8 +683,6 @@ class MonotoneMixtureModel:
         out[act] = y
         return out
 
-    def _subsample(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return lp, lq  # the base already returns the pair's masses
 
     # ---- pieces for the discretiser --------------------------------------
     def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -698,7 +754,7 @@ class LossUnionBase:
 
 
 @dataclass(frozen=True)
-class LossUnionModel:
+class LossUnionModel(_PairInBase):
     """One direction of the pair ``(sum_j w_j P_j, sum_j w_j Q_j)`` on disjoint outputs.
 
     A coin with probabilities ``w_j``, shown to the adversary, picks which of
@@ -724,8 +780,6 @@ class LossUnionModel:
     def x_of_loss(self, loss: np.ndarray) -> np.ndarray:
         return np.asarray(loss, float).copy()
 
-    def _subsample(self, lp: np.ndarray, lq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return lp, lq
 
     def explore_pieces(self, cells: int = 1000) -> tuple[np.ndarray, np.ndarray]:
         """Each part's own exploration cells (in its own coordinate), weighted.

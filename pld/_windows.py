@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import erfcx, logsumexp
 
-from pld._models import LossModel
+from pld._models import LossModelProtocol
 from pld.kernels import log_mgf_points, tilted_moments, window_exponents
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
@@ -111,7 +111,7 @@ class Exploration:
         return hit
 
 
-def continuous_pieces(model: LossModel, cells: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+def continuous_pieces(model: LossModelProtocol, cells: int = 1000) -> tuple[np.ndarray, np.ndarray]:
     """Merged loss and log P-mass of ``cells`` equal cells of the base coordinate.
 
     A model whose base coordinate resolves its law poorly (a disjoint union of
@@ -124,7 +124,7 @@ def continuous_pieces(model: LossModel, cells: int = 1000) -> tuple[np.ndarray, 
     xlo, xhi = model.base.x_range()
     x = np.linspace(xlo, xhi, cells + 1)
     cp, cq = model.base.interval_logmasses(x[:-1], x[1:])
-    cp, cq = model._subsample(cp, cq)
+    cp, cq = model.pair_masses(cp, cq)
     ok = (cp > -np.inf) & (cq > -np.inf)
     return (cp - cq)[ok], cp[ok]
 
@@ -160,7 +160,7 @@ def truncated_above(ex: Exploration, log_budget: float) -> Exploration:
     return out
 
 
-def explore(model: LossModel, cells: int = 1000) -> Exploration:
+def explore(model: LossModelProtocol, cells: int = 1000) -> Exploration:
     loss, lp, lq = model.atoms()
     fin = np.isfinite(loss) & (lp > -np.inf)
     parts_l, parts_p = [loss[fin]], [lp[fin]]

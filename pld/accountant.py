@@ -21,7 +21,7 @@ import threading
 from pld import _validate as v
 from pld.dpsgd import dpsgd_mechanism, sampling_scheme
 from pld.mechanisms import Mechanism
-from pld.pld import PLD
+from pld.distribution import PLD
 
 STATE_FORMAT = "pld.Accountant"
 STATE_VERSION = 1

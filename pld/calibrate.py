@@ -48,7 +48,7 @@ import numpy as np
 
 from pld import _validate as v
 from pld import _windows as w
-from pld.pld import EPS_RTOL
+from pld.planner import EPS_RTOL
 from pld.dpsgd import MAX_STEPS, dpsgd, dpsgd_mechanism, sampling_scheme
 
 __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate", "calibrate_parameter"]
@@ -679,7 +679,7 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
 # --------------------------------------------------------------------------
 def _as_pld(obj, param):
     from pld.mechanisms import Mechanism
-    from pld.pld import PLD
+    from pld.distribution import PLD
 
     if isinstance(obj, PLD):
         return obj
@@ -814,8 +814,8 @@ def calibrate_parameter(make, target_epsilon: float, delta: float, *, bounds: tu
         """Saddle-point epsilon of ``make(x)`` (as for DP-SGD; ``nan`` where it fails)."""
         try:
             d = pld_at(x)
-            vals = [_spa_epsilon_of(d._exploration(dr), log_delta, hints.setdefault(dr, [None]))
-                    for dr in d._directions()]
+            vals = [_spa_epsilon_of(d.loss_law(dr), log_delta, hints.setdefault(dr, [None]))
+                    for dr in d.directions]
         except Exception:  # the surrogate only steers the search: engine secants replace it
             return math.nan
         return math.nan if any(math.isnan(e) for e in vals) else max(vals)

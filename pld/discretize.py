@@ -13,19 +13,19 @@ import math
 
 import numpy as np
 
-from pld._models import LossModel
+from pld._models import LossModelProtocol
 from pld.grid import GridPLD
 from pld.kernels import optimistic_merge_centred, pessimistic_spread
 
 
-def discretize(model: LossModel, h: float, k_lo: int, k_hi: int, lam: float,
+def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: float,
                pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None,
                points: np.ndarray | None = None) -> GridPLD:
     """Discretise ``model`` onto the grid ``l = k h`` for ``k_lo <= k <= k_hi``.
 
     Parameters
     ----------
-    model : LossModel
+    model : LossModelProtocol
         Exact description of one direction of a dominating pair.
     h : float
         Grid spacing (> 0).

@@ -3,7 +3,8 @@
 ``noise_multiplier`` is the Gaussian noise standard deviation divided by the
 clipping norm (the L2 bound on one example's clipped gradient).
 
-Two sampling schemes, each with its own adjacency:
+The sampling scheme (and with it the neighbouring relation) comes from the
+registry in :mod:`pld.sampling`, for example:
 
 * ``"poisson"``: every example joins a batch independently with probability
   ``sampling_rate``; add-or-remove adjacency, both directions composed
@@ -15,27 +16,15 @@ Two sampling schemes, each with its own adjacency:
 from __future__ import annotations
 
 from pld import _validate as v
-from pld.mechanisms import Gaussian, Mechanism, PoissonSampled, SampledWithoutReplacement
-from pld.pld import PLD
+from pld import sampling as sampling_registry
+from pld.distribution import PLD
+from pld.mechanisms import Mechanism
 
-#: the sampling schemes, in the one spelling pld uses everywhere (Python, CLI, spec files, JSON)
-SAMPLING_SCHEMES = ("poisson", "without_replacement")
-#: other spellings accepted for them (after lower-casing and reading "-" and " " as "_").
-#: Shuffle-and-split epochs are deliberately absent: a record then joins exactly one
-#: batch per epoch, which is neither scheme and is accounted by neither pair.
-SAMPLING_ALIASES = {
-    "poisson": "poisson",
-    "poisson_sampling": "poisson",
-    "poisson_sampled": "poisson",
-    "without_replacement": "without_replacement",
-    "sampling_without_replacement": "without_replacement",
-    "sampled_without_replacement": "without_replacement",
-    "wor": "without_replacement",
-    "fixed": "without_replacement",
-    "fixed_batch": "without_replacement",
-    "fixed_size": "without_replacement",
-    "fixed_size_batch": "without_replacement",
-}
+#: the sampling schemes, in the one spelling pld uses everywhere (Python, CLI, spec
+#: files, JSON), as registered when pld was imported (pld.sampling is the registry)
+SAMPLING_SCHEMES = sampling_registry.names()
+#: every accepted spelling (lower case, "_" for "-" and spaces) and the scheme it names
+SAMPLING_ALIASES = sampling_registry.aliases()
 
 #: largest number of steps accepted in one call (the engine composes by repeated squaring)
 MAX_STEPS = 10**12
@@ -70,15 +59,7 @@ def sampling_scheme(sampling, name: str = "sampling") -> str:
     >>> sampling_scheme("Without-Replacement")
     'without_replacement'
     """
-    if not isinstance(sampling, str):
-        raise TypeError(f"{name} must be a string, 'poisson' or 'without_replacement', "
-                        f"got {type(sampling).__name__}")
-    key = "_".join(sampling.strip().lower().replace("-", " ").replace("_", " ").split())
-    scheme = SAMPLING_ALIASES.get(key)
-    if scheme is None:
-        raise ValueError(f"{name} must be 'poisson' or 'without_replacement' (also accepted: "
-                         f"'without-replacement', 'wor', 'fixed-batch'), got {sampling!r}")
-    return scheme
+    return sampling_registry.get(sampling, name).name
 
 
 def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: str = "poisson") -> Mechanism:
@@ -101,10 +82,11 @@ def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: 
     """
     noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
     sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    sampling = sampling_scheme(sampling)
-    if sampling == "poisson":
-        return PoissonSampled(Gaussian(noise_multiplier), sampling_rate)
-    return SampledWithoutReplacement(Gaussian(noise_multiplier), sampling_rate)
+    scheme = sampling_registry.get(sampling)
+    if scheme.step_mechanism is None:
+        raise ValueError(f"sampling {scheme.name!r} has no mechanism per step (its steps are not independent "
+                         "given the data); account a run with pld.dpsgd(..., sampling=...)")
+    return scheme.step_mechanism(noise_multiplier, sampling_rate)
 
 
 def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
@@ -153,9 +135,11 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling
     >>> round(hi, 3)    # published: 1.8282
     1.828
     """
-    mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)
+    noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+    scheme = sampling_registry.get(sampling)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    return PLD.from_mechanism(mech, count=steps)
+    return scheme.pld(noise_multiplier, sampling_rate, steps)
 
 
 def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
@@ -189,9 +173,12 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
     >>> p.epsilon(1e-5) == pld.dpsgd(1.0, 0.01, 1000).epsilon(1e-5)
     True
     """
-    sampling = sampling_scheme(sampling)
+    scheme = sampling_registry.get(sampling)
     if isinstance(phases, (str, bytes)) or not hasattr(phases, "__iter__"):
         raise TypeError("phases must be a sequence of (noise_multiplier, sampling_rate, steps) tuples")
+    if not scheme.per_step:
+        return _schedule_of_runs(phases, scheme)
+    sampling = scheme.name
     components: list[tuple[Mechanism, int]] = []
     index: dict[Mechanism, int] = {}
     for i, phase in enumerate(phases):
@@ -214,3 +201,22 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
     if not components:
         raise ValueError("phases must contain at least one (noise_multiplier, sampling_rate, steps) phase")
     return PLD(components)
+
+
+def _schedule_of_runs(phases, scheme: sampling_registry.SamplingScheme) -> PLD:
+    """Phases of a scheme without independent steps: each phase's run, composed."""
+    total = None
+    for i, phase in enumerate(phases):
+        try:
+            sigma, q, steps = phase
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"phases[{i}] must be a (noise_multiplier, sampling_rate, steps) tuple, got {phase!r}") from None
+        try:
+            part = dpsgd(sigma, q, steps, sampling=scheme)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"phases[{i}]: {exc}") from None
+        total = part if total is None else total.compose(part)
+    if total is None:
+        raise ValueError("phases must contain at least one (noise_multiplier, sampling_rate, steps) phase")
+    return total

@@ -156,7 +156,7 @@ def _arrays(pld_obj, meta: dict, delta: float) -> dict:
 
 def to_bytes(pld_obj, *, delta: float | None = DEFAULT_DELTA) -> bytes:
     """The saved-file bytes of ``pld_obj`` (see :func:`save`)."""
-    from pld.pld import PLD
+    from pld.distribution import PLD
 
     if not isinstance(pld_obj, PLD):
         raise TypeError(f"can only save a pld.PLD, got {type(pld_obj).__name__}")
@@ -333,7 +333,7 @@ def _version() -> str:
 
 
 def _build(meta: dict, label) -> object:
-    from pld.pld import PLD
+    from pld.distribution import PLD
 
     comps = meta.get("components")
     if not isinstance(comps, list) or not comps:

@@ -1,9 +1,12 @@
 """Mechanisms: immutable descriptions of what ran on the data.
 
-Each mechanism knows its *dominating pair* under add-or-remove adjacency for
-both directions (``remove``: P = output on D, Q = output on D minus a record;
-``add``: the roles reversed) and hands an exact :class:`~pld._models.LossModel`
-to the discretiser.  ``mechanism.pld()`` returns a :class:`pld.PLD`.
+Each mechanism declares its neighbouring relation (:attr:`Mechanism.adjacency`,
+see :mod:`pld.adjacency`) and whether its two directions share one pair
+(:attr:`Mechanism.symmetric`), knows its *dominating pair* for both directions
+(``remove``: P = output on D, Q = output on the neighbour D'; ``add``: the roles
+reversed) and hands an exact loss model (:class:`pld._models.LossModel` or
+another :class:`pld._models.LossModelProtocol`) to the discretiser.
+``mechanism.pld()`` returns a :class:`pld.PLD`.
 
 Conventions: ``sigma`` / ``noise_multiplier`` is the noise standard deviation
 divided by the L2 sensitivity when ``sensitivity=1``; in general the Gaussian
@@ -14,26 +17,54 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from pld import _validate as v
-from pld._models import LaplaceBase, LossModel, NormalBase
+from pld import adjacency as adj
+from pld._models import (
+    LaplaceBase,
+    LossModel,
+    LossModelProtocol,
+    LossUnionModel,
+    NormalBase,
+    SymmetrizedSubsampledGaussianModel,
+    mixture_pair_model,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pld.pld import PLD
+    from pld.distribution import PLD
 
 _EMPTY = np.array([], dtype=float)
 
 
 class Mechanism:
-    """Base class.  Subclasses are frozen dataclasses."""
+    """Base class.  Subclasses are frozen dataclasses.
 
-    #: True if the remove and add directions have the same PLD.
-    symmetric: bool = True
+    Contract: a subclass declares, as class attributes, properties or fields,
 
-    def loss_model(self, direction: str) -> LossModel:  # pragma: no cover - abstract
+    * ``adjacency``: the neighbouring relation of its pair (one of
+      :data:`pld.adjacency.RELATIONS`), and
+    * ``symmetric``: True only if the ``add`` direction's PLD equals the
+      ``remove`` direction's (then only ``remove`` is evaluated),
+
+    and implements ``loss_model(direction)``.  Neither has a default: a new
+    asymmetric pair that forgot to say so would silently lose its ``add``
+    direction, so a subclass that declares neither is refused when defined.
+    """
+
+    adjacency: ClassVar[str]
+    symmetric: ClassVar[bool]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in ("adjacency", "symmetric") if not hasattr(cls, name)]
+        if missing:
+            raise TypeError(f"mechanism {cls.__name__} must declare {' and '.join(missing)} "
+                            "(see pld.mechanisms.Mechanism)")
+
+    def loss_model(self, direction: str) -> LossModelProtocol:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def pld(self, *, value_discretization_interval: float | None = None) -> "PLD":
@@ -45,7 +76,7 @@ class Mechanism:
             Fixed grid spacing for experts; by default the spacing is chosen per
             query so that the epsilon bracket is narrow.
         """
-        from pld.pld import PLD
+        from pld.distribution import PLD  # (pld.distribution imports this module)
 
         return PLD.from_mechanism(self, value_discretization_interval=value_discretization_interval)
 
@@ -67,6 +98,9 @@ class Gaussian(Mechanism):
     The privacy loss is ``L ~ N(mu^2/2, mu^2)`` with ``mu = sensitivity / sigma``
     (Balle & Wang, ICML 2018).
     """
+
+    adjacency = adj.ANY
+    symmetric = True
 
     sigma: float
     sensitivity: float = 1.0
@@ -95,6 +129,9 @@ class Laplace(Mechanism):
     ``e^{-c}/2`` and continuous on ``(-c, c)`` in between.
     """
 
+    adjacency = adj.ANY
+    symmetric = True
+
     scale: float
     sensitivity: float = 1.0
 
@@ -120,6 +157,9 @@ def _binary_pair(eps: float, log_keep: float = 0.0):
 class RandomizedResponse(Mechanism):
     """Binary randomized response: report the true bit w.p. ``e^eps / (1 + e^eps)``."""
 
+    adjacency = adj.ANY
+    symmetric = True
+
     epsilon: float
 
     def __post_init__(self) -> None:
@@ -134,6 +174,9 @@ class RandomizedResponse(Mechanism):
 @dataclass(frozen=True)
 class PureDP(Mechanism):
     """Any ``epsilon``-DP mechanism, through its worst-case pair (binary randomized response)."""
+
+    adjacency = adj.ANY
+    symmetric = True
 
     epsilon: float
 
@@ -153,6 +196,9 @@ class ApproxDP(Mechanism):
     ``P = (delta, (1-delta) e^eps/(1+e^eps), (1-delta)/(1+e^eps), 0)`` and ``Q``
     its mirror image (Kairouz, Oh & Viswanath, ICML 2015).
     """
+
+    adjacency = adj.ANY
+    symmetric = True
 
     epsilon: float
     delta: float
@@ -183,6 +229,9 @@ class DiscreteLaplace(Mechanism):
     for ``k = 0..s`` (Ghazi et al., 2022, discrete mechanisms).
     """
 
+    adjacency = adj.ANY
+    symmetric = True
+
     scale: float
     sensitivity: int = 1
 
@@ -210,6 +259,8 @@ class FromPMFs(Mechanism):
     ``p`` is the output law on the larger dataset and ``q`` on the smaller one;
     the remove direction uses ``(p, q)`` and the add direction ``(q, p)``.
     """
+
+    adjacency = adj.ANY
 
     p: tuple
     q: tuple
@@ -258,6 +309,8 @@ class PoissonSampled(Mechanism):
     ``(Q, (1-q)Q + qP)``, built from the base mechanism's remove pair
     ``(P, Q)``.  The two directions differ for ``q < 1`` and both are composed.
     """
+
+    adjacency = adj.ADD_OR_REMOVE
 
     mechanism: Mechanism
     sampling_rate: float
@@ -323,6 +376,8 @@ class SampledWithoutReplacement(Mechanism):
     ``((1-q) N(0) + q N(2), N(0))``, whose hockey-stick divergence is larger.
     """
 
+    adjacency = adj.SUBSTITUTE
+
     mechanism: Mechanism
     sampling_rate: float
     symmetric: bool = field(default=True, init=False)
@@ -331,8 +386,6 @@ class SampledWithoutReplacement(Mechanism):
         _check_substitute_gaussian(self)
 
     def loss_model(self, direction: str = "remove"):
-        from pld._models import SymmetrizedSubsampledGaussianModel
-
         self._check_direction(direction)  # both directions share the symmetric pair
         g = self.mechanism
         return SymmetrizedSubsampledGaussianModel(2.0 * g.sensitivity / g.sigma, self.sampling_rate)
@@ -362,6 +415,8 @@ class MixtureOfGaussians(Mechanism):
     by this scalar pair with each sensitivity vector replaced by its norm.
     """
 
+    adjacency = adj.ADD_OR_REMOVE
+
     sigma: float
     sensitivities: tuple
     probabilities: tuple
@@ -389,8 +444,6 @@ class MixtureOfGaussians(Mechanism):
         object.__setattr__(self, "probabilities", tuple(p.tolist()))
 
     def loss_model(self, direction: str = "remove"):
-        from pld._models import mixture_pair_model
-
         self._check_direction(direction)
         with np.errstate(divide="ignore"):
             lw = np.log(np.array(self.probabilities))
@@ -447,6 +500,8 @@ class PoissonSampledSubstitute(Mechanism):
     Only the Gaussian base is supported.
     """
 
+    adjacency = adj.SUBSTITUTE
+
     mechanism: Mechanism
     sampling_rate: float
     symmetric: bool = field(default=True, init=False)
@@ -455,8 +510,6 @@ class PoissonSampledSubstitute(Mechanism):
         _check_substitute_gaussian(self)
 
     def loss_model(self, direction: str = "remove"):
-        from pld._models import mixture_pair_model
-
         self._check_direction(direction)  # both directions share the symmetric pair
         q, g = self.sampling_rate, self.mechanism
         lw = (math.log1p(-q) if q < 1.0 else -math.inf, math.log(q))
@@ -468,7 +521,7 @@ class PoissonSampledSubstitute(Mechanism):
 #: tight pairs goes to a pair that dominates both
 _WEIGHT_SLACK = 1e-12
 
-_ADJACENCIES = ("add_or_remove", "substitute", "replace_special")
+_ADJACENCIES = (adj.ADD_OR_REMOVE, adj.SUBSTITUTE, adj.REPLACE_SPECIAL)
 
 
 @dataclass(frozen=True)
@@ -543,7 +596,7 @@ class TruncatedPoissonGaussian(Mechanism):
 
     def _cut(self, m: int) -> tuple[float, float, float]:
         """``(P(K <= B-1), P(K >= B), r_bar)`` for K ~ Bin(m, p) (``r_bar`` = nan if no cut)."""
-        from scipy.stats import binom
+        from scipy.stats import binom  # (scipy.stats costs ~0.3 s to import: only when used)
 
         p, b = self.sampling_rate, self.max_batch_size
         keep = float(binom.cdf(b - 1, m, p))
@@ -575,8 +628,6 @@ class TruncatedPoissonGaussian(Mechanism):
         return tuple((w, m) for w, m in ((w_low, low), (w_cut, cut), (w_star, star)) if w > 0.0)
 
     def loss_model(self, direction: str = "remove"):
-        from pld._models import LossUnionModel
-
         self._check_direction(direction)
         pieces = self.parts()
         if len(pieces) == 1:

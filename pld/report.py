@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 ACCOUNTANT = "pld: certified PLD, FFT composition"
-#: target width of every epsilon bracket (see pld.pld.EPS_RTOL / EPS_ATOL)
+#: target width of every epsilon bracket (see pld.planner.EPS_RTOL / EPS_ATOL)
 BRACKET_TARGET = "upper - lower <= 1e-4 * epsilon + 1e-6"
 LARGE_EPSILON = 10.0
 

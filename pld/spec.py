@@ -283,7 +283,7 @@ def _saved(path: str, file: str, count: int, base_dir: str | None):
 
 def parse_spec(data, *, base_dir: str | None = None) -> Spec:
     """Build a :class:`Spec` from an already-decoded JSON/TOML document."""
-    from pld.pld import PLD
+    from pld.distribution import PLD
 
     if not isinstance(data, dict):
         raise SpecError(f"spec: the top level must be a table/object, got {_fmt(data)}")

@@ -61,6 +61,6 @@ def _fft_engine_on_gaussians(request, monkeypatch):
     the Balle-Wang profile keep testing the engine; tests of the closed form
     itself are marked ``closed_forms``."""
     if request.node.get_closest_marker("closed_forms") is None:
-        import pld.pld
+        import pld.distribution
 
-        monkeypatch.setattr(pld.pld, "CLOSED_FORMS", False)
+        monkeypatch.setattr(pld.distribution, "CLOSED_FORMS", False)

@@ -136,7 +136,7 @@ def test_wide_tail_cells_cost_no_accuracy():
     """The engine's wide tail cells (MNIST: 2.4k points for a 44k-point window)
     move the bracket by well under 1% of its width against every grid point a
     cell of its own."""
-    import pld.pld as P
+    import pld.composer as P
     mech = pld.PoissonSampled(pld.Gaussian(1.1), 256 / 60000)
     p = pld.PLD(mech.pld().self_compose(14040).components)
     lo, hi = p.epsilon_bounds(1e-5)
@@ -247,10 +247,9 @@ def test_narrow_first_step_still_composes_by_one_power():
     p = pld.PLD(pld.PoissonSampled(pld.Gaussian(1.0), 1e-4).pld().self_compose(1_000_000).components)
     lo, hi = p.epsilon_bounds(1e-5)
     assert hi - lo <= 1e-4 * hi
-    h, lam, log_eta = p._used_settings(1e-5)["remove"]
     # (1e6 >> 5 = 31250 steps by one power since level windows take their
     # top from the discretised step; squaring from one step would be 1)
-    assert p._power_steps("remove", h, lam, log_eta)[0] >= 1 << 14
+    assert p.grids(1e-5)["remove"].power_steps[0] >= 1 << 14
 
 
 @settings(max_examples=30, deadline=None)
@@ -264,7 +263,7 @@ def test_saddle_point_estimate_of_a_gaussian_composition(sigma, log10_steps, log
     steps = max(1, int(round(10 ** log10_steps)))
     delta = 10 ** log10_delta
     p = pld.Gaussian(sigma).pld().self_compose(steps)
-    est = W.saddle_epsilon(p._exploration("remove"), delta)
+    est = W.saddle_epsilon(p.loss_law("remove"), delta)
     ex = float(X.gaussian_epsilon(delta, math.sqrt(steps) / sigma))
     if ex <= 0.05:
         return  # (the tilt range of a near-trivial composition is not searched)
@@ -280,7 +279,7 @@ def test_saddle_point_estimate_of_dp_sgd_within_two_percent():
                                    (2.0, 0.1, 100, 1e-8), (0.9, 0.003, 50_000, 1e-6)]:
         p = pld.dpsgd(sigma, q, steps)
         lo, hi = p.epsilon_bounds(delta)
-        est = W.saddle_epsilon(p._exploration("remove"), delta)
+        est = W.saddle_epsilon(p.loss_law("remove"), delta)
         assert est is not None and abs(est - hi) <= 0.02 * hi, (sigma, q, steps, est, lo, hi)
 
 
@@ -291,7 +290,7 @@ def test_round_off_predicted_before_the_first_grid():
     p = pld.dpsgd(4.0, 0.00033, 10_000)
     lo, hi = p.epsilon_bounds(1e-12)
     assert hi - lo <= 1e-4 * hi + 1e-6
-    grids = [key for key in p._cache if key[0] == "remove"]
+    grids = [key for key in p._engine().cache.grids.keys() if key[0] == "remove"]
     assert len(grids) == 1, grids
 
 

@@ -331,8 +331,8 @@ def test_delta_query_costs_what_the_epsilon_query_costs():
     lo, hi = p.delta_bounds(0.0)
     p2 = pld.dpsgd(12.9, 7.1e-5, 728)
     p2.epsilon_bounds(hi)
-    h_delta = min(k[1] for k in p._cache)
-    h_eps = min(k[1] for k in p2._cache)
+    h_delta = min(k[1] for k in p._engine().cache.grids.keys())
+    h_eps = min(k[1] for k in p2._engine().cache.grids.keys())
     assert h_delta >= 0.5 * h_eps
 
 

@@ -96,7 +96,7 @@ def test_fresh_process_reads_the_saved_plans(clean_fftw):
     tuning.tune_fft(1024, min_points=1024)
     # the query alone must load the wisdom: a wisdom-only plan of the tuned
     # length is then possible (FFTW raises without wisdom for it)
-    code = ("import pld, pld._fft as f, pyfftw, pld.pld as engine\n"
+    code = ("import pld, pld._fft as f, pyfftw, pld.distribution as engine\n"
             "engine.CLOSED_FORMS = False  # (through the FFT engine, not the Gaussian closed form)\n"
             "pld.Gaussian(sigma=3.0).pld().self_compose(400).epsilon_bounds(1e-6)\n"
             "a = pyfftw.empty_aligned(1024, dtype='float64'); s = pyfftw.empty_aligned(513, dtype='complex128')\n"

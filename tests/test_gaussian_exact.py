@@ -87,7 +87,7 @@ def test_compositions_of_gaussians_use_it_at_any_count():
 
 
 def test_the_engine_agrees_with_the_closed_form(monkeypatch):
-    import pld.pld as engine
+    import pld.distribution as engine
 
     p = pld.Gaussian(8.0).pld().self_compose(120)
     exact = p.epsilon_bounds(1e-6)

@@ -67,7 +67,7 @@ def test_file_keeps_the_name_and_has_versioned_metadata_and_grids(small, saved):
 
 def test_nested_and_fixed_spacing_round_trip(tmp_path):
     d = pld.PLD([(pld.PoissonSampled(pld.PoissonSampled(pld.Laplace(3.0, 2.0), 0.5), 0.1), 7),
-                 (pld.SampledWithoutReplacement(pld.Gaussian(1.5, 0.5), 0.2), 3),
+                 (pld.PoissonSampled(pld.Gaussian(1.5, 0.5), 0.2), 3),
                  (pld.DiscreteLaplace(2.0, 3), 1), (pld.ApproxDP(0.1, 1e-9), 2), (pld.PureDP(0.3), 1)],
                 value_discretization_interval=1e-3)
     back = pio.from_bytes(pio.to_bytes(d, delta=None))

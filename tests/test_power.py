@@ -230,8 +230,7 @@ def test_the_power_computes_an_exact_quotient_of_the_steps(steps):
     exact = float(gaussian_epsilon(delta, math.sqrt(steps) / sigma))
     assert lo <= exact <= hi
     assert hi - lo <= 1e-4 * exact
-    h, lam, log_eta = p._used_settings(delta)["remove"]
-    assert p._power_steps("remove", h, lam, log_eta) == [steps >> 2]
+    assert p.grids(delta)["remove"].power_steps == (steps >> 2,)
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,467 @@
+"""Composition: from settings ``(h, lam, log_eta)`` to certified grids.
+
+For one direction and one :class:`pld.planner.Settings` the composer
+
+1. discretises every component onto the grid ``l = k h`` (connect-the-dots
+   spread on the dominating side, centred merge on the dominated side,
+   :mod:`pld.discretize`), inside a first-step window sized by the tilted law,
+2. self-composes each component: the early levels by one FFT power with
+   certified aliasing (:mod:`pld._power`), the rest by repeated squaring with
+   FFT convolutions on re-gridded levels, truncating each level to a
+   Chernoff-sized window with the truncated mass moved to the safe side,
+3. convolves the components (heterogeneous compositions), each partial
+   result truncated to where the rest can still bring it into the final window.
+
+Both sides share every sizing input (windows, cells, sizing laws): windows only
+decide *what* is moved to the safe side, never *whether* moved mass is counted,
+so sizing costs nothing in certification (Koskela et al. 2021; Doroshenko et
+al. 2022 for the connect-the-dots discretisation).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pld import _windows as w
+from pld._fft import _canonical_size as _fft_size
+from pld._power import self_compose_powers
+from pld.discretize import discretize
+from pld.engine_cache import EngineCache, side_pool
+from pld.grid import GridPLD
+from pld.kernels import cell_points
+from pld.laws import Laws
+
+#: largest number of grid points in any one array (memory cap: ~16 MB per array,
+#: a few hundred MB at peak with the discretiser's temporaries)
+MAX_GRID_POINTS = 1 << 21
+#: a composed result used once (heterogeneous composition) is coarsened above this
+LEVEL_POINTS = 1 << 16
+#: largest transform for the FFT power of the early levels (a longer one
+#: halves the power: squaring re-grids levels that outgrow this)
+POWER_POINTS = 1 << 18
+#: levels at most this large are never re-gridded (no time to gain)
+MIN_LEVEL_POINTS = 1 << 12
+#: early levels are re-gridded only above this size: their law can still be
+#: spiky (a mixture over how many steps drew the record), and a re-grid's
+#: error is repeated count / c times; this size keeps the widening below ~10%
+#: of the bracket's target on the peer configurations
+EARLY_LEVEL_POINTS = 1 << 14
+#: first-step windows longer than this may use wide cells in their tails
+_WIDE_CELLS_FROM = 4096
+
+
+class GridTooLargeError(MemoryError):
+    """The requested accuracy needs more grid points than the memory cap allows."""
+
+
+@dataclass(eq=False)
+class Materialized:
+    """One direction's grids at one setting, and what building them shared."""
+
+    prepared: list
+    final_window: tuple
+    dominating: GridPLD | None = None
+    dominated: GridPLD | None = None
+    #: window of the composition of the first k + 1 components
+    partial_windows: list = field(default_factory=list)
+
+
+class Composer:
+    """Builds (and caches) the grid pairs of one composition."""
+
+    def __init__(self, laws: Laws, cache: EngineCache) -> None:
+        self.laws = laws
+        self.cache = cache
+
+    def grid_points(self, direction: str, h: float, lam: float, log_eta) -> int:
+        """Largest array the materialisation at ``(h, lam)`` allocates.
+
+        Levels are coarsened to at most ``LEVEL_POINTS``; the single-step grids
+        are the only arrays whose size follows ``h``.
+        """
+        n = LEVEL_POINTS
+        comp = self.laws.sizing(direction, log_eta)
+        steps = comp.steps()
+        for ex, _ in comp.parts:
+            lo, hi = w.window(w.Composite([(ex, 1)]), lam, w.shifted(log_eta, math.log(steps)))
+            lo, hi = max(lo, ex.loss_min), min(hi, ex.loss_max)
+            n = max(n, int((hi - lo) / h) + 2)
+        return n
+
+    def power_steps(self, direction: str, h: float, lam: float, log_eta) -> list[int]:
+        """Steps composed by one FFT power per component (1: squaring only)."""
+        entry = self.cache.get(self.cache.grids, (direction, h, lam, log_eta))
+        if entry is None:
+            return []
+        return [step.power_steps.get(True, 1) for step in entry.prepared]
+
+    def speculate(self, direction: str, h: float, lam: float, log_eta) -> None:
+        """Start building a dominating grid in the background (two cores), if not known."""
+        pool = side_pool()
+        if pool is None:
+            return
+        key = (direction, h, lam, log_eta)
+        with self.cache.lock:
+            if key in self.cache.grids or key in self.cache.inflight:
+                return
+            # (the pid: a forked child must not wait on its parent's threads)
+            self.cache.inflight[key] = (os.getpid(), pool.submit(self.materialize, direction, h, lam, log_eta,
+                                                                 serial=True, lower=False))
+
+    def materialize(self, direction: str, h: float, lam: float, log_eta,
+                    serial: bool = False, lower: bool = True) -> tuple[GridPLD, GridPLD | None]:
+        """``(dominating, dominated)`` grids of one direction (cached).
+
+        ``lower=False`` may leave the dominated side out (None): a direction
+        whose upper end stays below the other's lower end needs no lower end.
+        ``serial`` builds both sides in the calling thread (background builds).
+        """
+        key = (direction, h, lam, log_eta)
+        cache = self.cache
+        with cache.lock:
+            hit = cache.grids.get(key)
+            pending = None if hit is not None or serial else cache.inflight.get(key)
+        if hit is None and pending is not None and pending[0] == os.getpid():
+            pending[1].result()  # built in the background already
+            hit = cache.get(cache.grids, key)
+        if hit is not None and (hit.dominated is not None or not lower):
+            return hit.dominating, hit.dominated
+        entry = hit if hit is not None else self._prepare(direction, h, lam, log_eta)
+        steps = self.laws.exploration(direction).steps()
+
+        def side(pessimistic: bool) -> GridPLD:
+            return _compose_components(entry, h, lam, pessimistic, steps, log_eta)
+
+        # The two sides share only read-only inputs from here on; the FFTs and
+        # numba kernels release the GIL, so on two cores they run side by side.
+        pool = None if serial else side_pool()
+        try:
+            if entry.dominating is None and lower and pool is not None:
+                future = pool.submit(side, True)
+                entry.dominated = side(False)
+                entry.dominating = future.result()
+            else:
+                if entry.dominating is None:
+                    entry.dominating = side(True)
+                if lower and entry.dominated is None:
+                    entry.dominated = side(False)
+            cache.put(cache.grids, key, entry)
+        finally:
+            if serial:
+                with cache.lock:
+                    cache.inflight.pop(key, None)
+        assert entry.dominating is not None
+        return entry.dominating, entry.dominated
+
+    def _prepare(self, direction: str, h: float, lam: float, log_eta) -> Materialized:
+        """What both sides of a materialisation share: windows, cells, sizing laws."""
+        n_final = self.grid_points(direction, h, lam, log_eta)
+        if n_final > MAX_GRID_POINTS:
+            raise GridTooLargeError(
+                f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
+                f"{MAX_GRID_POINTS}; pass a larger value_discretization_interval or accept a wider bracket")
+        comp = self.laws.exploration(direction)
+        sizing = self.laws.sizing(direction, log_eta)
+        entry = Materialized([_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(),
+                                            log_eta, ex_sizing)
+                              for (mech, count), (ex, _), (ex_sizing, _)
+                              in zip(self.laws.components, comp.parts, sizing.parts)],
+                             w.window(sizing, lam, log_eta, h))
+        entry.partial_windows = _partial_windows(sizing, lam, log_eta, h, entry.final_window)
+        return entry
+
+
+def _compose_components(entry: Materialized, h: float, lam: float, pessimistic: bool, steps: int,
+                        log_eta) -> GridPLD:
+    """One side: every component self-composed, then convolved in order."""
+    total = None
+    for k, step in enumerate(entry.prepared):
+        g = _self_compose(step, h, lam, pessimistic, steps, log_eta)
+        if total is None:
+            total = g
+        else:
+            a, b = _same_grid(total, g)
+            total = _fit(_truncate(a.convolve(b), entry.partial_windows[k]))
+    assert total is not None
+    return total
+
+
+def _partial_windows(sizing: w.Composite, lam: float, log_eta, h: float,
+                     final: tuple[float, float]) -> list[tuple[float, float]]:
+    """Where the composition of the first ``k + 1`` components must be kept.
+
+    Tilting factorises over independent parts, so the tilted law of the whole
+    is centred at the sum of the parts' centres: the first ``k + 1`` matter
+    on ``[A - hi_rest, B - lo_rest]`` for the final window ``[A, B]`` and the
+    window ``[lo_rest, hi_rest]`` of the components still to come (within
+    the partial composition's own window).  Cutting a partial composition to
+    the *final* window instead would move all of a small first part's mass up
+    to the bottom of a window drawn around a large later part.  Sizing only:
+    truncation moves what lies outside to the safe side either way.
+    """
+    parts = sizing.parts
+    out = []
+    for k in range(len(parts)):
+        if k == len(parts) - 1:
+            out.append(final)
+            continue
+        lo_r, hi_r = w.window(w.Composite(parts[k + 1:]), lam, log_eta, h)
+        lo_o, hi_o = w.window(w.Composite(parts[:k + 1]), lam, log_eta, h)
+        lo, hi = max(final[0] - hi_r, lo_o), min(final[1] - lo_r, hi_o)
+        out.append((lo, hi) if lo < hi else (lo_o, hi_o))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class _Step:
+    """One component's inputs, shared by both sides of a materialisation."""
+
+    model: object
+    ex: w.Exploration
+    count: int
+    k_lo: int
+    k_hi: int
+    cells: tuple
+    #: sizing law of the levels, from the discretised step
+    ex_grid: w.Exploration | None
+    #: offsets of the first step's points from k_lo (None: every grid point)
+    points: np.ndarray | None = None
+    #: level windows by step count (both sides truncate at the same ones)
+    windows: dict = field(default_factory=dict)
+    #: steps composed by one FFT power, per side (True: dominating); 1 if none
+    power_steps: dict = field(default_factory=dict)
+    #: the step's law as the grids hold it (its tail beyond the first window
+    #: left out), for the levels' windows
+    ex_sizing: w.Exploration | None = None
+
+
+def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: float, lam: float,
+                  total_steps: int, log_eta) -> tuple[float, float]:
+    """Truncation window of the level holding ``c`` steps.
+
+    A window for ``c`` composed steps allows tilted mass ``eta * c / total_steps``
+    outside it, since its truncation error is repeated ``total_steps / c`` times.
+    The top comes from the discretised step's own law (``ex_grid``): the first
+    step sent the exact law's tail beyond its window to +inf, so no level holds
+    it (at small sampling rates that heavy tail would put the exact law's
+    Chernoff top several times too far out).  The bottom unites both laws'
+    (the exact law lacks the mass a spread pushes below its support).  Sizing
+    only: whatever falls outside is still bounded and moved to the safe side.
+    """
+    budget = w.shifted(log_eta, math.log(total_steps / c))
+    lo, hi = w.window(w.Composite([(ex, c)]), lam, budget, h)
+    if ex_grid is not None:
+        lo_g, hi_g = w.window(w.Composite([(ex_grid, c)]), lam, budget, h)
+        lo, hi = min(lo, lo_g), hi_g
+    return lo, hi
+
+
+def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
+                  total_steps: int, log_eta, ex_sizing: w.Exploration | None = None) -> _Step:
+    """First-step window, cell masses and sizing law of one component."""
+    lo, hi = w.step_window(ex, lam, w.shifted(log_eta, math.log(total_steps)), h)
+    lo = max(lo, ex.loss_min)
+    hi = min(hi, ex.loss_max)
+    k_lo = int(math.floor(lo / h))
+    k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
+    n = k_hi - k_lo + 1
+    points = None
+    if model.base is not None and n > _WIDE_CELLS_FROM:
+        # wide cells where the law has negligible mass (the tails of a
+        # subsampled step are most of its window)
+        points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n), n)
+        if points.size > 0.8 * n:
+            points = None
+    offsets = np.arange(n) if points is None else points
+    grid = (k_lo + offsets) * h
+    cells = model.cells(grid)
+    # Size the composed levels from the discretised step: a spread onto a grid
+    # coarse next to the step's own range (tiny sampling rates) pushes mass up
+    # to a cell beyond the exact law's support, and windows drawn from the
+    # exact law would send that mass to +inf at every level.  Every cell's mass
+    # at its upper end bounds where either side's discretisation puts it.
+    ex_grid = w.from_grid(grid, _upper_end_masses(model, cells[0], grid))
+    if ex_grid is not None:
+        # fill its psi cache here, not racing in the two side threads
+        ex_grid.psi_around(lam)
+        ex_grid.psi_around(0.0)
+    return _Step(model, ex, count, k_lo, k_hi, cells, ex_grid, points,
+                 ex_sizing=ex if ex_sizing is None else ex_sizing)
+
+
+def _upper_end_masses(model, cell_lp: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """log P-mass on the increasing points ``grid`` with each cell's mass (and
+    each atom's) at the point at or above it (sizing only)."""
+    out = np.full(grid.size, -np.inf)
+    out[1:] = cell_lp[1:-1]
+    loss, lp, _ = model.atoms()
+    sel = np.isfinite(loss) & (lp > -np.inf) & (loss >= grid[0]) & (loss <= grid[-1])
+    if np.any(sel):
+        # (the tolerance: an atom on a point up to rounding belongs to it)
+        tol = 1e-9 * (grid[-1] - grid[0]) / max(1, grid.size - 1)
+        idx = np.clip(np.searchsorted(grid, loss[sel] - tol, side="left"), 0, grid.size - 1)
+        np.logaddexp.at(out, idx, lp[sel])
+    return out
+
+
+class _Levels:
+    """Windows and re-gridding rule of one component's squaring levels.
+
+    Evolving discretisation: the level holding ``c`` steps is re-gridded to a
+    doubled spacing when that is cheap in accuracy.  A re-grid at spacing
+    ``h'`` biases the loss by about ``h'^2/4`` and is repeated ``count / c``
+    times, so it is allowed while ``(count/c) h'^2 / 4`` stays below
+    ``1/log2(count)`` of the first discretisation's bias ``count * b(h)``
+    (``b`` = variance the spread adds per step).  Far from the first levels the
+    spacing then grows like ``sqrt(c)``, as the composed law widens, and every
+    FFT stays about the same size however large ``count`` is.
+    """
+
+    def __init__(self, step: _Step, h: float, lam: float, total_steps: int, log_eta) -> None:
+        self.step, self.h, self.lam, self.total_steps, self.log_eta = step, h, lam, total_steps, log_eta
+        ex = step.ex
+        self.levels = max(1.0, math.log2(step.count))
+        self.per_step_bias = max(ex.added_variance(h), h * h / 6)
+        self.sd1 = math.sqrt(max(ex.mean_var()[1], 0.0))
+
+    def window(self, c: int) -> tuple[float, float]:
+        step = self.step
+        hit = step.windows.get(c)
+        if hit is None:
+            hit = step.windows[c] = _level_window(step.ex_sizing or step.ex, step.ex_grid, c, self.h, self.lam,
+                                                  self.total_steps, self.log_eta)
+        return hit
+
+    def fit(self, g: GridPLD, c: int) -> GridPLD:
+        # re-grid only a law that is wide on the grid: in the tails of a narrow
+        # one (few steps, steep log-density) a re-grid costs far more than h^2
+        h_allowed = min(math.sqrt(4.0 * c * self.per_step_bias / self.levels), math.sqrt(c) * self.sd1 / 50.0)
+        # the memory cap wins over accuracy: a coarser grid stays certified,
+        # the bracket just widens.  Early levels (multiplicity count/c large)
+        # are re-gridded only when big (see EARLY_LEVEL_POINTS).
+        late = 8 * c >= self.step.count
+        while g.size > MAX_GRID_POINTS or (
+                2 * g.h <= h_allowed and g.size > (MIN_LEVEL_POINTS if late else EARLY_LEVEL_POINTS)):
+            g = g.coarsen()
+        return g
+
+
+def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_steps: int,
+                  log_eta) -> GridPLD:
+    """``count``-fold composition: one FFT power, then squaring with windowed truncation.
+
+    The levels up to the first late one (``8 c >= count``) all sit on the
+    first spacing, so the first of them, ``c = count >> s``, is computed at
+    once as ``X^c`` in the frequency domain
+    (:func:`pld._power.self_compose_powers`) and squared ``s`` times; the
+    remainder ``r = count - c 2^s < 2^s`` comes from the same transform, as
+    ``X^(c + r)`` when ``s = 2``.  A transform that would have to be too long
+    to keep aliasing negligible halves ``c`` until it fits, down to plain
+    squaring (see :class:`_Levels` for the re-gridding of later levels).
+    """
+    levels = _Levels(step, h, lam, total_steps, log_eta)
+    base = discretize(step.model, h, step.k_lo, step.k_hi, lam, pessimistic, cells=step.cells,
+                      points=step.points)
+    step.power_steps[pessimistic] = 1
+    start = _power_start(step, base, h, levels, pessimistic)
+    if start is None:
+        result, result_count, cur, cur_count, remaining = None, 0, base, 1, step.count
+    else:
+        result, result_count, cur, cur_count, remaining = start
+    while True:
+        if remaining & 1:
+            if result is None:
+                result, result_count = cur, cur_count
+            else:
+                result_count += cur_count
+                a, b = _same_grid(result, cur)
+                result = levels.fit(_truncate(a.convolve(b), levels.window(result_count)), result_count)
+        remaining >>= 1
+        if not remaining:
+            break
+        cur_count *= 2
+        cur = levels.fit(_truncate(cur.convolve(cur), levels.window(cur_count)), cur_count)
+    assert result is not None
+    return result
+
+
+def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool):
+    """The early levels by one FFT power: ``(result, result_count, cur,
+    cur_count, remaining)`` for the squaring loop, or None (squaring from one step).
+
+    A transform no longer than squaring the first step would use is always a
+    gain.  When no power fits that, one up to twice the level it computes is
+    tried (squaring from one step would have to hold that level too, on the
+    first spacing).  Allowing the second bound from the start would take one
+    huge power at very long runs, slower and larger than a smaller jump and
+    re-gridded squarings.
+    """
+    count = step.count
+    for generous in (False, True):
+        shift = _power_shift(count)
+        while (count >> shift) >= 4:
+            jump = count >> shift
+            rem = count - (jump << shift)
+            # With two squarings the remainder (< 4 steps) rides on a copy of
+            # the level, jump + rem, and the sum is jump + rem + jump + 2 jump:
+            # as many convolutions, and a law of a few steps is not re-gridded
+            # in one go to the final spacing (which widened the bracket).
+            # Further squarings (a transform that did not fit) keep it apart:
+            # 2^s - 1 additions would cost more than s.
+            folded = 0 < rem and shift <= 2
+            first = jump + rem if folded else rem
+            counts = (jump, first) if rem else (jump,)
+            windows = tuple(_padded(levels.window(c), h) for c in counts)
+            power_points = max(POWER_POINTS, _fft_size(2 * base.size))
+            if generous:
+                level = int((windows[0][1] - windows[0][0]) / h) + 1
+                power_points = max(power_points, 2 * _fft_size(level))
+            powered = self_compose_powers(base, counts, windows, min(power_points, 2 * MAX_GRID_POINTS),
+                                          total=count)
+            if powered is not None:
+                step.power_steps[pessimistic] = jump
+                cur = levels.fit(powered[0], jump)
+                result, result_count = (levels.fit(powered[1], first), first) if rem else (None, 0)
+                return result, result_count, cur, jump, (1 << shift) - (1 if folded else 0)
+            shift += 1
+    return None
+
+
+def _power_shift(count: int) -> int:
+    """Squarings after the FFT power: ``count = (count >> s) 2^s + r`` with
+    the power computing ``count >> s`` steps (and ``r < 2^s``) from one
+    transform, at the first late level (``8 c >= count``), where re-gridding
+    may start.  An exact quotient rather than a power of two: 14040 steps are
+    3510 x 4 (a power and two squarings), where the largest power of two,
+    2048, would leave 1752 steps and six levels to add up."""
+    return 2 if count >= 16 else 0
+
+
+def _padded(window: tuple[float, float], h: float) -> tuple[float, float]:
+    return window[0] - h, window[1] + h
+
+
+def _fit(g: GridPLD) -> GridPLD:
+    """Cap a final (multiplicity one) result at ``LEVEL_POINTS`` points."""
+    while g.size > LEVEL_POINTS:
+        g = g.coarsen()
+    return g
+
+
+def _same_grid(a: GridPLD, b: GridPLD) -> tuple[GridPLD, GridPLD]:
+    while a.h < b.h * (1 - 1e-9):
+        a = a.coarsen()
+    while b.h < a.h * (1 - 1e-9):
+        b = b.coarsen()
+    if a.h != b.h:  # equal up to rounding of repeated doubling
+        b = GridPLD(a.h, b.k0, b.p, b.lam, b.log_scale, b.inf_mass, b.err, b.pessimistic, b.log_mgf_bound,
+                    b.rel_err)
+    return a, b
+
+
+def _truncate(g: GridPLD, window: tuple[float, float]) -> GridPLD:
+    return g.truncate(*_padded(window, g.h))

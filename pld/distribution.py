@@ -1,0 +1,390 @@
+"""The PLD type: what users compose and query.
+
+A :class:`PLD` is an immutable description of a composition — a multiset of
+``(mechanism, count)`` pairs under one neighbouring relation — plus what its
+queries have computed so far.  Nothing is discretised until a question is
+asked; the question (a target delta or epsilon) then fixes the exponential
+tilt and the grid spacing (:mod:`pld.planner`), the composer builds certified
+grids (:mod:`pld.composer`) and the evaluator reads a bracket off them
+(:mod:`pld.grid`, :mod:`pld.queries`), so a user never has to guess a
+discretisation interval.
+
+``delta(eps) = max(delta_remove(eps), delta_add(eps))`` over the two directions
+of the neighbouring relation, and every answer is an interval
+``[lower, upper]`` that contains the true value.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from pld import _validate as v
+from pld import adjacency as adj
+from pld import gaussian_exact, queries, total_variation
+from pld.composer import GridTooLargeError
+from pld.grid import GridPLD
+from pld.laws import DIRECTIONS
+from pld.mechanisms import Mechanism
+from pld.planner import EPS_ATOL, EPS_RTOL, MAX_SPACING, Settings
+
+__all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "CLOSED_FORMS",
+           "EPS_RTOL", "EPS_ATOL"]
+
+#: answer compositions of Gaussian mechanisms from their closed form (exact at
+#: any count).  Tests that exercise the FFT engine on Gaussians turn it off.
+CLOSED_FORMS = True
+
+
+class TargetMissedWarning(RuntimeWarning):
+    """A certified bracket ended wider than its target (``rtol * epsilon + atol``).
+
+    Both ends are still proofs; the message says why the grid could not be
+    refined further (memory cap, a fixed spacing, refinement that stalled).
+    Turn it into an error with ``warnings.simplefilter("error", pld.TargetMissedWarning)``.
+    """
+
+
+@dataclass(frozen=True)
+class GridPair:
+    """One direction's certified grids behind an answer (read-only).
+
+    ``dominating`` bounds delta from above at every epsilon (its error bound
+    and mass at +inf included), ``dominated`` from below; ``settings`` are the
+    spacing, tilt and truncation budget they were built with, and
+    ``power_steps`` the steps each component composed by one FFT power.
+    """
+
+    direction: str
+    settings: Settings
+    dominating: GridPLD
+    dominated: GridPLD
+    power_steps: tuple[int, ...]
+
+
+class PLD:
+    """Privacy loss distribution of a composition of mechanisms.
+
+    Build one with ``mechanism.pld()``, then ``compose``/``self_compose``; query
+    with :meth:`epsilon_bounds`, :meth:`delta_bounds`, :meth:`epsilon`,
+    :meth:`delta`.  Instances are immutable (and safe to share between threads);
+    numerical results are cached.
+    """
+
+    def __init__(self, components, *, value_discretization_interval: float | None = None):
+        comps = []
+        for item in components:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError(f"components must be (mechanism, count) pairs, got {item!r}")
+            m, k = item
+            if not isinstance(m, Mechanism):
+                raise TypeError(f"components must be pld mechanisms, got {type(m).__name__}")
+            comps.append((m, v.integer("count", k, low=1, high=v.MAX_COUNT)))
+        if value_discretization_interval is not None:
+            value_discretization_interval = v.real(
+                "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True,
+                high=MAX_SPACING)
+        self._components = _merge(tuple(comps))
+        for _, k in self._components:
+            v.integer("count (after adding up equal mechanisms)", k, low=1, high=v.MAX_COUNT)
+        self._adjacency = _common_adjacency(self._components)
+        self._h_fixed = value_discretization_interval
+        self._engine_box: list[queries.Engine] = []
+
+    # ----------------------------------------------------------- building
+    @classmethod
+    def from_mechanism(cls, mechanism: Mechanism, *, count: int = 1,
+                       value_discretization_interval: float | None = None) -> PLD:
+        count = v.integer("count", count, low=1, high=v.MAX_COUNT)
+        return cls(((mechanism, count),), value_discretization_interval=value_discretization_interval)
+
+    @property
+    def components(self) -> tuple:
+        """``((mechanism, count), ...)``: what this PLD composes."""
+        return self._components
+
+    @property
+    def value_discretization_interval(self) -> float | None:
+        """The fixed grid spacing an expert passed, or None (chosen per query)."""
+        return self._h_fixed
+
+    @property
+    def steps(self) -> int:
+        return sum(k for _, k in self._components)
+
+    @property
+    def adjacency(self) -> str:
+        """The neighbouring relation the composition is accounted under
+        (:mod:`pld.adjacency`; ``"any"`` when every part is stated through a
+        sensitivity)."""
+        return self._adjacency
+
+    @property
+    def symmetric(self) -> bool:
+        """True when both directions of the relation have the same PLD (one is evaluated)."""
+        return all(m.symmetric for m, _ in self._components)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """The directions the answers take the maximum over."""
+        return ("remove",) if self.symmetric else DIRECTIONS
+
+    def compose(self, other: PLD) -> PLD:
+        """PLD of running both (independent noise, same data): losses add.
+
+        Raises ``ValueError`` when the two are accounted under different
+        neighbouring relations: their privacy losses are about different
+        pairs of datasets and do not add up to a guarantee for either.
+        """
+        if not isinstance(other, PLD):
+            raise TypeError(f"can only compose with a PLD, got {type(other).__name__}")
+        h = self._h_fixed if self._h_fixed is not None else other._h_fixed
+        return PLD(self._components + other._components, value_discretization_interval=h)
+
+    def self_compose(self, count: int) -> PLD:
+        """PLD of ``count`` independent runs (``count`` may be up to 1e12 steps in all)."""
+        count = v.integer("count", count, low=1, high=v.MAX_COUNT)
+        for _, k in self._components:
+            if k * count > v.MAX_COUNT:
+                raise ValueError(f"count x {k} must be at most {v.MAX_COUNT:.0e} steps of one mechanism, "
+                                 f"got {count} x {k}")
+        return PLD(tuple((m, k * count) for m, k in self._components),
+                   value_discretization_interval=self._h_fixed)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{m!r} x{k}" for m, k in self._components)
+        return f"PLD({inner})"
+
+    # ---------------------------------------------------------- queries
+    def epsilon_bounds(self, delta, *, rtol: float | None = None):
+        """Certified ``(lower, upper)`` on the smallest epsilon with delta(epsilon) <= delta.
+
+        ``upper`` satisfies ``delta_upper(upper) <= delta`` for the dominating
+        PLDs of both directions, so the mechanism is ``(upper, delta)``-DP;
+        ``lower`` is below the true epsilon.  Vectorised over ``delta``.
+
+        ``rtol`` sets the bracket the grid is refined for,
+        ``upper - lower <= rtol * epsilon + 1e-6`` (default ``EPS_RTOL`` = 1e-4);
+        a looser one is faster.  Either way both ends are certified.
+        """
+        d, scalar = v.real_array("delta", delta, low=0.0, high=1.0)
+        rtol = EPS_RTOL if rtol is None else v.real("rtol", rtol, low=1e-7, high=1.0)
+        lo = np.empty(d.shape)
+        hi = np.empty(d.shape)
+        for idx, dv in np.ndenumerate(d):
+            lo[idx], hi[idx] = self._epsilon_bounds_at(float(dv), rtol)
+        if scalar:
+            return float(lo), float(hi)
+        return lo, hi
+
+    def _epsilon_bounds_at(self, delta: float, rtol: float) -> tuple[float, float]:
+        if delta == 0.0:
+            top = self._epsilon_at_zero_delta()
+            # (the sum of the components' largest losses, rounded either way)
+            inner = 0.0 < top < math.inf
+            return (max(0.0, float(np.nextafter(top, -math.inf))) if inner else top,
+                    float(np.nextafter(top, math.inf)) if inner else top)
+        if delta == 1.0 or self._tv_upper() <= delta or self._epsilon_at_zero_delta() <= 0.0:
+            # delta(0) <= 1 always; delta(0) = TV <= delta, or no loss above 0
+            # at all: epsilon = 0
+            return 0.0, 0.0
+        mu = self._closed_form_mu()
+        if mu is not None:
+            return gaussian_exact.epsilon_bounds(mu, delta)
+        return self._epsilon_bracket(delta, rtol)
+
+    def epsilon(self, delta):
+        """Certified epsilon (the upper end of :meth:`epsilon_bounds`)."""
+        _, hi = self.epsilon_bounds(delta)
+        return hi
+
+    def delta_bounds(self, epsilon):
+        """Certified ``(lower, upper)`` on delta(epsilon) = max over directions.
+
+        Vectorised: a whole curve in one call (see :func:`pld.queries.delta_curve`).
+        """
+        e, scalar = v.real_array("epsilon", epsilon)
+        flat = e.ravel()
+        mu = self._closed_form_mu()
+        if mu is not None:
+            lo, hi = gaussian_exact.delta_bounds(mu, flat)
+        else:
+            lo, hi = queries.delta_curve(self._engine(), flat, self._epsilon_at_zero_delta())
+        if scalar:
+            return float(lo[0]), float(hi[0])
+        return lo.reshape(e.shape), hi.reshape(e.shape)
+
+    def delta(self, epsilon):
+        """Certified delta(epsilon) (the upper end of :meth:`delta_bounds`)."""
+        _, hi = self.delta_bounds(epsilon)
+        return hi
+
+    def explain(self, delta: float, *, tilt: float | None = None) -> dict:
+        """Per-direction brackets and numerical settings behind ``epsilon_bounds(delta)``.
+
+        ``tilt`` replaces the exponential tilt of the grids (same spacing and
+        windows budget); the per-direction values then describe those grids.
+        A weak tilt (0) represents the bulk of the loss law best, the query's
+        own tilt the tail at ``delta``.
+        """
+        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        lo, hi = self._epsilon_bracket(delta, EPS_RTOL)
+        engine = self._engine()
+        miss = queries.target_miss(engine, EPS_RTOL, lo, hi, queries.used_settings(engine, delta))
+        mu = self._closed_form_mu()
+        if mu is not None:
+            # the answer is the closed form's; the grids below describe what
+            # the FFT engine would have used
+            lo, hi = gaussian_exact.epsilon_bounds(mu, delta)
+            miss = None
+        out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta,
+               "method": "closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
+                         f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids",
+               "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
+               "target_met": miss is None, "target_missed_because": miss, "directions": {}}
+        for d, pair in self.grids(delta, tilt=tilt).items():
+            pess, opt = pair.dominating, pair.dominated
+            upper = pess.epsilon(delta)
+            out["directions"][d] = {
+                "epsilon_lower": opt.epsilon(delta), "epsilon_upper": upper,
+                # a direction whose upper end is below the other's lower end
+                # cannot move the answer; it is settled on a coarser grid
+                "binding": bool(upper > lo),
+                "delta_at_epsilon_upper": (float(opt.delta(hi)[0]), float(pess.delta(hi)[0])),
+                "grid_spacing_first_step": pair.settings.h, "grid_spacing_final": pess.h,
+                "tilt": pair.settings.lam,
+                # per component: steps composed by one FFT power (1: squaring only)
+                "fft_power_steps": list(pair.power_steps),
+                "grid_points": pess.size, "fft_error_bound": pess.err,
+                "infinity_mass_upper": pess.inf_mass,
+                "loss_window": (pess.k0 * pess.h, (pess.k0 + pess.size - 1) * pess.h),
+            }
+        return out
+
+    def grids(self, delta: float, *, tilt: float | None = None) -> dict[str, GridPair]:
+        """The certified grids behind ``epsilon_bounds(delta)``, per direction.
+
+        Read-only: other evaluators (:mod:`pld.curves`, plots, reports) read
+        delta off these grids instead of rebuilding them.  ``tilt`` replaces
+        the grids' exponential tilt (same spacing and truncation budget).
+        """
+        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        engine = self._engine()
+        used = queries.used_settings(engine, delta)
+        if tilt is not None:
+            tilt = v.real("tilt", tilt, low=0.0)
+            used = {d: Settings(s.h, tilt, s.log_eta) for d, s in used.items()}
+        out = {}
+        for d, s in used.items():
+            pess, opt = engine.composer.materialize(d, *s)
+            assert opt is not None
+            out[d] = GridPair(d, s, pess, opt, tuple(engine.composer.power_steps(d, *s)))
+        return out
+
+    def distribution(self, direction: str = "remove", side: str = "upper", *,
+                     delta: float = 1e-6, tilt: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """The discretised PLD behind the answers at ``delta``.
+
+        Returns ``(losses, masses, infinity_mass)`` of the dominating
+        (``side="upper"``) or dominated (``side="lower"``) grid PLD of one
+        direction, untilted: ``masses[i]`` is the P-probability of loss
+        ``losses[i]``.  Masses below the floating-point range are 0.
+        ``tilt`` replaces the grids' exponential tilt, as in :meth:`explain`.
+        """
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}")
+        if side not in ("upper", "lower"):
+            raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
+        pairs = self.grids(delta, tilt=tilt)
+        pair = pairs[direction if direction in pairs else "remove"]
+        g = pair.dominating if side == "upper" else pair.dominated
+        with np.errstate(under="ignore", over="ignore"):
+            masses = np.exp(g.log_masses())
+        return g.losses(), masses, float(g.inf_mass)
+
+    def loss_law(self, direction: str = "remove"):
+        """The explored loss law of one direction (:class:`pld._windows.Composite`).
+
+        For sizing and estimates only (saddle-point and Chernoff estimates,
+        moments); no certificate is read from it.
+        """
+        if direction not in self.directions:
+            raise ValueError(f"direction must be one of {self.directions}, got {direction!r}")
+        return self._engine().laws.exploration(direction)
+
+    # -------------------------------------------------------- internals
+    def _engine(self) -> queries.Engine:
+        # (built on first use: a PLD that is only composed and saved builds none;
+        # list.append is atomic, and a race builds two engines of which one wins)
+        if not self._engine_box:
+            self._engine_box.append(queries.Engine.build(self._components, self._h_fixed))
+        return self._engine_box[0]
+
+    def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
+        engine = self._engine()
+        lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
+        miss = queries.target_miss(engine, rtol, lo, hi, used)
+        if miss is not None:
+            shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
+            warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
+                          f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): {miss}. Both ends are "
+                          "still certified.", TargetMissedWarning, stacklevel=5)
+        return lo, hi
+
+    def _tv_upper(self) -> float:
+        """Upper bound on delta(0), the composition's total variation (1 if unknown)."""
+        def compute() -> float:
+            tv = total_variation.composition_tv_upper(self._components)
+            return 1.0 if tv is None else tv
+        return self._engine().cache.scalar("tv", compute)
+
+    def _closed_form_mu(self) -> float | None:
+        """``mu`` when every component is a Gaussian mechanism and closed forms
+        are on (:data:`CLOSED_FORMS`), else None: such a composition is one
+        Gaussian mechanism (:mod:`pld.gaussian_exact`), and no grid is needed."""
+        if not CLOSED_FORMS or self._h_fixed is not None:
+            return None
+        return gaussian_exact.gaussian_mu(self._components)
+
+    def _epsilon_at_zero_delta(self) -> float:
+        """epsilon(0): the smallest epsilon with delta(epsilon) = 0.
+
+        ``delta(eps) = E_P[(1 - e^{eps - L})_+]`` vanishes exactly from the
+        largest loss with positive mass on: the sum of the components' largest
+        losses (``inf`` with a mass at +inf or an unbounded loss).
+        """
+        engine = self._engine()
+        return engine.cache.scalar("eps_at_zero", lambda: max(
+            0.0, *(engine.laws.largest_loss(d) for d in engine.directions)))
+
+
+def _merge(components: tuple) -> tuple:
+    """Add up counts of equal mechanisms, keeping first-seen order."""
+    counts: Counter = Counter()
+    order = []
+    for m, k in components:
+        if m not in counts:
+            order.append(m)
+        counts[m] += k
+    return tuple((m, counts[m]) for m in order)
+
+
+def _common_adjacency(components: tuple) -> str:
+    """The one neighbouring relation of ``components`` (:func:`pld.adjacency.combined`),
+    or ``ValueError`` naming two mechanisms whose relations differ."""
+    relation, witness = adj.ANY, None
+    for m, _ in components:
+        try:
+            new = adj.combined((relation, m.adjacency))
+        except ValueError:
+            raise ValueError(
+                f"cannot compose PLDs under different neighbouring relations: {witness!r} is accounted "
+                f"under {relation} adjacency and {m!r} under {m.adjacency} adjacency; a guarantee holds "
+                "for one relation at a time (account every part under the same one)") from None
+        if new != relation:
+            relation, witness = new, m
+    return relation

@@ -1,0 +1,130 @@
+"""What a PLD remembers between queries, and the threads that build its grids.
+
+A :class:`pld.PLD` is immutable, but answering a query builds laws, grids and
+settings that later queries reuse.  All of that lives in one
+:class:`EngineCache` per PLD: one lock, bounded stores with one eviction
+policy (least recently used), and the set of materialisations being built in
+the background.  The worker threads are process-wide (:func:`side_pool`).
+
+Nothing here affects a certificate: an evicted entry is rebuilt from the same
+inputs by the same deterministic code.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+#: entries per store; materialised grids are the large ones (a few MB each)
+GRID_ENTRIES = 32
+SMALL_ENTRIES = 256
+
+
+class LRUStore:
+    """A bounded mapping that forgets its least recently used entry first.
+
+    Not locked itself: :class:`EngineCache` holds the one lock.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._capacity = capacity
+
+    def get(self, key: Hashable) -> Any:
+        hit = self._data.get(key)
+        if hit is not None:
+            self._data.move_to_end(key)
+        return hit
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._capacity:
+            self._data.popitem(last=False)
+
+    def keys(self) -> list:
+        return list(self._data)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+class EngineCache:
+    """Every cache, the lock and the in-flight builds of one PLD.
+
+    Stores (all :class:`LRUStore`): ``laws`` (explored loss laws per direction
+    and truncation budget), ``chernoff`` (tilt and Chernoff epsilon per
+    direction and delta), ``grids`` (materialised grid pairs), ``spacings``
+    (the grid spacing and tilt a query's refinement settled on) and ``used``
+    (settings behind each epsilon query, for :meth:`pld.PLD.explain`);
+    ``scalars`` holds values computed once per PLD (total variation, largest
+    losses).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.laws = LRUStore(SMALL_ENTRIES)
+        self.chernoff = LRUStore(SMALL_ENTRIES)
+        self.grids = LRUStore(GRID_ENTRIES)
+        self.spacings = LRUStore(4 * SMALL_ENTRIES)
+        self.used = LRUStore(SMALL_ENTRIES)
+        self.scalars: dict[Hashable, Any] = {}
+        #: materialisations being built in the background: key -> (pid, future)
+        self.inflight: dict[Hashable, tuple[int, Future]] = {}
+
+    def get(self, store: LRUStore, key: Hashable) -> Any:
+        with self.lock:
+            return store.get(key)
+
+    def put(self, store: LRUStore, key: Hashable, value: Any) -> None:
+        with self.lock:
+            store.put(key, value)
+
+    def scalar(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per key (a race computes it twice, harmlessly)."""
+        with self.lock:
+            if key in self.scalars:
+                return self.scalars[key]
+        value = compute()
+        with self.lock:
+            return self.scalars.setdefault(key, value)
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _forget_pool_after_fork() -> None:
+    # a forked child has none of the parent's threads: a pool inherited from
+    # the parent would accept work and never run it
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+    _POOL.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def side_pool() -> ThreadPoolExecutor | None:
+    """Worker threads for the dominating sides (two, so that queries from two
+    user threads do not wait on each other), or None on a single core.
+
+    The threads start on first use, never at import.  ``PLD_THREADS=1`` in the
+    environment turns the concurrency off.
+    """
+    threads = os.environ.get("PLD_THREADS")
+    n = int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1)
+    if n < 2:
+        return None
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="pld-side"))
+        return _POOL[0]

@@ -1,0 +1,242 @@
+"""Answering queries from grids: the epsilon bracket and the delta curve.
+
+``delta(eps) = max(delta_remove(eps), delta_add(eps))``, so an epsilon bracket
+is the largest of the directions' brackets and a delta bracket the largest of
+theirs.  Each direction's grids come from the planner (:mod:`pld.planner`) and
+the composer (:mod:`pld.composer`); every bracket read off them is certified
+(:mod:`pld.grid`), so intersecting brackets from several grids is too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pld import _windows as w
+from pld.composer import MAX_GRID_POINTS, Composer
+from pld.engine_cache import EngineCache
+from pld.laws import Laws
+from pld.planner import EPS_ATOL, EPS_RTOL, FAR_QUERY, Planner, Query, Settings
+
+#: delta curves: points whose bracket is wider than this (relative) get a grid
+#: tuned at them, at most DELTA_EXTRA_GRIDS per call
+DELTA_LOOSE = 1e-2
+DELTA_EXTRA_GRIDS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class Engine:
+    """The numerical machinery behind one PLD, built on its first query."""
+
+    laws: Laws
+    composer: Composer
+    planner: Planner
+    cache: EngineCache
+
+    @classmethod
+    def build(cls, components: tuple, h_fixed: float | None) -> Engine:
+        cache = EngineCache()
+        laws = Laws(components, cache)
+        composer = Composer(laws, cache)
+        return cls(laws, composer, Planner(laws, composer, cache, h_fixed), cache)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return self.laws.directions
+
+
+# ------------------------------------------------------------ epsilon
+def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tuple[float, float, dict]:
+    """``(lower, upper, settings per direction)`` on epsilon at ``delta``.
+
+    Directions are taken in order of their Chernoff estimates; ``lo`` is the
+    largest lower end found so far: a direction whose upper end stays below it
+    cannot move either end of the maximum, so it needs no refining and no
+    dominated side.  One that the Chernoff estimate puts clearly below the
+    leader is first tried on a coarse probe grid; that grid does not depend on
+    the leader's answer, so on two cores it is built while the leader is.
+    """
+    planner, composer = engine.planner, engine.composer
+    dirs = sorted(((d, planner.chernoff(d, delta)[1]) for d in engine.directions), key=lambda de: -de[1])
+    lead = dirs[0][1]
+    query = Query("delta", delta, rtol)
+    probes = {d: planner.probe_settings(d, query) for d, est in dirs[1:] if est < 0.95 * lead}
+    for d, probe in probes.items():
+        if probe is not None:
+            composer.speculate(d, *probe)
+    # a direction close to the leader starts on its first grid, whose
+    # dominating side alone often shows it below the leader's lower end: that
+    # side too is built while the leader is
+    for d, _ in dirs[1:]:
+        if d not in probes:
+            first = planner.first_settings(d, query)
+            if first is not None:
+                composer.speculate(d, *first)
+    lo = hi = 0.0
+    used: dict[str, Settings] = {}
+    for d, _ in dirs:
+        settings = planner.settings(d, query, floor=lo, probe=probes.get(d))
+        used[d] = settings
+        pess, _ = composer.materialize(d, *settings, lower=False)
+        upper = pess.epsilon(delta)
+        hi = max(hi, upper)
+        if upper > lo:  # else this direction cannot move either end
+            _, opt = composer.materialize(d, *settings)
+            assert opt is not None
+            lo = max(lo, opt.epsilon(delta))
+    engine.cache.put(engine.cache.used, (delta, rtol), used)
+    return lo, max(hi, lo), used
+
+
+def used_settings(engine: Engine, delta: float) -> dict[str, Settings]:
+    """The settings behind ``epsilon_bounds(delta)`` at the default target, per direction."""
+    used = engine.cache.get(engine.cache.used, (delta, EPS_RTOL))
+    if used is None:
+        epsilon_bracket(engine, delta)
+        used = engine.cache.get(engine.cache.used, (delta, EPS_RTOL))
+    return used
+
+
+def target_miss(engine: Engine, rtol: float, lo: float, hi: float, used: dict) -> str | None:
+    """Why a bracket is wider than its target, or None when it is not."""
+    if math.isinf(hi):
+        if math.isinf(lo):
+            return None  # (epsilon = inf exactly: a mass at +inf above delta)
+        return "the dominating grids could not bound epsilon (their mass at +inf exceeds delta)"
+    if hi - lo <= rtol * hi + EPS_ATOL:
+        return None
+    if engine.planner.h_fixed is not None:
+        return f"the grid spacing is fixed at value_discretization_interval = {engine.planner.h_fixed:g}"
+    for d, (h, lam, log_eta) in used.items():
+        if engine.composer.grid_points(d, h, lam, log_eta) * 2 > MAX_GRID_POINTS:
+            return f"the grid reached its memory cap of {MAX_GRID_POINTS} points"
+    return "refining the grid stopped narrowing it (a bias the spacing does not control)"
+
+
+# -------------------------------------------------------------- delta
+def tunable_epsilon(engine: Engine) -> float:
+    """An epsilon above which no grid is tuned: beyond the composed loss's
+    support delta is the mass at +inf on every grid, and beyond the
+    Chernoff epsilon of ``FAR_QUERY``'s delta the finite part is below it (a
+    grid tuned there would reach out to where the tilted law has e^-1e5 of
+    its mass)."""
+
+    def compute() -> float:
+        top = 0.0
+        for d in engine.directions:
+            _, hi = engine.laws.exploration(d).support()
+            far = engine.planner.chernoff(d, FAR_QUERY.value)[1]
+            top = max(top, min(hi, far) if math.isfinite(far) else hi)
+        return min(top, 1e12) if math.isfinite(top) else 1e12
+
+    return engine.cache.scalar("tunable", compute)
+
+
+def delta_query(engine: Engine, epsilon: float) -> Query:
+    """The query whose grids a delta at ``epsilon`` is read from.
+
+    The epsilon query at the saddle-point estimate of ``delta(epsilon)``
+    (:func:`pld._windows.saddle_log_delta`, within a few percent): its grids
+    are refined until the epsilon bracket there meets its target, which is the
+    delta bracket at ``epsilon`` that target implies, and they are the very
+    grids (and remembered spacings) of that epsilon query, so a delta query
+    costs what the matching epsilon query costs.  Below the mean loss, and
+    where delta is not small, the delta target is used directly.
+    """
+    est = -math.inf
+    for d in engine.directions:
+        comp = engine.laws.exploration(d)
+        lam = w.tilt_for_epsilon(comp, epsilon)
+        if not lam > 0:
+            return Query("epsilon", epsilon)
+        m, log_d = w.saddle_log_delta(comp, lam)
+        if math.isfinite(log_d):
+            est = max(est, log_d - lam * (epsilon - m))
+    if not -575.0 < est < math.log(0.25):
+        return Query("epsilon", epsilon)
+    return Query("delta", math.exp(est), EPS_RTOL)
+
+
+def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[np.ndarray, np.ndarray]:
+    """Brackets of delta at every point of ``flat`` from grids tuned for ``queries``."""
+    lo = np.zeros(flat.shape)
+    hi = np.zeros(flat.shape)
+    for i, d in enumerate(engine.directions):
+        d_lo = np.zeros(flat.shape)
+        d_hi = np.ones(flat.shape)
+        # beyond this direction's largest loss (bounded: the add direction of
+        # Poisson sampling, -T log(1 - q)) its delta is exactly 0; a grid
+        # tuned there would only hold its truncation bound
+        top = engine.laws.largest_loss(d)
+        inside = ~((flat >= top) & math.isfinite(top))
+        if not np.any(inside):
+            continue
+        for query in queries:
+            if query.kind == "epsilon" and not query.value < top:
+                continue
+            floor = float(np.min(lo)) if i > 0 and flat.size and query.kind == "epsilon" else -math.inf
+            pess, opt = engine.composer.materialize(d, *engine.planner.settings(d, query, floor=floor))
+            assert opt is not None
+            d_hi = np.minimum(d_hi, pess.delta(flat))
+            d_lo = np.maximum(d_lo, opt.delta(flat))
+        hi = np.maximum(hi, np.where(inside, d_hi, 0.0))
+        lo = np.maximum(lo, np.where(inside, d_lo, 0.0))
+    return lo, hi
+
+
+def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tuple[np.ndarray, np.ndarray]:
+    """Certified brackets on delta at every finite or infinite point of ``flat``.
+
+    Grids are tuned at up to three representative epsilons (smallest, median,
+    largest) among those the grids can resolve; every point is evaluated on
+    each of them and the brackets intersected.  An epsilon at or beyond the
+    largest finite loss has delta = the mass at +inf, which every grid holds:
+    it tunes nothing, so it cannot change another entry's answer.
+    """
+    limit = tunable_epsilon(engine)
+    tunable = flat[np.isfinite(flat) & (flat < limit)]
+    if tunable.size:
+        reps = np.unique(np.quantile(tunable, [0.0, 0.5, 1.0], method="nearest"))
+    else:
+        reps = np.array([0.0]) if flat.size else flat
+    queries = [delta_query(engine, float(r)) for r in reps]
+    if np.any(flat >= limit):
+        # beyond every grid the upper end is the mass a grid sent to +inf,
+        # truncated mass included; one grid tuned at a tiny delta (loosely:
+        # only its windows matter) holds that below ~1e-40
+        queries.append(FAR_QUERY)
+    lo, hi = delta_pass(engine, flat, queries)
+    # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
+    beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
+    lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
+    lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
+    # delta(eps) is non-increasing: a lower bound at a larger epsilon holds at
+    # every smaller one, an upper bound at a smaller epsilon at every larger one
+    if flat.size > 1:
+        order = np.argsort(flat, kind="stable")
+        lo[order] = np.maximum.accumulate(lo[order][::-1])[::-1]
+        hi[order] = np.minimum.accumulate(hi[order])
+    # delta(-inf) = E_P[1] = 1 exactly
+    lo = np.where(flat == -math.inf, 1.0, lo)
+    hi = np.maximum(np.where(flat == -math.inf, 1.0, hi), lo)
+    return lo, hi
+
+
+def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried: set,
+                         limit: float) -> tuple[np.ndarray, np.ndarray]:
+    """A point between two tuning epsilons whose tails differ by orders of
+    magnitude is resolved by neither grid: the loosest few get their own."""
+    for _ in range(DELTA_EXTRA_GRIDS):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
+        cand = [j for j in np.argsort(-loose, kind="stable")
+                if loose[j] > DELTA_LOOSE and float(flat[j]) not in tried and abs(flat[j]) < limit]
+        if not cand:
+            break
+        r = float(flat[cand[0]])
+        tried.add(r)
+        lo_r, hi_r = delta_pass(engine, flat, [delta_query(engine, r)])
+        lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
+    return lo, hi
