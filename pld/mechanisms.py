@@ -23,20 +23,15 @@ import numpy as np
 
 from pld import _validate as v
 from pld import adjacency as adj
-from pld._models import (
-    LaplaceBase,
-    LossModel,
-    LossModelProtocol,
-    LossUnionModel,
-    NormalBase,
-    SymmetrizedSubsampledGaussianModel,
-    mixture_pair_model,
-)
+from pld._mixture_models import LossUnionModel, mixture_pair_model
+from pld._models import LaplaceBase, LossModel, LossModelProtocol, NormalBase
+from pld._substitute_models import SymmetrizedSubsampledGaussianModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from pld.distribution import PLD
 
 _EMPTY = np.array([], dtype=float)
+_PLD_MECHANISMS: dict[str, type] = {}
 
 
 class Mechanism:
@@ -63,6 +58,14 @@ class Mechanism:
         if missing:
             raise TypeError(f"mechanism {cls.__name__} must declare {' and '.join(missing)} "
                             "(see pld.mechanisms.Mechanism)")
+        if cls.__module__.split(".")[0] == "pld":
+            # pld's own mechanisms, by name: what saved files may name (pld.io)
+            _PLD_MECHANISMS[cls.__name__] = cls
+
+    @staticmethod
+    def pld_classes() -> dict[str, type]:
+        """pld's own mechanism classes by name (those defined in ``pld.*`` modules)."""
+        return dict(_PLD_MECHANISMS)
 
     def loss_model(self, direction: str) -> LossModelProtocol:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -366,7 +369,7 @@ class SampledWithoutReplacement(Mechanism):
     ``C_q(G_mu)``-DP with ``C_q(f) = min(f_q, f_q^{-1})**`` and
     ``f_q = q f + (1 - q) Id`` (Dong, Roth & Su 2022, Thm 4.2); its dominating
     pair is symmetric (see
-    :class:`pld._models.SymmetrizedSubsampledGaussianModel`), so the two
+    :class:`pld._substitute_models.SymmetrizedSubsampledGaussianModel`), so the two
     directions coincide.  For ``sampling_rate = 1`` it is the Gaussian mechanism
     with sensitivity ``2 * sensitivity``.
 
@@ -552,7 +555,7 @@ class TruncatedPoissonGaussian(Mechanism):
       sensitivity 2 at rate ``r_bar``.
 
     Whether truncation happened is shown to the adversary (a disjoint union,
-    :class:`pld._models.LossUnionModel`): weight ``w = P(Bin(m,p) <= B-1)`` on
+    :class:`pld._mixture_models.LossUnionModel`): weight ``w = P(Bin(m,p) <= B-1)`` on
     the first pair, ``1 - w`` on the second; joint convexity of the
     hockey-stick divergence makes the union dominate.  ``adjacency``:
 

@@ -10,7 +10,7 @@ from scipy import integrate, stats
 
 import pld
 from pld import _windows as w
-from pld._models import SymmetrizedSubsampledGaussianModel
+from pld._substitute_models import SymmetrizedSubsampledGaussianModel
 from pld.exact import gaussian_epsilon
 from pld.mechanisms import Gaussian, Laplace, PoissonSampled, SampledWithoutReplacement
 

@@ -351,8 +351,11 @@ def test_truncated_rejects_bad_input(kwargs, name):
 
 
 def test_new_mechanisms_save_and_load(tmp_path):
-    d = (pld.MixtureOfGaussians(1.0, (0.0, 1.0), (0.5, 0.5)).pld()
-         .compose(pld.PoissonSampledSubstitute(pld.Gaussian(2.0), 0.1).pld().self_compose(3))
-         .compose(pld.TruncatedPoissonGaussian(1.0, 100, 0.05, 10, "replace_special").pld()))
-    pld.save(d, tmp_path / "x.pld")
-    assert pld.load(tmp_path / "x.pld").components == d.components
+    # (one composition per neighbouring relation: mixing them is refused)
+    special = (pld.MixtureOfGaussians(1.0, (0.0, 1.0), (0.5, 0.5)).pld()
+               .compose(pld.TruncatedPoissonGaussian(1.0, 100, 0.05, 10, "replace_special").pld()))
+    substitute = (pld.PoissonSampledSubstitute(pld.Gaussian(2.0), 0.1).pld().self_compose(3)
+                  .compose(pld.TruncatedPoissonGaussian(1.0, 100, 0.05, 10, "substitute").pld()))
+    for i, d in enumerate((special, substitute)):
+        pld.save(d, tmp_path / f"x{i}.pld")
+        assert pld.load(tmp_path / f"x{i}.pld").components == d.components
