@@ -29,7 +29,7 @@ from pld import gaussian_exact, queries, total_variation
 from pld.composer import GridTooLargeError
 from pld.grid import GridPLD
 from pld.laws import DIRECTIONS
-from pld.mechanisms import Mechanism
+from pld.mechanisms import Mechanism, register_pld_type
 from pld.planner import EPS_ATOL, EPS_RTOL, MAX_SPACING, Settings
 
 __all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "CLOSED_FORMS",
@@ -388,3 +388,6 @@ def _common_adjacency(components: tuple) -> str:
         if new != relation:
             relation, witness = new, m
     return relation
+
+
+register_pld_type(PLD)

@@ -45,16 +45,13 @@ _SQRT2 = math.sqrt(2.0)
 
 def gaussian_mu(components) -> float | None:
     """``mu`` of a composition whose every component is a Gaussian mechanism
-    (a Poisson-sampled one at rate 1 included), else None."""
-    from pld.mechanisms import Gaussian, PoissonSampled
-
+    (``mechanism.gaussian_mu()``: a Poisson-sampled one at rate 1 included), else None."""
     total = 0.0
     for m, k in components:
-        while isinstance(m, PoissonSampled) and m.sampling_rate == 1.0:
-            m = m.mechanism
-        if type(m) is not Gaussian:
+        mu = m.gaussian_mu()
+        if mu is None:
             return None
-        total += k * (m.sensitivity / m.sigma) ** 2
+        total += k * mu ** 2
     return math.sqrt(total)
 
 

@@ -41,14 +41,10 @@ DEFAULT_DELTA = 1e-5
 
 # ------------------------------------------------------------ mechanisms
 def _known_classes() -> dict:
-    from pld import mechanisms as M
+    """pld's own mechanism dataclasses by name (any module of the package)."""
+    from pld.mechanisms import Mechanism
 
-    out = {}
-    for name, obj in vars(M).items():
-        if (isinstance(obj, type) and issubclass(obj, M.Mechanism) and obj is not M.Mechanism
-                and dataclasses.is_dataclass(obj) and obj.__module__ == M.__name__):
-            out[name] = obj
-    return out
+    return {name: cls for name, cls in Mechanism.pld_classes().items() if dataclasses.is_dataclass(cls)}
 
 
 def _encode_value(name: str, value):
@@ -80,7 +76,7 @@ def mechanism_to_dict(mechanism) -> dict:
         raise TypeError(f"cannot save {type(mechanism).__name__}: not a pld mechanism")
     cls = type(mechanism)
     if _known_classes().get(cls.__name__) is not cls:
-        raise TypeError(f"cannot save {cls.__name__}: only mechanisms defined in pld.mechanisms can be saved")
+        raise TypeError(f"cannot save {cls.__name__}: only pld's own mechanisms can be saved")
     fields = {f.name: _encode_value(f"{cls.__name__}.{f.name}", getattr(mechanism, f.name))
               for f in dataclasses.fields(mechanism) if f.init}
     return {"type": cls.__name__, "fields": fields}

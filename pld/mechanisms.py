@@ -17,21 +17,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pld import _validate as v
 from pld import adjacency as adj
+from pld import total_variation as tv
 from pld._mixture_models import LossUnionModel, mixture_pair_model
 from pld._models import LaplaceBase, LossModel, LossModelProtocol, NormalBase
 from pld._substitute_models import SymmetrizedSubsampledGaussianModel
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pld.distribution import PLD
 
 _EMPTY = np.array([], dtype=float)
 _PLD_MECHANISMS: dict[str, type] = {}
+#: the PLD type, registered by pld.distribution when it is imported (it imports
+#: this module, so this module cannot import it: mechanisms describe pairs and
+#: know nothing of grids; ``pld()`` is only a convenience)
+_PLD_TYPE: list[type] = []
+
+
+def register_pld_type(cls: type) -> None:
+    """Make ``mechanism.pld()`` build instances of ``cls`` (called by pld.distribution)."""
+    _PLD_TYPE[:] = [cls]
 
 
 class Mechanism:
@@ -70,7 +78,17 @@ class Mechanism:
     def loss_model(self, direction: str) -> LossModelProtocol:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def pld(self, *, value_discretization_interval: float | None = None) -> "PLD":
+    def tv_upper(self) -> float | None:
+        """Upper bound on the total variation of the pair (both directions), or
+        None when there is no closed form (:mod:`pld.total_variation`)."""
+        return None
+
+    def gaussian_mu(self) -> float | None:
+        """``mu`` when the pair is exactly a Gaussian pair ``N(mu, 1)`` vs
+        ``N(0, 1)`` (closed forms apply, :mod:`pld.gaussian_exact`), else None."""
+        return None
+
+    def pld(self, *, value_discretization_interval: float | None = None) -> Any:
         """The privacy loss distribution of one run of this mechanism.
 
         Parameters
@@ -78,10 +96,13 @@ class Mechanism:
         value_discretization_interval : float, optional
             Fixed grid spacing for experts; by default the spacing is chosen per
             query so that the epsilon bracket is narrow.
-        """
-        from pld.distribution import PLD  # (pld.distribution imports this module)
 
-        return PLD.from_mechanism(self, value_discretization_interval=value_discretization_interval)
+        Returns
+        -------
+        pld.PLD
+            One run (``count = 1``); compose with ``self_compose``/``compose``.
+        """
+        return _PLD_TYPE[0].from_mechanism(self, value_discretization_interval=value_discretization_interval)
 
     # helpers ---------------------------------------------------------------
     @staticmethod
@@ -118,6 +139,12 @@ class Gaussian(Mechanism):
     def mu(self) -> float:
         return self.sensitivity / self.sigma
 
+    def gaussian_mu(self) -> float | None:
+        return self.mu if type(self) is Gaussian else None
+
+    def tv_upper(self) -> float | None:
+        return tv.gaussian_tv(self.mu) if type(self) is Gaussian else None
+
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
         mu = self.mu
@@ -142,6 +169,9 @@ class Laplace(Mechanism):
         object.__setattr__(self, "scale", v.real("scale", self.scale, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", v.real("sensitivity", self.sensitivity, low=0.0, low_open=True))
         v.loss_scale("sensitivity / scale", self.sensitivity / self.scale)
+
+    def tv_upper(self) -> float | None:
+        return tv.laplace_tv(self.sensitivity / self.scale) if type(self) is Laplace else None
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -169,6 +199,9 @@ class RandomizedResponse(Mechanism):
         object.__setattr__(self, "epsilon", v.loss_scale(
             "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True)))
 
+    def tv_upper(self) -> float | None:
+        return tv.atoms_tv(self.loss_model("remove")) if type(self) is RandomizedResponse else None
+
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
         return LossModel(*_atoms(*_binary_pair(self.epsilon)))
@@ -186,6 +219,9 @@ class PureDP(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", v.loss_scale(
             "epsilon", v.real("epsilon", self.epsilon, low=0.0, low_open=True)))
+
+    def tv_upper(self) -> float | None:
+        return tv.atoms_tv(self.loss_model("remove")) if type(self) is PureDP else None
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -209,6 +245,9 @@ class ApproxDP(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", v.loss_scale("epsilon", v.real("epsilon", self.epsilon, low=0.0)))
         object.__setattr__(self, "delta", v.real("delta", self.delta, low=0.0, high=1.0, high_open=True))
+
+    def tv_upper(self) -> float | None:
+        return tv.atoms_tv(self.loss_model("remove")) if type(self) is ApproxDP else None
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -243,6 +282,9 @@ class DiscreteLaplace(Mechanism):
         object.__setattr__(self, "sensitivity", v.integer("sensitivity", self.sensitivity, low=1, high=10**6))
         v.loss_scale("sensitivity / scale", self.sensitivity / self.scale)
 
+    def tv_upper(self) -> float | None:
+        return tv.atoms_tv(self.loss_model("remove")) if type(self) is DiscreteLaplace else None
+
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
         a, s = 1.0 / self.scale, self.sensitivity
@@ -276,6 +318,9 @@ class FromPMFs(Mechanism):
             raise ValueError(f"p and q must have the same length, got {pa.size} and {qa.size}")
         object.__setattr__(self, "p", tuple(pa.tolist()))
         object.__setattr__(self, "q", tuple(qa.tolist()))
+
+    def tv_upper(self) -> float | None:
+        return tv.atoms_tv(self.loss_model("remove")) if type(self) is FromPMFs else None
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -325,6 +370,13 @@ class PoissonSampled(Mechanism):
         q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
         object.__setattr__(self, "sampling_rate", q)
         object.__setattr__(self, "symmetric", q == 1.0 and self.mechanism.symmetric)
+
+    def tv_upper(self) -> float | None:
+        return tv.subsampled_tv(self.sampling_rate, self.mechanism.tv_upper())
+
+    def gaussian_mu(self) -> float | None:
+        # (at rate 1 every step runs the base mechanism)
+        return self.mechanism.gaussian_mu() if self.sampling_rate == 1.0 else None
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
@@ -387,6 +439,10 @@ class SampledWithoutReplacement(Mechanism):
 
     def __post_init__(self) -> None:
         _check_substitute_gaussian(self)
+
+    def tv_upper(self) -> float | None:
+        g = self.mechanism
+        return tv.subsampled_gaussian_tv(self.sampling_rate, 2.0 * g.sensitivity / g.sigma)
 
     def loss_model(self, direction: str = "remove"):
         self._check_direction(direction)  # both directions share the symmetric pair

@@ -36,31 +36,40 @@ _SLACK = 1e-12
 
 def tv_upper(mechanism) -> float | None:
     """An upper bound on the TV distance of ``mechanism``'s dominating pairs,
-    or None for a mechanism without a closed form here."""
-    from pld import mechanisms as M
+    or None for a mechanism without a closed form (``mechanism.tv_upper()``)."""
+    return mechanism.tv_upper()
 
-    if isinstance(mechanism, M.PoissonSampled):
-        inner = tv_upper(mechanism.mechanism)
-        return None if inner is None else min(1.0, mechanism.sampling_rate * inner * (1 + _SLACK))
-    if isinstance(mechanism, M.SampledWithoutReplacement):
-        g = mechanism.mechanism
-        mu = 2.0 * g.sensitivity / g.sigma
-        return min(1.0, mechanism.sampling_rate * math.erf(mu / (2.0 * math.sqrt(2.0))) * (1 + _SLACK))
-    if type(mechanism) is M.Gaussian:
-        return min(1.0, math.erf(mechanism.mu / (2.0 * math.sqrt(2.0))) * (1 + _SLACK))
-    if type(mechanism) is M.Laplace:
-        return min(1.0, -math.expm1(-0.5 * mechanism.sensitivity / mechanism.scale) * (1 + _SLACK))
-    if type(mechanism) in (M.RandomizedResponse, M.PureDP, M.ApproxDP, M.DiscreteLaplace, M.FromPMFs):
-        model = mechanism.loss_model("remove")
-        _, lp, lq = model.atoms()
-        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            p, q = np.exp(lp), np.exp(lq)
-            diff = p - q
-        # (each difference rounded: a few ulps of the terms themselves, which
-        # for a tiny epsilon is all there is)
-        tv = float(np.sum(np.where(diff > 0, diff, 0.0))) + 4.0 * 2.0 ** -53 * float(np.sum(p + q))
-        return min(1.0, tv * (1 + _SLACK))
-    return None
+
+def gaussian_tv(mu: float) -> float:
+    """TV of ``N(mu, 1)`` vs ``N(0, 1)``, ``erf(mu / (2 sqrt 2))``, rounded up."""
+    return min(1.0, math.erf(mu / (2.0 * math.sqrt(2.0))) * (1 + _SLACK))
+
+
+def laplace_tv(c: float) -> float:
+    """TV of the Laplace pair with ``c = sensitivity / scale``, ``1 - e^{-c/2}``, rounded up."""
+    return min(1.0, -math.expm1(-0.5 * c) * (1 + _SLACK))
+
+
+def subsampled_gaussian_tv(sampling_rate: float, mu: float) -> float:
+    """``q erf(mu / (2 sqrt 2))``, rounded up (sampling without replacement, ``C_q(G_mu)``)."""
+    return min(1.0, sampling_rate * math.erf(mu / (2.0 * math.sqrt(2.0))) * (1 + _SLACK))
+
+
+def subsampled_tv(sampling_rate: float, inner: float | None) -> float | None:
+    """``q TV(P, Q)``: Poisson sampling (and sampling without replacement), rounded up."""
+    return None if inner is None else min(1.0, sampling_rate * inner * (1 + _SLACK))
+
+
+def atoms_tv(model) -> float:
+    """``sum (P - Q)_+`` over the atoms of a pair made of atoms only, rounded up."""
+    _, lp, lq = model.atoms()
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        p, q = np.exp(lp), np.exp(lq)
+        diff = p - q
+    # (each difference rounded: a few ulps of the terms themselves, which
+    # for a tiny epsilon is all there is)
+    tv = float(np.sum(np.where(diff > 0, diff, 0.0))) + 4.0 * 2.0 ** -53 * float(np.sum(p + q))
+    return min(1.0, tv * (1 + _SLACK))
 
 
 def composition_tv_upper(components) -> float | None:
