@@ -234,7 +234,7 @@ class PLD:
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         lo, hi = self._epsilon_bracket(delta, EPS_RTOL)
         engine = self._engine()
-        miss = queries.target_miss(engine, EPS_RTOL, lo, hi, queries.used_settings(engine, delta))
+        miss = queries.target_miss(engine, delta, EPS_RTOL, lo, hi, queries.used_settings(engine, delta))
         mu = self._closed_form_mu()
         if mu is not None:
             # the answer is the closed form's; the grids below describe what
@@ -327,7 +327,7 @@ class PLD:
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
         engine = self._engine()
         lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
-        miss = queries.target_miss(engine, rtol, lo, hi, used)
+        miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "

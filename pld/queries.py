@@ -99,7 +99,7 @@ def used_settings(engine: Engine, delta: float) -> dict[str, Settings]:
     return used
 
 
-def target_miss(engine: Engine, rtol: float, lo: float, hi: float, used: dict) -> str | None:
+def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float, used: dict) -> str | None:
     """Why a bracket is wider than its target, or None when it is not."""
     if math.isinf(hi):
         if math.isinf(lo):
@@ -109,6 +109,12 @@ def target_miss(engine: Engine, rtol: float, lo: float, hi: float, used: dict) -
         return None
     if engine.planner.h_fixed is not None:
         return f"the grid spacing is fixed at value_discretization_interval = {engine.planner.h_fixed:g}"
+    for d, (h, lam, log_eta) in used.items():
+        width, _, _, round_off = engine.planner.width(d, Query("delta", delta, rtol), h, lam, log_eta)
+        if round_off > 0.5 * width:
+            err = engine.composer.materialize(d, h, lam, log_eta, lower=False)[0].err
+            return (f"floating-point round-off of the FFT composition dominates it (its bound, {err:.3g} of the "
+                    "tilted law, grows with the number of steps; no finer grid removes it)")
     for d, (h, lam, log_eta) in used.items():
         if engine.composer.grid_points(d, h, lam, log_eta) * 2 > MAX_GRID_POINTS:
             return f"the grid reached its memory cap of {MAX_GRID_POINTS} points"
