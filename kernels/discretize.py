@@ -26,6 +26,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, I64, f64, i64, called_with
+
 # Relative slack (in units of the cell's P-mass) shifted to the upper end point
 # on the pessimistic side.  It absorbs floating-point error in the log-CDF
 # differences that produce the piece masses (about 1e-13 relative) so that the
@@ -33,6 +35,7 @@ from numba import njit
 _PESSIMISTIC_SLACK = 1e-11
 
 
+@called_with(F64, F64)
 @njit(cache=True, nogil=True)
 def log_diff_exp(la, lb):
     """``log(e^la - e^lb)`` entrywise where ``la > lb`` (else ``-inf``), for the
@@ -64,6 +67,7 @@ def _logaddexp(a: float, b: float) -> float:
     return b + math.log1p(math.exp(a - b))
 
 
+@called_with(F64, F64, I64, I64, f64, i64)
 @njit(cache=True, nogil=True)
 def pessimistic_spread(log_p, log_q, index, points, h, k0):
     """Spread pieces onto the points ``l_i = (k0 + points_i) h``, dominating side.
@@ -156,6 +160,7 @@ def _swallow(P, Q, mb, p, loss, ref):
     return P, Q, math.log(P / Q) + ref
 
 
+@called_with(F64, F64, I64, f64)
 @njit(cache=True, nogil=True, error_model="numpy")
 def optimistic_merge_centred(log_p, log_q, points, h):
     """Dominated discretisation of a continuous part cut into centred cells.
@@ -396,6 +401,7 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     return out
 
 
+@called_with(I64, I64, i64)
 @njit(cache=True, nogil=True)
 def cell_points(lo_off, hi_off, n):
     """Offsets of the points of a grid with wide cells in its tails.

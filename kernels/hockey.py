@@ -16,7 +16,10 @@ import math
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, f64, called_with
 
+
+@called_with(F64, f64, f64)
 @njit(cache=True, nogil=True)
 def hockey_stick_suffix(p, lam, h):
     """Return ``SA`` and ``SB`` (length ``n + 1``; index ``n`` is the empty sum)."""
@@ -74,6 +77,7 @@ def _exp_sizing(x):
     return p
 
 
+@called_with(F64, F64, F64)
 @njit(cache=True, nogil=True, fastmath=_SIZING_MATH)
 def log_mgf_points(log_p, loss, thetas):
     """``log sum_i exp(log_p_i + theta loss_i)`` for every ``theta``, at arbitrary
@@ -105,6 +109,7 @@ def log_mgf_points(log_p, loss, thetas):
     return out
 
 
+@called_with(F64, F64, f64)
 @njit(cache=True, nogil=True)
 def tilted_moments(log_p, loss, lam):
     """``(log sum_i e^{log_p_i + lam loss_i}, mean, variance)`` of the law tilted by ``lam``.
@@ -260,6 +265,7 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
     return out
 
 
+@called_with(F64, f64, f64, F64)
 @njit(cache=True, nogil=True)
 def log_mgf_grid(log_mass, l0, h, thetas):
     """``log sum_i exp(log_mass_i + theta (l0 + i h))`` for every ``theta``.
@@ -277,7 +283,9 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     instead of one per entry and theta: ~5x faster than a log-space pass.)
     """
     n = log_mass.shape[0]
-    nnz = 0
+    # (typed int64 from the start: a literal 0 makes numba compile
+    # _log_mgf_sparse a second time, for the literal, on a cold cache)
+    nnz = np.int64(0)
     for i in range(n):
         if log_mass[i] > -np.inf:
             nnz += 1
@@ -327,6 +335,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     return out
 
 
+@called_with(F64)
 @njit(cache=True, nogil=True)
 def l1_l2_norms(a):
     """``(sum |a_i|, sqrt(sum a_i^2))`` in one pass (no BLAS threads)."""
@@ -339,6 +348,7 @@ def l1_l2_norms(a):
     return s1, math.sqrt(s2)
 
 
+@called_with(F64, F64)
 @njit(cache=True, nogil=True)
 def dot_compensated(a, b):
     """``sum_i a_i b_i`` with Neumaier's compensated summation.

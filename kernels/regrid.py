@@ -15,6 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, f64, i64, called_with
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _fine(p, front, i):
@@ -35,6 +37,7 @@ def _coarse_size(p, front):
     return (n + 1) // 2 if n % 2 else n // 2 + 1
 
 
+@called_with(F64, i64, f64, f64)
 @njit(cache=True, nogil=True)
 def coarsen_dominating(p, front, wa, wb):
     """Spread each odd point of the padded ``p`` onto its even neighbours, ``wa``
@@ -57,6 +60,7 @@ def coarsen_dominating(p, front, wa, wb):
     return out, math.sqrt(s2)
 
 
+@called_with(F64, i64, f64, f64, f64)
 @njit(cache=True, nogil=True)
 def coarsen_dominated(p, front, err0, lam, h):
     """Merge a tilted vector (``p`` padded: odd length ``2M + 1``, first index
