@@ -41,8 +41,8 @@ def log_diff_exp(la, lb):
     """``log(e^la - e^lb)`` entrywise where ``la > lb`` (else ``-inf``), for the
     log-CDF differences behind cell masses: ``log(-expm1(d))`` for
     ``d = lb - la`` near 0, ``log1p(-e^d)`` below ``-log 2`` (each accurate
-    to a few ulps; :data:`_PESSIMISTIC_SLACK` absorbs them).  One pass where
-    the numpy form made eight temporaries: ~40% of a cell computation."""
+    to a few ulps; :data:`_PESSIMISTIC_SLACK` absorbs them).  One pass: the
+    numpy form needs eight array temporaries."""
     n = la.shape[0]
     out = np.empty(n)
     for i in range(n):
@@ -207,11 +207,9 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     Buckets are one cell wide and centred, so merging removes about
     ``h^2/12`` of loss variance per step.  Merging whole grid cells
     ``[l_i, l_{i+1}]`` greedily, each bucket aimed at the first grid point
-    above it (this module's earlier rule), needs two cells per bucket,
-    ``h^2/3``: four times as much, and twice the ``h^2/6`` the
-    connect-the-dots spread adds on the dominating side; measured on DP-SGD
-    compositions, that rule gave the dominated side two thirds of the
-    bracket width.  Rounding a bucket down to ``l_i`` instead of lowering it
+    above it, needs two cells per bucket, ``h^2/3``: four times as much, and
+    twice the ``h^2/6`` the connect-the-dots spread adds on the dominating
+    side, so the dominated side would dominate the bracket width.  Rounding a bucket down to ``l_i`` instead of lowering it
     costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with ``s`` the
     log-density slope: far too much for the narrow per-step laws of
     subsampled mechanisms, hence the lowering pass.  Near the bottom of a

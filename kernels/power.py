@@ -56,8 +56,8 @@ def complex_powers(z, c_a, c_b, out_a, out_b):
 @njit(cache=True, nogil=True)
 def rotate_left(a, shift):
     """Rotate ``a`` left by ``shift`` in place (``a[i] <- a[(i + shift) % n]``),
-    by three reversals: no temporary (a transform-sized copy here is a fresh
-    mmap, page-faulted at ~3 us a page on this VM: 2 MB cost ~1.5 ms)."""
+    by three reversals: no temporary (a transform-sized copy is a fresh
+    mmap, paid for in page faults)."""
     n = a.shape[0]
     if n == 0:
         return
