@@ -71,7 +71,7 @@ def _largest_first(entries: list) -> list:
     def size(entry) -> int:
         try:
             return len(inspect.getsource(entry[1].py_func))
-        except (OSError, TypeError):
+        except (AttributeError, OSError, TypeError):  # (source unavailable: order unknown)
             return 0
     return sorted(entries, key=lambda e: -size(e))
 
