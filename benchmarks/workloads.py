@@ -82,6 +82,18 @@ QUICK_WORKLOADS = (
 )
 
 
+#: the five workloads of the equal-accuracy comparison (issue 23; see
+#: :mod:`benchmarks.equal_accuracy`); none is shortened for quick runs: the
+#: point is the cost of one accuracy at one question
+EQUAL_ACCURACY_WORKLOADS = (
+    Workload("mnist", "MNIST (σ=1.1, q=256/60000, T=14063)", ((1.1, MNIST_Q, 14_063),)),
+    Workload("huge-1e6", "σ=2, q=1e-3, T=1e6, δ=1e-6", ((2.0, 0.001, 1_000_000),), delta=1e-6),
+    Workload("tiny-loss", "σ=4, q=3.3e-4, T=1e4, δ=1e-12", ((4.0, 0.00033, 10_000),), delta=1e-12),
+    Workload("s0.7-2e5", "σ=0.7, q=5e-4, T=2e5", ((0.7, 0.0005, 200_000),)),
+    Workload("s5-1e-10", "σ=5, q=0.01, T=5e4, δ=1e-10", ((5.0, 0.01, 50_000),), delta=1e-10),
+)
+
+
 def workloads(quick: bool = False) -> tuple:
     return QUICK_WORKLOADS if quick else WORKLOADS
 
@@ -398,6 +410,74 @@ class PrvPeer(Peer):
         return Answer(lower=float(lo), estimate=float(est), upper=float(hi))
 
 
+# ---- opake-accounting ---------------------------------------------------------
+
+#: the native module of opake-accounting, once loaded
+_OPAKE: list = []
+
+
+def load_opake():
+    """opake-accounting's native module (a Rust extension), loaded by file.
+
+    Its Python facade (``opake.accounting``) needs more of the opake stack
+    than the accounting wheel brings on some Pythons, so the extension
+    ``opake/api/accounting/core/opake_accounting*.so`` is loaded directly:
+    found through the ``opake`` namespace package (importing that runs no
+    code), then ``importlib.util.spec_from_file_location("opake_accounting",
+    path)`` (the name must be the extension's ``PyInit_`` name).
+    """
+    if not _OPAKE:
+        import glob
+        import importlib.util
+        import os
+
+        spec = importlib.util.find_spec("opake")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("opake-accounting is not installed (pip install opake-accounting)")
+        hits = []
+        for root in spec.submodule_search_locations:
+            hits += glob.glob(os.path.join(root, "api", "accounting", "core", "opake_accounting*.so"))
+        if not hits:
+            raise ImportError("opake-accounting's native module opake_accounting*.so was not found")
+        mspec = importlib.util.spec_from_file_location("opake_accounting", hits[0])
+        module = importlib.util.module_from_spec(mspec)
+        mspec.loader.exec_module(module)
+        _OPAKE.append(module)
+    return _OPAKE[0]
+
+
+def opake_epsilon(phases, delta: float, discretization: float = 1e-4) -> float:
+    """opake's epsilon for Poisson-subsampled Gaussian phases (its PLD is an
+    upper estimate on a grid of spacing ``discretization``, its default 1e-4)."""
+    m = load_opake()
+    cfg = m.DiscretizationConfig(discretization=discretization)
+    total = None
+    for s, q, t in phases:
+        p = m.poisson_pld(m.gaussian_pld(float(s), cfg), float(q)).self_compose(int(t))
+        total = p if total is None else total.compose(p)
+    return float(total.epsilon_at(delta))
+
+
+class OpakePeer(Peer):
+    key = "opake"
+    label = "opake-accounting (native, h=1e-4)"
+    module = "opake"
+    dist = "opake-accounting"
+
+    def available(self) -> Optional[str]:
+        try:
+            load_opake()
+        except Exception as exc:  # pragma: no cover - depends on the environment
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def supports(self, w: Workload) -> bool:
+        return not w.calibrate
+
+    def run(self, w: Workload) -> Answer:
+        return Answer(upper=opake_epsilon(w.phases, w.delta))
+
+
 # ---- opacus -----------------------------------------------------------------
 
 
@@ -481,6 +561,7 @@ def all_peers() -> list:
     return [
         PldPeer(),
         DpaPldPeer(),
+        OpakePeer(),
         PrvPeer(0.01),
         PrvPeer(0.001, in_quick=False),
         PrvPeer(0.1, calibrate_only=True),

@@ -26,6 +26,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, I64, f64, i64, called_with
+
 # Relative slack (in units of the cell's P-mass) shifted to the upper end point
 # on the pessimistic side.  It absorbs floating-point error in the log-CDF
 # differences that produce the piece masses (about 1e-13 relative) so that the
@@ -33,13 +35,14 @@ from numba import njit
 _PESSIMISTIC_SLACK = 1e-11
 
 
+@called_with(F64, F64)
 @njit(cache=True, nogil=True)
 def log_diff_exp(la, lb):
     """``log(e^la - e^lb)`` entrywise where ``la > lb`` (else ``-inf``), for the
     log-CDF differences behind cell masses: ``log(-expm1(d))`` for
     ``d = lb - la`` near 0, ``log1p(-e^d)`` below ``-log 2`` (each accurate
-    to a few ulps; :data:`_PESSIMISTIC_SLACK` absorbs them).  One pass where
-    the numpy form made eight temporaries: ~40% of a cell computation."""
+    to a few ulps; :data:`_PESSIMISTIC_SLACK` absorbs them).  One pass: the
+    numpy form needs eight array temporaries."""
     n = la.shape[0]
     out = np.empty(n)
     for i in range(n):
@@ -64,6 +67,7 @@ def _logaddexp(a: float, b: float) -> float:
     return b + math.log1p(math.exp(a - b))
 
 
+@called_with(F64, F64, I64, I64, f64, i64)
 @njit(cache=True, nogil=True)
 def pessimistic_spread(log_p, log_q, index, points, h, k0):
     """Spread pieces onto the points ``l_i = (k0 + points_i) h``, dominating side.
@@ -156,6 +160,7 @@ def _swallow(P, Q, mb, p, loss, ref):
     return P, Q, math.log(P / Q) + ref
 
 
+@called_with(F64, F64, I64, f64)
 @njit(cache=True, nogil=True, error_model="numpy")
 def optimistic_merge_centred(log_p, log_q, points, h):
     """Dominated discretisation of a continuous part cut into centred cells.
@@ -202,11 +207,9 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     Buckets are one cell wide and centred, so merging removes about
     ``h^2/12`` of loss variance per step.  Merging whole grid cells
     ``[l_i, l_{i+1}]`` greedily, each bucket aimed at the first grid point
-    above it (this module's earlier rule), needs two cells per bucket,
-    ``h^2/3``: four times as much, and twice the ``h^2/6`` the
-    connect-the-dots spread adds on the dominating side; measured on DP-SGD
-    compositions, that rule gave the dominated side two thirds of the
-    bracket width.  Rounding a bucket down to ``l_i`` instead of lowering it
+    above it, needs two cells per bucket, ``h^2/3``: four times as much, and
+    twice the ``h^2/6`` the connect-the-dots spread adds on the dominating
+    side, so the dominated side would dominate the bracket width.  Rounding a bucket down to ``l_i`` instead of lowering it
     costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with ``s`` the
     log-density slope: far too much for the narrow per-step laws of
     subsampled mechanisms, hence the lowering pass.  Near the bottom of a
@@ -396,6 +399,7 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     return out
 
 
+@called_with(I64, I64, i64)
 @njit(cache=True, nogil=True)
 def cell_points(lo_off, hi_off, n):
     """Offsets of the points of a grid with wide cells in its tails.

@@ -1,8 +1,7 @@
 """Re-gridding kernels: both sides' maps onto a doubled spacing.
 
-One pass instead of the array temporaries of the numpy formulation (the
-dominated side's dozen cost 6 ms on a 2e5-point level, 9x the time of a
-8e4-point one once the temporaries leave the cache).  The maps are the ones
+One pass instead of the dozen array temporaries of the numpy formulation,
+which stop fitting in the cache on large levels.  The maps are the ones
 documented in :meth:`pld.grid.GridPLD.coarsen`.  The fine vector is read as
 ``front`` zeros, then ``p``, then zeros up to an odd length, so that its first
 index is even, without building the padded copy.
@@ -15,13 +14,14 @@ import math
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, f64, i64, called_with
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _fine(p, front, i):
     """Entry ``i`` of the padded fine vector (zero outside ``p``)."""
     # An explicit ``if``: numba compiles the chained ``0 <= j < n`` of a
-    # conditional expression to code 8x slower for this loop (6.4 against
-    # 0.8 ns a fine point on 2.5e5 points)
+    # conditional expression to a loop that does not vectorise
     j = i - front
     if j >= 0 and j < p.shape[0]:
         return p[j]
@@ -35,6 +35,7 @@ def _coarse_size(p, front):
     return (n + 1) // 2 if n % 2 else n // 2 + 1
 
 
+@called_with(F64, i64, f64, f64)
 @njit(cache=True, nogil=True)
 def coarsen_dominating(p, front, wa, wb):
     """Spread each odd point of the padded ``p`` onto its even neighbours, ``wa``
@@ -57,6 +58,7 @@ def coarsen_dominating(p, front, wa, wb):
     return out, math.sqrt(s2)
 
 
+@called_with(F64, i64, f64, f64, f64)
 @njit(cache=True, nogil=True)
 def coarsen_dominated(p, front, err0, lam, h):
     """Merge a tilted vector (``p`` padded: odd length ``2M + 1``, first index

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._signatures import F64, f64, called_with
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _nan_min(r, v):
@@ -31,6 +33,7 @@ def _nan_max(r, v):
     return r
 
 
+@called_with(F64, f64, f64, F64, F64, F64, F64, f64, f64, f64)
 @njit(cache=True, nogil=True)
 def window_exponents(th, k, psi_l, psi_up, psi_dn, psi_pos, psi_neg, log_eta, log_eta_up, lam):
     """``(up, lo)``: the window's ends before clamping to the support.

@@ -12,8 +12,7 @@ added on the safe side.
 
 import time as _time
 
-#: when ``import pld`` started (the command line counts the import in its wall time,
-#: so that a first run's kernel compilation is not hidden)
+#: when ``import pld`` started (the command line counts the import in its wall time)
 _IMPORT_STARTED = _time.perf_counter()
 
 from pld.mechanisms import (  # noqa: E402
@@ -37,7 +36,8 @@ from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # no
 from pld.accountant import Accountant  # noqa: E402
 from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
 from pld.io import load, save  # noqa: E402
-from pld.tuning import tune_fft  # noqa: E402
+from pld.fft_plans import tune_fft  # noqa: E402
+from pld._jit_warm import warm  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -77,6 +77,7 @@ __all__ = [
     "save",
     "load",
     "tune_fft",
+    "warm",
     "__version__",
 ]
 
@@ -93,11 +94,8 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY_SUBMODULES))
 
 
-# first run after install: the kernels compile in two processes at once
-# (pld._jit_warm; PLD_JIT_HELPER=0 turns the helper off)
-from pld import _jit_warm as _jit_warm  # noqa: E402
+# (nothing here compiles or starts a process: kernels compile on first use or
+# in pld.warm(), which the pld command calls)
 
-_jit_warm.warm_up_if_cold()
-
-#: how long ``import pld`` took (numba and scipy, plus any first-run compilation)
+#: how long ``import pld`` took (numpy, scipy and numba's import)
 _IMPORT_SECONDS = _time.perf_counter() - _IMPORT_STARTED

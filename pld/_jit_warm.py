@@ -1,153 +1,230 @@
-"""First run after install: the kernels compile in two processes at once.
+"""Compiling the numba kernels ahead of their first use: :func:`warm`.
 
-Every kernel is compiled once per machine and cached on disk (``cache=True``);
-compiling all of them takes about 10 s here, one function at a time in a
-process.  When ``import pld`` finds kernels missing from the cache,
-:func:`warm_up_if_cold` starts a helper process (:func:`main`), which compiles
-:data:`HELPER_SHARE` into the same cache while this process compiles
-:data:`OWN_SHARE`, then waits for the helper: on two cores the first run pays
-about half (measured: the first ``pld dpsgd`` 10-11 s -> 6 s).  Nothing depends
-on the helper: if it fails or is late, the first query compiles what is missing
-itself.  ``PLD_JIT_HELPER=0`` turns the helper off (everything then compiles
-on first use, as before).
+Every kernel is compiled once per machine and kept in numba's on-disk cache
+(``cache=True``); compiling all of them costs seconds of CPU, and a process
+that finds them cached only loads them.  Nothing happens at ``import pld``
+(importing must not start a process or block on a compiler): a kernel the
+cache lacks compiles on its first call, one after another in the calling
+process, unless :func:`warm` compiled it first.
+
+:func:`warm` finds the kernels by walking the modules of :mod:`pld.kernels`
+for numba dispatchers that declare their argument types
+(``kernels/_signatures.py``), and compiles those the cache lacks in
+``processes`` processes at once.  The processes share the work through claim
+files: each takes the next unclaimed kernel, largest source first (a proxy for
+compile time, so that the longest compilation does not start last), until none
+is left.  Helpers write into the same cache; this process then loads from it.
+Nothing depends on a helper: if one fails or is late, this process (or the
+first query) compiles whatever is still missing.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
+import inspect
 import os
+import pkgutil
 import subprocess
 import sys
+import tempfile
+import time
 
-from numba import types as nt
-
-_A = nt.float64[::1]
-_I = nt.int64[::1]
-_C = nt.complex128[::1]
-_f = nt.float64
-_i = nt.int64
-
-#: every kernel with the one signature a query calls it with, split in two
-#: shares of about 5 s of compilation each (tests/test_jit_warm.py checks the
-#: signatures against those a query compiles, and that every kernel is here)
-OWN_SHARE = (
-    ("log_mgf_grid", (_A, _f, _f, _A)),
-    ("log_diff_exp", (_A, _A)),
-    ("log_mgf_points", (_A, _A, _A)),
-    ("tilted_moments", (_A, _A, _f)),
-    ("window_exponents", (_A, _f, _f, _A, _A, _A, _A, _f, _f, _f)),
-    ("cell_points", (_I, _I, _i)),
-    ("l1_l2_norms", (_A,)),
-)
-HELPER_SHARE = (
-    ("optimistic_merge_centred", (_A, _A, _I, _f)),
-    ("pessimistic_spread", (_A, _A, _I, _I, _f, _i)),
-    ("complex_powers", (_C, _i, _i, _C, _C)),
-    ("coarsen_dominated", (_A, _i, _f, _f, _f)),
-    ("coarsen_dominating", (_A, _i, _f, _f)),
-    ("hockey_stick_suffix", (_A, _f, _f)),
-    ("rotate_left", (_A, _i)),
-    ("dot_compensated", (_A, _A)),
-)
-#: longest wait for the helper (it takes seconds; a stuck one is left behind)
+#: longest wait for a helper (compiling takes seconds; a stuck one is left behind)
 _WAIT_S = 120.0
+#: environment of a helper process: the directory of claim files it shares,
+#: and the kernels asked for (comma-separated; empty: all)
+_CLAIMS_ENV = "PLD_JIT_CLAIMS"
+_NAMES_ENV = "PLD_JIT_KERNELS"
+_HELPER_CODE = "import sys; from pld._jit_warm import _helper_main; sys.exit(_helper_main())"
 
-_ENV = "PLD_JIT_HELPER"
-_HELPER_CODE = "import sys; from pld._jit_warm import main; sys.exit(main())"
-#: the helper process started by this one, if any
-_helper: list = []
-_tried = False
+#: helper processes started by this one and still to be reaped
+_helpers: list = []
 
-
-def _cached(dispatcher) -> bool:
-    """Whether ``dispatcher`` has a valid entry in numba's cache (stale
-    indexes, from other source, read as empty)."""
-    try:
-        return bool(dispatcher._cache._cache_file._load_index())
-    except Exception:  # numba internals moved: assume warm, start nothing
-        return True
-
-
-def _compile(share) -> None:
-    from pld import kernels
-
-    for name, sig in share:
-        dispatcher = getattr(kernels, name)
-        if not _cached(dispatcher):
-            dispatcher.compile(sig)
-
-
-def cold_kernels() -> list[str]:
-    """Names of the kernels the cache lacks."""
-    from pld import kernels
-
-    return [name for name, _ in OWN_SHARE + HELPER_SHARE if not _cached(getattr(kernels, name))]
-
-
-#: seconds this process spent compiling kernels at import (0 when the cache was warm)
+#: seconds this process spent in :func:`warm` compiling (0 when the cache was warm)
 compile_seconds = 0.0
 
 
-def _notice(helper: bool) -> None:
-    """Say once, on stderr, why the first run is slow (it is silent otherwise)."""
-    how = ("about 7 s on 2 cores, half of it in a helper process" if helper
-           else "about 10 s, each kernel on its first use")
+def find_kernels() -> list[tuple[str, object, tuple]]:
+    """``(name, dispatcher, argument types)`` of every kernel of
+    :mod:`pld.kernels` that declares its argument types, by name.
+
+    Private helpers (``_name``) are compiled inside the kernels that call
+    them and declare nothing.
+    """
+    from pld import kernels
+    from pld.kernels._signatures import ATTRIBUTE
+
+    found = {}
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            sig = getattr(obj, ATTRIBUTE, None)
+            if sig is not None and getattr(obj, "py_func", None) is not None:
+                found[name] = (name, obj, sig)
+    return [found[name] for name in sorted(found)]
+
+
+def _largest_first(entries: list) -> list:
+    """Longest source first: a proxy for compile time, so that the longest
+    compilation starts first (read only when something is cold)."""
+    def size(entry) -> int:
+        try:
+            return len(inspect.getsource(entry[1].py_func))
+        except (AttributeError, OSError, TypeError):  # (source unavailable: order unknown)
+            return 0
+    return sorted(entries, key=lambda e: -size(e))
+
+
+def _cached(dispatcher) -> bool:
+    """Whether ``dispatcher`` has a valid entry in numba's cache (an index
+    written for other source reads as empty)."""
     try:
-        sys.stderr.write(f"pld: first run on this machine: compiling the numba kernels ({how}; "
-                         "they are cached, later runs start in about a second)\n")
+        return bool(dispatcher._cache._cache_file._load_index())
+    except Exception:  # numba's internals moved: assume warm, compile nothing ahead
+        return True
+
+
+def cold_kernels() -> list[str]:
+    """Names of the kernels numba's cache lacks."""
+    return [name for name, d, _ in find_kernels() if not _cached(d)]
+
+
+def _claim(claims: str | None, name: str) -> bool:
+    """Take ``name`` for this process (atomic file creation); without a claim
+    directory every kernel is this process's."""
+    if claims is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(claims, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no usable claim directory: compile it here (at worst twice)
+        return True
+
+
+def _compile_claimed(claims: str | None, names: frozenset | None) -> list[str]:
+    done = []
+    wanted = [e for e in find_kernels() if names is None or e[0] in names]
+    for name, dispatcher, sig in _largest_first(wanted):
+        if not _cached(dispatcher) and _claim(claims, name):
+            dispatcher.compile(sig)
+            done.append(name)
+    return done
+
+
+def _start_helper(claims: str, names: frozenset | None):
+    if not getattr(sys, "executable", None):
+        return None
+    try:
+        env = dict(os.environ, **{_CLAIMS_ENV: claims, _NAMES_ENV: ",".join(sorted(names or ()))})
+        return subprocess.Popen([sys.executable, "-c", _HELPER_CODE], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except Exception:  # (no interpreter to start: this process compiles everything)
+        return None
+
+
+def _notice(count: int, processes: int) -> None:
+    """Say, on stderr, why this run is slow (a cold cache is silent otherwise)."""
+    try:
+        sys.stderr.write(f"pld: first run on this machine: compiling {count} numba kernels in {processes} "
+                         f"process{'es' if processes > 1 else ''} (once: they are cached for later runs)\n")
         sys.stderr.flush()
     except Exception:  # no usable stderr (e.g. pythonw): the notice is a courtesy
         pass
 
 
-def warm_up_if_cold() -> bool:
-    """Compile missing kernels, half in a helper process (once per process,
-    never from the helper itself).  Returns whether anything was compiled.
+def warm(processes: int | None = None, *, kernels=None, announce: bool = False) -> dict:
+    """Compile every pld kernel that numba's cache lacks, in parallel.
 
-    A cold cache is announced on stderr (once: the cache is warm afterwards),
-    also when the helper is off and the kernels compile on first use."""
-    global _tried, compile_seconds
-    setting = os.environ.get(_ENV, "").strip().lower()
-    if setting == "helper" or _tried:
-        return False
-    _tried = True
-    try:
-        cold = cold_kernels()
-    except Exception:
-        return False
-    if not cold:
-        return False
-    off = setting in ("0", "off", "no")
-    _notice(helper=not off)
-    if off:
-        return False
-    import time
+    Kernels compile once per machine (numba's cache, ``NUMBA_CACHE_DIR``)
+    and otherwise on their first call, one after another; this does it ahead,
+    in ``processes`` processes sharing the work, so that the first query does
+    not pay for it serially.  A warm cache costs a few milliseconds (one
+    index file read per kernel).  Called by the ``pld`` command before its
+    first query; ``import pld`` never compiles.
 
+    Parameters
+    ----------
+    processes : int, optional
+        Processes compiling at once, this one included (default: the CPU
+        count, at most 4 and at most one per missing kernel).  ``1`` compiles
+        here only, starting no process.
+    kernels : iterable of str, optional
+        Names of the kernels to compile (default: every kernel found).
+    announce : bool
+        Write one line on stderr when there is something to compile.
+
+    Returns
+    -------
+    dict
+        ``compiled``: names of the kernels that were missing, ``processes``
+        used, ``seconds`` spent, ``kernels``: how many were found.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``processes`` is not an integer in ``[1, 64]``, or ``kernels``
+        names a kernel that does not exist.
+
+    Examples
+    --------
+    >>> import pld
+    >>> pld.warm()["kernels"] > 0
+    True
+    """
+    global compile_seconds
+    from pld import _validate as v
+
+    if processes is not None:
+        processes = v.integer("processes", processes, low=1, high=64)
     t0 = time.perf_counter()
-    proc = None
-    if any(name in cold for name, _ in HELPER_SHARE) and getattr(sys, "executable", None):
-        try:
-            env = dict(os.environ, **{_ENV: "helper"})
-            # (-c, not -m: pld's import has loaded this module already)
-            proc = subprocess.Popen([sys.executable, "-c", _HELPER_CODE], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            _helper.append(proc)
-        except Exception:
-            proc = None
-    _compile(OWN_SHARE)
-    if proc is not None:
-        try:
-            proc.wait(timeout=_WAIT_S)
-        except Exception:
-            pass  # the first query compiles whatever is still missing
-    compile_seconds = time.perf_counter() - t0
-    return True
+    found = find_kernels()
+    names = None
+    if kernels is not None:
+        if isinstance(kernels, str):
+            raise TypeError(f"kernels must be an iterable of kernel names, got the string {kernels!r}")
+        names = frozenset(kernels)
+        unknown = sorted(names - {name for name, _, _ in found})
+        if unknown:
+            raise ValueError(f"kernels: no kernel named {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(sorted(name for name, _, _ in found))}")
+    cold = [name for name, d, _ in found if (names is None or name in names) and not _cached(d)]
+    out = {"compiled": cold, "processes": 0, "seconds": 0.0, "kernels": len(found)}
+    if not cold:
+        return out
+    n = processes if processes is not None else min(os.cpu_count() or 1, 4)
+    n = max(1, min(n, len(cold)))
+    if announce:
+        _notice(len(cold), n)
+    with tempfile.TemporaryDirectory(prefix="pld-jit-") as claims:
+        started = [p for p in (_start_helper(claims, names) for _ in range(n - 1)) if p is not None]
+        _helpers.extend(started)
+        _compile_claimed(claims if started else None, names)
+        for proc in started:
+            try:
+                proc.wait(timeout=_WAIT_S)
+            except Exception:
+                pass  # late: whatever it has not cached compiles on first use
+            if proc.poll() is not None:
+                _helpers.remove(proc)
+    out["processes"] = 1 + len(started)
+    out["seconds"] = time.perf_counter() - t0
+    compile_seconds += out["seconds"]
+    return out
 
 
-def _stop_helper() -> None:
+def _helper_main() -> int:
+    """A helper process of :func:`warm`: compile claimed kernels into the cache."""
+    names = os.environ.get(_NAMES_ENV, "")
+    _compile_claimed(os.environ.get(_CLAIMS_ENV) or None, frozenset(names.split(",")) if names else None)
+    return 0
+
+
+def _stop_helpers() -> None:
     # a helper still running at exit (it was late): its work is not needed
-    for proc in _helper:
+    for proc in _helpers:
         if proc.poll() is None:
             try:
                 proc.terminate()
@@ -156,13 +233,7 @@ def _stop_helper() -> None:
                 pass
 
 
-atexit.register(_stop_helper)
+atexit.register(_stop_helpers)
 if hasattr(os, "register_at_fork"):
-    # (a forked child neither owns the parent's helper nor starts its own)
-    os.register_at_fork(after_in_child=_helper.clear)
-
-
-def main() -> int:
-    """The helper process: compile :data:`HELPER_SHARE` into the cache."""
-    _compile(HELPER_SHARE)
-    return 0
+    # (a forked child does not own its parent's helpers)
+    os.register_at_fork(after_in_child=_helpers.clear)

@@ -1,8 +1,11 @@
 """Smoke test of the benchmark harness: one trivial workload, one repetition, no timing assertions."""
 
+import importlib.util
 import math
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is run from the repository root, not installed
@@ -38,3 +41,30 @@ def test_sections_and_workloads_are_named():
     assert names == [w.name for w in W.workloads(quick=True)]
     assert set(names) <= set(R.SECTIONS)
     assert {"scaling", "process"} <= set(R.SECTIONS)
+
+
+def test_equal_accuracy_refines_a_peer_into_the_widened_bracket():
+    from benchmarks import equal_accuracy as E
+
+    w = W.Workload("smoke", "smoke", ((1.0, 0.01, 100),))
+    res = E.bench(w, ["dp_accounting"], reps=1, limit=10.0, log=lambda msg: None)
+    lo, hi = res["pld"]
+    base, default, equal = res["settings"]
+    assert base.library == "pld" and (base.lower, base.value) == (lo, hi) and 0 < lo <= hi
+    assert default.grid == "default" and default.h == 1e-4 and default.value is not None
+    # either found (and then inside pld's bracket widened by its width) or said why not
+    if equal.h is not None:
+        assert lo - (hi - lo) <= equal.value <= hi + (hi - lo)
+        assert equal.h <= 1e-4 and len(equal.walls) == 1
+    else:
+        assert equal.note.startswith("never as accurate")
+    text = E.table([res])
+    assert "| smoke | pld | default |" in text and "dp_accounting" in text
+
+
+def test_opake_native_module_loads_when_installed():
+    if importlib.util.find_spec("opake") is None:
+        pytest.skip("opake-accounting is not installed")
+    assert W.OpakePeer().available() is None
+    eps = W.opake_epsilon(((1.0, 0.01, 100),), 1e-5)
+    assert 0 < eps < 10

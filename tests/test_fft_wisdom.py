@@ -19,7 +19,7 @@ from pld import _fft
 from pld.exact import gaussian_epsilon, gaussian_mu
 
 pyfftw = pytest.importorskip("pyfftw")
-tuning = pytest.importorskip("pld.tuning")
+fft_plans = pytest.importorskip("pld.fft_plans")
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def clean_fftw(monkeypatch, tmp_path):
 def test_plan_sizes_are_the_canonical_sizes():
     for lo, hi in ((1024, 1 << 18), (1500, 9000), (5120, 5120), (1024, 1024)):
         want = sorted({_fft._canonical_size(m) for m in range(lo, hi + 1)} & set(range(lo, hi + 1)))
-        assert tuning.plan_sizes(hi, lo) == want
+        assert fft_plans.plan_sizes(hi, lo) == want
 
 
 @pytest.mark.parametrize("kwargs, exc, words", [
@@ -49,7 +49,7 @@ def test_plan_sizes_are_the_canonical_sizes():
 ])
 def test_tune_fft_rejects_bad_ranges(clean_fftw, kwargs, exc, words):
     with pytest.raises(exc, match=words):
-        tuning.tune_fft(**kwargs)
+        fft_plans.tune_fft(**kwargs)
     assert not clean_fftw.exists()
 
 
@@ -57,7 +57,7 @@ def test_tune_fft_refuses_when_wisdom_is_off(clean_fftw, monkeypatch):
     monkeypatch.setenv("PLD_FFTW_WISDOM", "off")
     assert _fft.wisdom_path() is None
     with pytest.raises(ValueError, match="PLD_FFTW_WISDOM"):
-        tuning.tune_fft(2048)
+        fft_plans.tune_fft(2048)
 
 
 def _query():
@@ -75,7 +75,7 @@ def test_measured_plans_stay_certified(clean_fftw, monkeypatch):
     used = sorted(s for s in set(sizes) if s >= 1024)
     assert used, "the query should use pooled pyfftw plans"
     for s in used:  # measure just the lengths this query plans (seconds, not minutes)
-        result = tuning.tune_fft(s, min_points=s)
+        result = fft_plans.tune_fft(s, min_points=s)
     assert result["path"] == str(clean_fftw)
     assert _fft.wisdom_in_use() == str(clean_fftw)
     assert "measured" in _fft.fft_backend()
@@ -93,7 +93,7 @@ def test_measured_plans_stay_certified(clean_fftw, monkeypatch):
 
 
 def test_fresh_process_reads_the_saved_plans(clean_fftw):
-    tuning.tune_fft(1024, min_points=1024)
+    fft_plans.tune_fft(1024, min_points=1024)
     # the query alone must load the wisdom: a wisdom-only plan of the tuned
     # length is then possible (FFTW raises without wisdom for it)
     code = ("import pld, pld._fft as f, pyfftw, pld.distribution as engine\n"
@@ -171,7 +171,7 @@ def test_round_off_bound_holds_for_measured_plans(clean_fftw):
     cases = [(1 << 13, None), (1 << 12, 5000), (3000, 2500)]
     for na, nb in cases:
         n = _fft._canonical_size(na + (nb or na) - 1)
-        tuning.tune_fft(n, min_points=n)
+        fft_plans.tune_fft(n, min_points=n)
         assert _fft.wisdom_in_use() == str(clean_fftw)
         A, a, ea = fixed_point(gaussian_pmf(na, na / 2, na / 7))
         if nb is None:

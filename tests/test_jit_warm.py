@@ -1,47 +1,25 @@
-"""First run after install: kernels compiled in two processes (pld._jit_warm).
+"""Kernels compile ahead of use only when asked (pld.warm), never at import.
 
-The shares must name every kernel with the signature a query really calls it
-with (otherwise the helper compiles a specialisation nobody uses and the first
-query compiles the real one again), and a cold cache must come out of
-``import pld`` complete, helper or not.
+``import pld`` in a fresh process must start no process and compile nothing,
+even with an empty numba cache.  :func:`pld.warm` must find every kernel by
+itself (a kernel added to kernels/ with its ``@called_with`` line is warmed
+without being listed anywhere else), with the argument types a query really
+calls it with, and leave the cache complete.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from numba.core.registry import CPUDispatcher
 
 import pld
 from pld import _jit_warm as J
 from pld import kernels
-
-SHARES = J.OWN_SHARE + J.HELPER_SHARE
-
-
-def test_every_kernel_is_in_one_share():
-    names = [name for name, _ in SHARES]
-    assert sorted(names) == sorted(kernels.__all__)
-    assert len(set(names)) == len(names)
-
-
-def test_shares_have_the_signatures_queries_compile():
-    # in a process whose import compiled nothing (PLD_JIT_HELPER=0), so that
-    # the signatures are those the engine's calls asked for: subsampled DP-SGD
-    # (both sides, FFT power, re-grids), a Gaussian and randomized response
-    code = ("import pld\n"
-            "from pld import kernels, _jit_warm as J\n"
-            "pld.dpsgd(1.1, 256 / 60000, 14040).epsilon_bounds(1e-5)\n"
-            "pld.Gaussian(2.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
-            "pld.RandomizedResponse(1.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
-            "for name, sig in J.OWN_SHARE + J.HELPER_SHARE:\n"
-            "    compiled = [tuple(s) for s in getattr(kernels, name).signatures]\n"
-            "    print(name, tuple(sig) in compiled, compiled)\n")
-    for line in _run(code, PLD_JIT_HELPER="0").splitlines():
-        name, ok, compiled = line.split(" ", 2)
-        assert ok == "True", (name, compiled)
 
 
 def _run(code: str, **env) -> str:
@@ -51,72 +29,119 @@ def _run(code: str, **env) -> str:
     return out.stdout.strip()
 
 
-@pytest.mark.parametrize("helper", ["on", "0"])
-def test_cold_cache_comes_out_of_import_complete(tmp_path, helper):
-    code = ("import pld._jit_warm as J\n"
-            "print(sorted(J.cold_kernels()))\n")
+#: records every way a process could start another, then imports pld
+_SPY = """
+import json, os, subprocess, multiprocessing, threading
+started = []
+def spy(name, real):
+    def call(*a, **k):
+        started.append(name)
+        return real(*a, **k)
+    return call
+subprocess.Popen.__init__ = spy("Popen", subprocess.Popen.__init__)
+multiprocessing.Process.start = spy("Process.start", multiprocessing.Process.start)
+for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "execv", "execve", "system"):
+    if hasattr(os, name):
+        setattr(os, name, spy(name, getattr(os, name)))
+import pld
+from pld import _jit_warm as J
+children = []
+for task in os.listdir("/proc/self/task"):
+    try:
+        children += open(f"/proc/self/task/{task}/children").read().split()
+    except OSError:
+        pass
+compiled = {name: len(d.signatures) for name, d, _ in J.find_kernels()}
+print(json.dumps({"started": started, "children": children, "compiled": compiled}))
+"""
+
+
+def test_import_starts_no_process_and_compiles_nothing(tmp_path):
+    cache = tmp_path / "numba"
+    out = json.loads(_run(_SPY, NUMBA_CACHE_DIR=str(cache)).splitlines()[-1])
+    assert out["started"] == [] and out["children"] == []
+    # an empty cache stays empty: nothing was compiled (nor loaded) at import
+    assert set(out["compiled"]) == set(kernels.__all__)
+    assert not any(out["compiled"].values()), out["compiled"]
+    assert not cache.exists() or not any(cache.rglob("*.nbi"))
+
+
+def test_every_kernel_is_found_with_its_declared_types():
+    found = {name: sig for name, _, sig in J.find_kernels()}
+    assert sorted(found) == sorted(kernels.__all__)
+    # no public kernel without a declaration (it would be left out of warm())
+    for module in {getattr(kernels, n).py_func.__module__ for n in kernels.__all__}:
+        for name, obj in vars(sys.modules[module]).items():
+            if isinstance(obj, CPUDispatcher) and not name.startswith("_"):
+                assert name in found, f"{module}.{name} lacks @called_with(...)"
+
+
+def test_declared_types_are_those_queries_compile():
+    # a fresh process, nothing warmed: the signatures are those the engine's
+    # calls asked for (subsampled DP-SGD, both sides, FFT powers, re-grids; a
+    # Gaussian; randomized response), and only those
+    code = ("import pld\n"
+            "from pld import _jit_warm as J\n"
+            "pld.dpsgd(1.1, 256 / 60000, 14040).epsilon_bounds(1e-5)\n"
+            "pld.Gaussian(2.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
+            "pld.RandomizedResponse(1.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
+            "for name, d, sig in J.find_kernels():\n"
+            "    print(name, [tuple(s) for s in d.signatures] == [tuple(sig)], d.signatures)\n")
+    for line in _run(code).splitlines():
+        name, ok, compiled = line.split(" ", 2)
+        assert ok == "True", (name, compiled)
+
+
+#: three of the cheapest kernels (all of them take ~10 s of CPU to compile)
+SMALL = ["l1_l2_norms", "dot_compensated", "hockey_stick_suffix"]
+
+
+def test_warm_fills_an_empty_cache_in_two_processes(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
-    if helper == "0":
-        env["PLD_JIT_HELPER"] = "0"
-        # off: nothing compiles at import, every kernel compiles on first use
-        assert _run(code, **env) == repr(sorted(kernels.__all__))
-    else:
-        env["PLD_JIT_HELPER"] = ""  # (on, whatever this run's environment says)
-        # a first run of the command, as after install
-        out = subprocess.run([sys.executable, "-m", "pld", "dpsgd", "--noise-multiplier", "2", "--sampling-rate",
-                              "0.5", "--steps", "3"], env=dict(os.environ, **env), capture_output=True,
-                             text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        # the silent seconds are announced, once, on stderr, and counted in the report's wall time
-        assert out.stderr.startswith("pld: first run on this machine: compiling the numba kernels (about 7 s")
-        assert out.stderr.count("\n") == 1
-        footer = out.stdout.strip().splitlines()[-1]
-        assert "s in all (first run on this machine: " in footer and "s compiling the numba kernels, once)" in footer
-        # the next process finds every kernel cached, and says nothing
-        again = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True,
-                               text=True, timeout=600)
-        assert again.returncode == 0 and again.stderr == "", again.stderr
-        assert again.stdout.strip() == "[]"
-        # the helper's share is in the cache too (written by the helper: this
-        # process compiled only its own share)
-        written = " ".join(p.name for p in tmp_path.rglob("*.nbi"))
-        for name, _ in J.HELPER_SHARE:
-            assert f".{name}-" in written, name
+    out = json.loads(_run(f"import json, pld; print(json.dumps(pld.warm(processes=2, kernels={SMALL})))", **env))
+    assert sorted(out["compiled"]) == sorted(SMALL)
+    assert out["processes"] == 2 and out["kernels"] == len(kernels.__all__) and out["seconds"] > 0
+    written = " ".join(p.name for p in tmp_path.rglob("*.nbi"))
+    for name in kernels.__all__:  # what was asked for, and nothing else
+        assert (f".{name}-" in written) == (name in SMALL), name
+    # the next process finds them cached: nothing to do, nothing started
+    again = json.loads(_run(f"import json, pld; print(json.dumps(pld.warm(kernels={SMALL})))", **env))
+    assert again["compiled"] == [] and again["processes"] == 0
+    cold = json.loads(_run("import json, pld; print(json.dumps(pld._jit_warm.cold_kernels()))", **env))
+    assert sorted(cold) == sorted(set(kernels.__all__) - set(SMALL))
 
 
-def test_warm_up_survives_a_helper_that_cannot_start(monkeypatch):
-    compiled = []
-    monkeypatch.setattr(J, "_helper", [])
-    monkeypatch.setattr(J, "_tried", False)
-    monkeypatch.setattr(J, "cold_kernels", lambda: ["optimistic_merge_centred", "log_mgf_grid"])
-    monkeypatch.setattr(J, "_compile", lambda share: compiled.append(share))
+class _FakeDispatcher:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def compile(self, sig):
+        self.log.append(self.name)
+
+
+def test_warm_compiles_here_when_no_helper_can_start(monkeypatch, capsys):
+    log: list = []
+    fakes = [(n, _FakeDispatcher(log, n), ()) for n in ("a", "b", "c")]
+    monkeypatch.setattr(J, "find_kernels", lambda: fakes)
+    monkeypatch.setattr(J, "_cached", lambda d: d.name in log)
 
     def broken(*a, **k):
         raise OSError("no such interpreter")
 
     monkeypatch.setattr(J.subprocess, "Popen", broken)
-    monkeypatch.delenv("PLD_JIT_HELPER", raising=False)
-    assert J.warm_up_if_cold() is True
-    assert compiled == [J.OWN_SHARE]  # its own share; the first query compiles the rest
-    assert J.warm_up_if_cold() is False  # once per process
+    out = J.warm(processes=3, announce=True)
+    assert log == ["a", "b", "c"] and out["processes"] == 1 and out["compiled"] == ["a", "b", "c"]
+    err = capsys.readouterr().err
+    assert err.startswith("pld: first run on this machine: compiling 3 numba kernels") and err.count("\n") == 1
+    # warm: nothing compiled, nothing said
+    assert J.warm(announce=True)["compiled"] == [] and capsys.readouterr().err == ""
 
 
-def test_warm_up_does_nothing_when_warm_or_off(monkeypatch, capsys):
-    monkeypatch.setattr(J, "_helper", [])
-    monkeypatch.setattr(J, "_tried", False)
-    monkeypatch.setattr(J, "_compile", lambda share: pytest.fail("nothing to compile"))
-    monkeypatch.setattr(J, "cold_kernels", lambda: [])
-    monkeypatch.delenv("PLD_JIT_HELPER", raising=False)
-    assert J.warm_up_if_cold() is False
-    assert capsys.readouterr().err == ""  # a warm cache is silent
-    monkeypatch.setattr(J, "cold_kernels", lambda: ["log_mgf_grid"])
-    for off in ("0", "off", "helper"):
-        monkeypatch.setattr(J, "_tried", False)
-        monkeypatch.setenv("PLD_JIT_HELPER", off)
-        assert J.warm_up_if_cold() is False
-        err = capsys.readouterr().err
-        if off == "helper":  # the helper process itself says nothing
-            assert err == ""
-        else:  # helper off: the kernels compile on first use, and the user is told
-            assert err.startswith("pld: first run on this machine: compiling the numba kernels"), err
-            assert "each kernel on its first use" in err and err.count("\n") == 1
+@pytest.mark.parametrize("kwargs, exc, word", [({"processes": 0}, ValueError, "processes"),
+                                               ({"processes": 1.5}, TypeError, "processes"),
+                                               ({"processes": "2"}, TypeError, "processes"),
+                                               ({"kernels": "l1_l2_norms"}, TypeError, "kernels"),
+                                               ({"kernels": ["l1_l2_norm"]}, ValueError, "kernels")])
+def test_warm_rejects_bad_arguments(kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        pld.warm(**kwargs)

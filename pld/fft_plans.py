@@ -1,12 +1,10 @@
-"""Measured FFT plans: a one-off tuning that makes later queries faster.
+"""FFT plans measured once per machine (FFTW wisdom): :func:`tune_fft`.
 
 pld builds its pyfftw plans with ``FFTW_ESTIMATE`` (milliseconds to plan).
-``FFTW_MEASURE`` times candidate algorithms instead and finds plans 1.1-2.3x
-faster at the transform lengths pld uses (measured here from 8k to 2M points:
-a forward and inverse pair of 262144 points 3.5 -> 1.8 ms), but takes seconds
-per length.  Queries gain less, as transforms are a part of their time:
-about 12% at T = 1e6 steps, within the noise on the MNIST run.
-:func:`tune_fft` measures every length pld may use up to a bound once and
+``FFTW_MEASURE`` times candidate algorithms instead and finds faster plans,
+but takes seconds per length, too long for a query; queries gain less than
+the transforms, which are a part of their time (benchmarks/README.md has the
+measurements).  :func:`tune_fft` measures every length pld may use up to a bound once and
 keeps the result (FFTW "wisdom") in a file per machine; every later process
 reads it before its first plan, and its estimated plans then are the
 measured ones.  Answers stay certified either way: the round-off bound of
