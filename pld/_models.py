@@ -58,9 +58,14 @@ class LossModelProtocol(Protocol):
     models whose base already holds the pair).
     """
 
-    base: ContinuousBase | None
-    sampling_rate: float
-    direction: str
+    @property
+    def base(self) -> ContinuousBase | None: ...
+
+    @property
+    def sampling_rate(self) -> float: ...
+
+    @property
+    def direction(self) -> str: ...
 
     def loss_of_x(self, x: np.ndarray) -> np.ndarray: ...
 

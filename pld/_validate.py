@@ -7,7 +7,6 @@ import numbers
 
 import numpy as np
 
-
 #: largest count of one component (``self_compose``, ``PLD`` components,
 #: DP-SGD steps): the engine's levels and windows are sized for counts up to this
 MAX_COUNT = 10**12
@@ -36,7 +35,7 @@ def real(name: str, value, *, low: float | None = None, high: float | None = Non
     try:
         v = float(value)
     except OverflowError:  # an integer beyond the float range (10**400)
-        v = math.inf if value > 0 else -math.inf
+        v = -math.inf if str(value).startswith("-") else math.inf
         if not allow_inf or (high is not None and v > 0) or (low is not None and v < 0):
             raise ValueError(f"{name} must be a finite real number in range, got {_short(value)}") from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import erfcx, logsumexp
 
 from pld._models import LossModelProtocol
@@ -44,7 +45,7 @@ class Exploration:
     loss_min: float
     loss_max: float
 
-    def psi(self, theta: np.ndarray) -> np.ndarray:
+    def psi(self, theta: npt.ArrayLike) -> np.ndarray:
         th = np.ascontiguousarray(np.atleast_1d(np.asarray(theta, float)))
         return log_mgf_points(np.ascontiguousarray(self.log_p, dtype=float),
                               np.ascontiguousarray(self.loss, dtype=float), th)
@@ -121,6 +122,7 @@ def continuous_pieces(model: LossModelProtocol, cells: int = 1000) -> tuple[np.n
     hook = getattr(model, "explore_pieces", None)
     if hook is not None:
         return hook(cells)
+    assert model.base is not None  # (atom-only models are not explored in pieces)
     xlo, xhi = model.base.x_range()
     x = np.linspace(xlo, xhi, cells + 1)
     cp, cq = model.base.interval_logmasses(x[:-1], x[1:])
@@ -276,7 +278,7 @@ class Composite:
     def __init__(self, parts: list[tuple[Exploration, int]]):
         self.parts = parts
 
-    def psi(self, theta: np.ndarray) -> np.ndarray:
+    def psi(self, theta: npt.ArrayLike) -> np.ndarray:
         th = np.atleast_1d(np.asarray(theta, float))
         out = np.zeros(th.shape)
         for ex, k in self.parts:
@@ -301,8 +303,9 @@ class Composite:
     def quantum(self) -> float | None:
         """Common loss quantum of all parts (see :meth:`Exploration.quantum`)."""
         atom_parts = [ex for ex, _ in self.parts if ex.atom_losses.size]
-        us = [ex.quantum() for ex in atom_parts]
-        if not us or any(u is None for u in us):
+        found = [ex.quantum() for ex in atom_parts]
+        us = [u for u in found if u is not None]
+        if not us or len(us) < len(found):
             return None
         u0 = min(us)
         for u in us:

@@ -28,6 +28,7 @@ import numpy as np
 
 from pld import _windows as w
 from pld._fft import _canonical_size as _fft_size
+from pld._models import LossModelProtocol
 from pld._power import self_compose_powers
 from pld.discretize import discretize
 from pld.engine_cache import EngineCache, side_pool
@@ -220,7 +221,7 @@ def _partial_windows(sizing: w.Composite, lam: float, log_eta, h: float,
 class _Step:
     """One component's inputs, shared by both sides of a materialisation."""
 
-    model: object
+    model: LossModelProtocol
     ex: w.Exploration
     count: int
     k_lo: int

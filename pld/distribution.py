@@ -245,11 +245,13 @@ class PLD:
                "method": "closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
                          f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids",
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
-               "target_met": miss is None, "target_missed_because": miss, "directions": {}}
+               "target_met": miss is None, "target_missed_because": miss}
+        directions: dict[str, dict] = {}
+        out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():
             pess, opt = pair.dominating, pair.dominated
             upper = pess.epsilon(delta)
-            out["directions"][d] = {
+            directions[d] = {
                 "epsilon_lower": opt.epsilon(delta), "epsilon_upper": upper,
                 # a direction whose upper end is below the other's lower end
                 # cannot move the answer; it is settled on a coarser grid

@@ -89,7 +89,8 @@ def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: 
     return scheme.step_mechanism(noise_multiplier, sampling_rate)
 
 
-def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *, sampling: str = "poisson") -> PLD:
+def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
+          sampling: str | sampling_registry.SamplingScheme = "poisson") -> PLD:
     """PLD of ``steps`` DP-SGD steps: query it for a certified (epsilon, delta).
 
     Parameters

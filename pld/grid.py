@@ -24,11 +24,18 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import logsumexp
 
 from pld import _fft
-from pld.kernels import (coarsen_dominated, coarsen_dominating, dot_compensated, hockey_stick_suffix, l1_l2_norms,
-                         log_mgf_grid)
+from pld.kernels import (
+    coarsen_dominated,
+    coarsen_dominating,
+    dot_compensated,
+    hockey_stick_suffix,
+    l1_l2_norms,
+    log_mgf_grid,
+)
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
 # exceed one by the slack the discretiser adds on the safe side).
@@ -83,7 +90,7 @@ class GridPLD:
     # ------------------------------------------------------------------ build
     @classmethod
     def from_log_masses(cls, log_mass: np.ndarray, k0: int, h: float, lam: float,
-                        inf_mass: float, pessimistic: bool) -> "GridPLD":
+                        inf_mass: float, pessimistic: bool) -> GridPLD:
         """Tilt and normalise untilted log masses (exact up to rounding).
 
         The exponents are formed relative to the largest tilted entry,
@@ -170,7 +177,7 @@ class GridPLD:
             w = np.exp(np.minimum(self.log_scale - self.lam * self.losses(), 700.0))
         return min(1.0, float(dot_compensated(low, w)) * (1.0 - 1e-12))
 
-    def without_error(self) -> "GridPLD":
+    def without_error(self) -> GridPLD:
         """The same grid with the round-off term dropped (diagnostics only: not certified)."""
         return GridPLD(self.h, self.k0, self.p, self.lam, self.log_scale, self.inf_mass, 0.0,
                        self.pessimistic, self.log_mgf_bound, None if self.rel_err is None else 0.0)
@@ -188,7 +195,7 @@ class GridPLD:
             return np.log(np.maximum(self.p, 0.0)) + self.log_scale - self.lam * self.losses()
 
     # -------------------------------------------------------------- compose
-    def convolve(self, other: "GridPLD") -> "GridPLD":
+    def convolve(self, other: GridPLD) -> GridPLD:
         """PLD of the composition: convolution of the finite parts.
 
         The error bound follows from Young's inequality
@@ -247,7 +254,7 @@ class GridPLD:
                        self.pessimistic, bound, rel)
 
     def truncate(self, lo_loss: float, hi_loss: float,
-                 beyond: tuple[float, float] = (0.0, 0.0)) -> "GridPLD":
+                 beyond: tuple[float, float] = (0.0, 0.0)) -> GridPLD:
         """Keep grid points in ``[lo_loss, hi_loss]``, moving the rest safely.
 
         Pessimistic: mass above goes to ``+inf`` and mass below to the lowest kept
@@ -307,7 +314,7 @@ class GridPLD:
         return GridPLD(self.h, self.k0 + i0, keep, self.lam, self.log_scale, inf_mass,
                        self.err, self.pessimistic, bound, rel)
 
-    def coarsen(self) -> "GridPLD":
+    def coarsen(self) -> GridPLD:
         """The same PLD on the grid of spacing ``2h`` (evolving discretisation).
 
         Pessimistic: every odd point is spread onto its two even neighbours
@@ -424,7 +431,7 @@ class GridPLD:
         slack = (gamma[m] + 4.0 * _U) * (a + x * b + 4.0 * em) + x * b * x_rel
         return core, slack
 
-    def delta(self, epsilon: np.ndarray) -> np.ndarray:
+    def delta(self, epsilon: npt.ArrayLike) -> np.ndarray:
         """Hockey-stick divergence bound: upper if pessimistic, lower otherwise.
 
         Every floating-point step is bounded and applied on this side's safe

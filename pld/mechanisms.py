@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -28,13 +28,12 @@ from pld._mixture_models import LossUnionModel, mixture_pair_model
 from pld._models import LaplaceBase, LossModel, LossModelProtocol, NormalBase
 from pld._substitute_models import SymmetrizedSubsampledGaussianModel
 
-
 _EMPTY = np.array([], dtype=float)
 _PLD_MECHANISMS: dict[str, type] = {}
 #: the PLD type, registered by pld.distribution when it is imported (it imports
 #: this module, so this module cannot import it: mechanisms describe pairs and
 #: know nothing of grids; ``pld()`` is only a convenience)
-_PLD_TYPE: list[type] = []
+_PLD_TYPE: list[Any] = []
 
 
 def register_pld_type(cls: type) -> None:
@@ -57,8 +56,8 @@ class Mechanism:
     direction, so a subclass that declares neither is refused when defined.
     """
 
-    adjacency: ClassVar[str]
-    symmetric: ClassVar[bool]
+    adjacency: str
+    symmetric: bool
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -370,6 +369,7 @@ class PoissonSampled(Mechanism):
         q = v.real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
         object.__setattr__(self, "sampling_rate", q)
         object.__setattr__(self, "symmetric", q == 1.0 and self.mechanism.symmetric)
+        self._base_pair()  # (refuses, now, a mechanism whose pair it cannot subsample)
 
     def tv_upper(self) -> float | None:
         return tv.subsampled_tv(self.sampling_rate, self.mechanism.tv_upper())
@@ -380,14 +380,22 @@ class PoissonSampled(Mechanism):
 
     def loss_model(self, direction: str = "remove") -> LossModel:
         self._check_direction(direction)
-        inner, q = self.mechanism, self.sampling_rate
+        base, q = self._base_pair()
+        return LossModel(base.atom_x, base.atom_log_p, base.atom_log_q, base.base, q, direction)
+
+    def _base_pair(self) -> tuple[LossModel, float]:
+        """The unsampled base pair and the overall rate (nested samplings multiply)."""
+        inner: Mechanism = self.mechanism
+        q = self.sampling_rate
         while isinstance(inner, PoissonSampled):  # Poisson sampling twice is sampling at q1*q2
             q *= inner.sampling_rate
             inner = inner.mechanism
         base = inner.loss_model("remove")
-        if base.sampling_rate != 1.0 or base.direction != "remove":
-            raise ValueError("the base mechanism of PoissonSampled must describe an unsampled pair")
-        return LossModel(base.atom_x, base.atom_log_p, base.atom_log_q, base.base, q, direction)
+        if not isinstance(base, LossModel) or base.sampling_rate != 1.0 or base.direction != "remove":
+            raise ValueError(
+                f"mechanism of PoissonSampled must describe an unsampled pair (Gaussian, Laplace, randomized "
+                f"response, ...), got {type(inner).__name__}, whose pair PoissonSampled cannot subsample")
+        return base, q
 
 
 def _check_substitute_gaussian(mech) -> None:
@@ -433,7 +441,7 @@ class SampledWithoutReplacement(Mechanism):
 
     adjacency = adj.SUBSTITUTE
 
-    mechanism: Mechanism
+    mechanism: Gaussian
     sampling_rate: float
     symmetric: bool = field(default=True, init=False)
 
@@ -561,7 +569,7 @@ class PoissonSampledSubstitute(Mechanism):
 
     adjacency = adj.SUBSTITUTE
 
-    mechanism: Mechanism
+    mechanism: Gaussian
     sampling_rate: float
     symmetric: bool = field(default=True, init=False)
 
@@ -669,6 +677,9 @@ class TruncatedPoissonGaussian(Mechanism):
         """``((weight, mechanism), ...)``: the pairs of the disjoint union, weights summing to one."""
         n, p, s = self.dataset_size, self.sampling_rate, self.sigma
         g1, g2 = Gaussian(s), Gaussian(s, sensitivity=2.0)
+        low: Mechanism
+        star: Mechanism
+        cut: Mechanism
         if self.adjacency == "add_or_remove":
             cuts = [self._cut(m) for m in (n - 1, n)]
             low, star = PoissonSampled(g1, p), PoissonSampled(g2, p)

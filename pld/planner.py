@@ -258,9 +258,10 @@ class Planner:
         their target is converted from epsilon through the Chernoff slope.
         """
         comp = self.laws.exploration(direction)
-        if comp.all_atoms and comp.quantum() is not None:
+        quantum = comp.quantum()
+        if comp.all_atoms and quantum is not None:
             # atoms on grid points: both discretisations are exact at h = u
-            return comp.quantum()
+            return quantum
         m, sd = comp.mean_sd()
         sd = max(sd, 1e-12)
         if query.kind == "delta":
@@ -465,6 +466,7 @@ class Planner:
         """
         val, rtol = query.value, query.rtol
         pess, opt = self.composer.materialize(direction, h, lam, log_eta)
+        assert opt is not None
         if query.kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)
             target = rtol * hi + EPS_ATOL
