@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
+from pld import _validate as _v
 from pld import exact as _exact
 
 __all__ = [
@@ -211,16 +212,9 @@ class _Direction:
         return float(l[1] - l[0]) if l.size > 1 else 1.0
 
 
-def _check_delta(delta: float) -> float:
-    d = float(delta)
-    if not (0.0 < d < 1.0):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-    return d
-
-
 def _directions(pld_obj, delta: float, tilt: float | None = None) -> list[_Direction]:
     """Both sides of every direction the PLD distinguishes, from the public API."""
-    delta = _check_delta(delta)
+    delta = _v.real_scalar("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     info = pld_obj.explain(delta, tilt=tilt)["directions"]
     out = []
     for name, d_info in info.items():
@@ -228,14 +222,6 @@ def _directions(pld_obj, delta: float, tilt: float | None = None) -> list[_Direc
         lo = _Side.build(pld_obj, name, "lower", delta, d_info, tilt)
         out.append(_Direction(name, up, lo))
     return out
-
-
-def _as_float_array(name: str, value) -> tuple[np.ndarray, bool]:
-    scalar = np.ndim(value) == 0
-    arr = np.asarray(value, dtype=np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} must not contain NaN")
-    return arr, scalar
 
 
 # ---------------------------------------------------------------------------
@@ -269,7 +255,7 @@ def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
         domination, the lower end by post-processing, each given the engine's
         round-off bound (module docstring).
     """
-    eps, scalar = _as_float_array("epsilons", epsilons)
+    eps, scalar = _v.real_array("epsilons", epsilons)
     if np.isinf(eps).any():
         raise ValueError("epsilons must be finite")
     dirs = _directions(pld_obj, delta)
@@ -349,7 +335,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
     >>> bool(np.all(lo <= np.array([2.0, 4.0]) * 120 / 128))
     True
     """
-    a, scalar = _as_float_array("orders", orders)
+    a, scalar = _v.real_array("orders", orders)
     if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
         raise ValueError("orders must be finite and > 1")
     flat = a.ravel()
@@ -450,7 +436,7 @@ def tail_delta(pld_obj, epsilon, delta: float = 1e-6):
     (lower, upper)
         Bracket on ``max`` over the directions of ``P(L > eps)``.
     """
-    eps, scalar = _as_float_array("epsilon", epsilon)
+    eps, scalar = _v.real_array("epsilon", epsilon)
     if np.isinf(eps).any():
         raise ValueError("epsilon must be finite")
     lo = np.zeros(eps.size)
@@ -547,7 +533,7 @@ def tail_epsilon(pld_obj, delta: float, *, details: bool = False):
     -------
     (lower, upper) : floats
     """
-    delta = _check_delta(delta)
+    delta = _v.real_scalar("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     res_lo = res_hi = 0.0
     per_dir = {}
     for d in _directions(pld_obj, delta):
@@ -632,7 +618,7 @@ def tradeoff(pld_obj, alphas, delta: float = 1e-6, *, num_eps: int = 4001):
     -------
     (beta_lower, beta_upper)
     """
-    al, scalar = _as_float_array("alphas", alphas)
+    al, scalar = _v.real_array("alphas", alphas)
     if np.any(al < 0.0) or np.any(al > 1.0):
         raise ValueError("alphas must lie in [0, 1]")
     dirs = _directions(pld_obj, delta)
@@ -752,7 +738,7 @@ def gaussian_mu(pld_obj, deltas=(1e-2, 1e-4, 1e-6, 1e-8), *, delta: float = 1e-6
     -------
     float, or (float, dict) with ``details=True``
     """
-    ds = [_check_delta(x) for x in np.atleast_1d(np.asarray(deltas, dtype=np.float64))]
+    ds = [float(x) for x in np.atleast_1d(_v.real_array("deltas", deltas, low=0.0, high=1.0, low_open=True, high_open=True)[0])]
     if not ds:
         raise ValueError("deltas must not be empty")
     dirs = _directions(pld_obj, delta)

@@ -34,12 +34,13 @@ References
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Union
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, special
+
+from pld import _validate as _v
 
 __all__ = [
     "gaussian_mu",
@@ -59,71 +60,6 @@ FloatOrArray = Union[float, np.ndarray]
 
 # Floor used for log(delta) inside root finders, so that they never see -inf.
 _LOG_FLOOR = -1.0e6
-
-
-# ---------------------------------------------------------------------------
-# input validation helpers
-# ---------------------------------------------------------------------------
-
-
-def _as_real(name: str, value: ArrayLike) -> np.ndarray:
-    """Convert ``value`` to a float64 array, rejecting non-real input.
-
-    Raises
-    ------
-    TypeError
-        If ``value`` is not a real number / array of real numbers (strings,
-        complex numbers, booleans and ``None`` are rejected).
-    ValueError
-        If ``value`` contains NaN.
-    """
-    if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number or an array of real numbers, got {value!r}")
-    arr = np.asarray(value)
-    if arr.dtype == np.bool_ or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise TypeError(
-            f"{name} must be a real number or an array of real numbers, got dtype {arr.dtype}"
-        )
-    arr = arr.astype(np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} must not be NaN")
-    return arr
-
-
-def _check_range(
-    name: str,
-    arr: np.ndarray,
-    low: float = -math.inf,
-    high: float = math.inf,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    """Raise ``ValueError`` unless every entry of ``arr`` lies in the interval."""
-    bad = (arr <= low) if low_open else (arr < low)
-    bad |= (arr >= high) if high_open else (arr > high)
-    if bad.any():
-        lb = "(" if low_open else "["
-        rb = ")" if high_open else "]"
-        first = arr[bad].flat[0]
-        raise ValueError(f"{name} must lie in {lb}{low}, {high}{rb}, got {first!r}")
-
-
-def _as_count(name: str, value: object) -> int:
-    """Validate a non-negative integer count (integral floats are accepted)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a non-negative integer, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        out = int(value)
-    else:
-        fv = float(value)
-        if not math.isfinite(fv) or fv != math.floor(fv):
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        out = int(fv)
-    if out < 0:
-        raise ValueError(f"{name} must be a non-negative integer (>= 0), got {value!r}")
-    return out
 
 
 def _scalar_or_array(out: np.ndarray, scalar: bool) -> FloatOrArray:
@@ -177,13 +113,11 @@ def gaussian_mu(noise_multiplier: float, steps: int = 1, sensitivity: float = 1.
     float
         ``mu = sensitivity * sqrt(steps) / noise_multiplier``.
     """
-    sigma = _as_real("noise_multiplier", noise_multiplier)
-    sens = _as_real("sensitivity", sensitivity)
+    sigma = _v.real_array("noise_multiplier", noise_multiplier, low=0.0, high=math.inf, low_open=True, high_open=True)[0]
+    sens = _v.real_array("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)[0]
     if sigma.ndim or sens.ndim:
         raise TypeError("noise_multiplier and sensitivity must be scalars")
-    _check_range("noise_multiplier", sigma, 0.0, math.inf, low_open=True, high_open=True)
-    _check_range("sensitivity", sens, 0.0, math.inf, high_open=True)
-    t = _as_count("steps", steps)
+    t = _v.count("steps", steps)
     return float(sens) * math.sqrt(t) / float(sigma)
 
 
@@ -247,9 +181,8 @@ def gaussian_delta(epsilon: ArrayLike, mu: ArrayLike) -> FloatOrArray:
         ``delta(epsilon)`` in ``[0, 1]``.
     """
     scalar = np.ndim(epsilon) == 0 and np.ndim(mu) == 0
-    eps = _as_real("epsilon", epsilon)
-    m = _as_real("mu", mu)
-    _check_range("mu", m, 0.0, math.inf)
+    eps = _v.real_array("epsilon", epsilon)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf)[0]
     out = np.exp(_gaussian_log_delta(eps, m))
     return _scalar_or_array(np.clip(out, 0.0, 1.0), scalar)
 
@@ -300,10 +233,8 @@ def gaussian_epsilon(delta: ArrayLike, mu: ArrayLike) -> FloatOrArray:
         ``epsilon >= 0``.
     """
     scalar = np.ndim(delta) == 0 and np.ndim(mu) == 0
-    d = _as_real("delta", delta)
-    m = _as_real("mu", mu)
-    _check_range("delta", d, 0.0, 1.0)
-    _check_range("mu", m, 0.0, math.inf, high_open=True)
+    d = _v.real_array("delta", delta, low=0.0, high=1.0)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf, high_open=True)[0]
     d, m = np.broadcast_arrays(d, m)
     out = np.empty(d.shape)
     for idx in np.ndindex(d.shape):
@@ -338,9 +269,8 @@ def privacy_loss_tail_delta_gaussian(epsilon: ArrayLike, mu: ArrayLike) -> Float
         Gaussian-DP parameter in ``(0, inf)``.
     """
     scalar = np.ndim(epsilon) == 0 and np.ndim(mu) == 0
-    eps = _as_real("epsilon", epsilon)
-    m = _as_real("mu", mu)
-    _check_range("mu", m, 0.0, math.inf, low_open=True, high_open=True)
+    eps = _v.real_array("epsilon", epsilon)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf, low_open=True, high_open=True)[0]
     out = special.ndtr((m * m / 2.0 - eps) / m)
     return _scalar_or_array(np.asarray(out, dtype=np.float64), scalar)
 
@@ -367,10 +297,8 @@ def privacy_loss_tail_epsilon_gaussian(delta: ArrayLike, mu: ArrayLike) -> Float
         Gaussian-DP parameter in ``(0, inf)``.
     """
     scalar = np.ndim(delta) == 0 and np.ndim(mu) == 0
-    d = _as_real("delta", delta)
-    m = _as_real("mu", mu)
-    _check_range("delta", d, 0.0, 1.0)
-    _check_range("mu", m, 0.0, math.inf, low_open=True, high_open=True)
+    d = _v.real_array("delta", delta, low=0.0, high=1.0)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf, low_open=True, high_open=True)[0]
     with np.errstate(invalid="ignore"):
         out = m * m / 2.0 - m * special.ndtri(d)
     out = np.maximum(np.asarray(out, dtype=np.float64), 0.0)
@@ -413,14 +341,6 @@ def _rr_log_delta_from_tables(eps: np.ndarray, loss, tail_p, tail_q) -> np.ndarr
     return np.where(np.isfinite(lp), out, -np.inf)
 
 
-def _check_eps0(epsilon0: float) -> float:
-    e0 = _as_real("epsilon0", epsilon0)
-    if e0.ndim:
-        raise TypeError("epsilon0 must be a scalar")
-    _check_range("epsilon0", e0, 0.0, math.inf, high_open=True)
-    return float(e0)
-
-
 def randomized_response_delta(epsilon: ArrayLike, epsilon0: float, steps: int) -> FloatOrArray:
     """Exact privacy profile of ``steps``-fold binary randomized response.
 
@@ -451,9 +371,9 @@ def randomized_response_delta(epsilon: ArrayLike, epsilon0: float, steps: int) -
         Number of steps ``T >= 0``.
     """
     scalar = np.ndim(epsilon) == 0
-    eps = _as_real("epsilon", epsilon)
-    e0 = _check_eps0(epsilon0)
-    t = _as_count("steps", steps)
+    eps = _v.real_array("epsilon", epsilon)[0]
+    e0 = _v.real_scalar("epsilon0", epsilon0, low=0.0, high=math.inf, high_open=True)
+    t = _v.count("steps", steps)
     tables = _rr_tables(e0, t)
     out = np.exp(_rr_log_delta_from_tables(eps, *tables))
     return _scalar_or_array(np.clip(out, 0.0, 1.0), scalar)
@@ -487,10 +407,9 @@ def randomized_response_epsilon(delta: ArrayLike, epsilon0: float, steps: int) -
         Smallest ``epsilon >= 0`` with ``delta(epsilon) <= delta``.
     """
     scalar = np.ndim(delta) == 0
-    d = _as_real("delta", delta)
-    _check_range("delta", d, 0.0, 1.0)
-    e0 = _check_eps0(epsilon0)
-    t = _as_count("steps", steps)
+    d = _v.real_array("delta", delta, low=0.0, high=1.0)[0]
+    e0 = _v.real_scalar("epsilon0", epsilon0, low=0.0, high=math.inf, high_open=True)
+    t = _v.count("steps", steps)
     loss, tail_p, tail_q = _rr_tables(e0, t)
     pos = np.unique(loss[loss > 0])
     breaks = np.concatenate(([0.0], pos))
@@ -569,13 +488,12 @@ def gaussian_rr_delta(epsilon: ArrayLike, mu: float, epsilon0: float, steps_rr: 
         Number of RR steps ``>= 0``.
     """
     scalar = np.ndim(epsilon) == 0
-    eps = _as_real("epsilon", epsilon)
-    m = _as_real("mu", mu)
+    eps = _v.real_array("epsilon", epsilon)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf, high_open=True)[0]
     if m.ndim:
         raise TypeError("mu must be a scalar")
-    _check_range("mu", m, 0.0, math.inf, high_open=True)
-    e0 = _check_eps0(epsilon0)
-    t = _as_count("steps_rr", steps_rr)
+    e0 = _v.real_scalar("epsilon0", epsilon0, low=0.0, high=math.inf, high_open=True)
+    t = _v.count("steps_rr", steps_rr)
     loss, log_p = _rr_log_pmf(e0, t)
     out = np.exp(_gaussian_rr_log_delta(eps, float(m), loss, log_p))
     return _scalar_or_array(np.clip(out, 0.0, 1.0), scalar)
@@ -597,14 +515,12 @@ def gaussian_rr_epsilon(delta: ArrayLike, mu: float, epsilon0: float, steps_rr: 
         As in :func:`gaussian_rr_delta`.
     """
     scalar = np.ndim(delta) == 0
-    d = _as_real("delta", delta)
-    _check_range("delta", d, 0.0, 1.0)
-    m = _as_real("mu", mu)
+    d = _v.real_array("delta", delta, low=0.0, high=1.0)[0]
+    m = _v.real_array("mu", mu, low=0.0, high=math.inf, high_open=True)[0]
     if m.ndim:
         raise TypeError("mu must be a scalar")
-    _check_range("mu", m, 0.0, math.inf, high_open=True)
-    e0 = _check_eps0(epsilon0)
-    t = _as_count("steps_rr", steps_rr)
+    e0 = _v.real_scalar("epsilon0", epsilon0, low=0.0, high=math.inf, high_open=True)
+    t = _v.count("steps_rr", steps_rr)
     mu_f = float(m)
     if mu_f == 0.0:
         return randomized_response_epsilon(delta, e0, t)
@@ -632,12 +548,10 @@ def gaussian_rr_epsilon(delta: ArrayLike, mu: float, epsilon0: float, steps_rr: 
 
 
 def _laplace_r(scale: float, sensitivity: float) -> float:
-    b = _as_real("scale", scale)
-    s = _as_real("sensitivity", sensitivity)
+    b = _v.real_array("scale", scale, low=0.0, high=math.inf, low_open=True, high_open=True)[0]
+    s = _v.real_array("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)[0]
     if b.ndim or s.ndim:
         raise TypeError("scale and sensitivity must be scalars")
-    _check_range("scale", b, 0.0, math.inf, low_open=True, high_open=True)
-    _check_range("sensitivity", s, 0.0, math.inf, high_open=True)
     return float(s) / float(b)
 
 
@@ -669,7 +583,7 @@ def laplace_delta(epsilon: ArrayLike, scale: float, sensitivity: float = 1.0) ->
         L1 sensitivity ``s`` in ``[0, inf)``.
     """
     scalar = np.ndim(epsilon) == 0
-    eps = _as_real("epsilon", epsilon)
+    eps = _v.real_array("epsilon", epsilon)[0]
     r = _laplace_r(scale, sensitivity)
     with np.errstate(over="ignore"):
         mid = -np.expm1((np.minimum(eps, r) - r) / 2.0)
@@ -692,8 +606,7 @@ def laplace_epsilon(delta: ArrayLike, scale: float, sensitivity: float = 1.0) ->
         As in :func:`laplace_delta`.
     """
     scalar = np.ndim(delta) == 0
-    d = _as_real("delta", delta)
-    _check_range("delta", d, 0.0, 1.0)
+    d = _v.real_array("delta", delta, low=0.0, high=1.0)[0]
     r = _laplace_r(scale, sensitivity)
     with np.errstate(divide="ignore"):
         out = np.maximum(r + 2.0 * np.log1p(-d), 0.0)

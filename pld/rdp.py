@@ -45,6 +45,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, special
 
+from pld import _validate as _v
+
 __all__ = [
     "DEFAULT_ORDERS",
     "rdp_gaussian",
@@ -80,64 +82,6 @@ _FRAC_TOL = 1e-16
 _FRAC_MAX_TERMS = 1 << 21
 
 
-# ---------------------------------------------------------------------------
-# validation helpers
-# ---------------------------------------------------------------------------
-
-
-def _as_real(name: str, value: Any) -> np.ndarray:
-    """Float64 array from ``value``; ``TypeError`` for non-real, ``ValueError`` for NaN."""
-    if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number or an array of real numbers, got {value!r}")
-    arr = np.asarray(value)
-    if arr.dtype == np.bool_ or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise TypeError(f"{name} must be a real number or an array of real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} must not be NaN")
-    return arr
-
-
-def _as_scalar(name: str, value: Any, low: float, high: float, low_open: bool, high_open: bool) -> float:
-    arr = _as_real(name, value)
-    if arr.ndim:
-        raise TypeError(f"{name} must be a scalar, got an array of shape {arr.shape}")
-    v = float(arr)
-    bad = (v <= low if low_open else v < low) or (v >= high if high_open else v > high)
-    if bad:
-        lb = "(" if low_open else "["
-        rb = ")" if high_open else "]"
-        raise ValueError(f"{name} must lie in {lb}{low}, {high}{rb}, got {value!r}")
-    return v
-
-
-def _as_count(name: str, value: Any) -> int:
-    """Non-negative integer (integral floats such as ``6000.0`` are accepted)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a non-negative integer, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        out = int(value)
-    else:
-        fv = float(value)
-        if not math.isfinite(fv) or fv != math.floor(fv):
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        out = int(fv)
-    if out < 0:
-        raise ValueError(f"{name} must be a non-negative integer (>= 0), got {value!r}")
-    return out
-
-
-def _as_orders(value: Any, name: str = "alpha", min_order: float = 1.0, strict: bool = False) -> np.ndarray:
-    arr = _as_real(name, value)
-    bad = arr <= min_order if strict else arr < min_order
-    if bad.any():
-        rel = ">" if strict else ">="
-        raise ValueError(f"{name} (Renyi order) must be {rel} {min_order}, got {arr[bad].flat[0]!r}")
-    return arr
-
-
 def _finish(out: np.ndarray, scalar: bool) -> FloatOrArray:
     return float(out) if scalar else out
 
@@ -164,9 +108,9 @@ def rdp_gaussian(alpha: ArrayLike, sigma: float, sensitivity: float = 1.0) -> Fl
         L2 sensitivity ``s`` in ``[0, inf)``.
     """
     scalar = np.ndim(alpha) == 0
-    a = _as_orders(alpha)
-    sig = _as_scalar("sigma", sigma, 0.0, math.inf, True, True)
-    s = _as_scalar("sensitivity", sensitivity, 0.0, math.inf, False, True)
+    a = _v.real_array("alpha", alpha, low=1.0)[0]
+    sig = _v.real_scalar("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
+    s = _v.real_scalar("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)
     c = s * s / (2.0 * sig * sig)
     out = np.zeros_like(a) if c == 0.0 else a * c
     return _finish(out, scalar)
@@ -302,9 +246,9 @@ def rdp_subsampled_gaussian(alpha: ArrayLike, noise_multiplier: float, sampling_
         The RDP values (non-negative).
     """
     scalar = np.ndim(alpha) == 0
-    a = _as_orders(alpha, strict=True)
-    sigma = _as_scalar("noise_multiplier", noise_multiplier, 0.0, math.inf, True, True)
-    q = _as_scalar("sampling_rate", sampling_rate, 0.0, 1.0, False, False)
+    a = _v.real_array("alpha", alpha, low=1.0, low_open=True)[0]
+    sigma = _v.real_scalar("noise_multiplier", noise_multiplier, low=0.0, high=math.inf, low_open=True, high_open=True)
+    q = _v.real_scalar("sampling_rate", sampling_rate, low=0.0, high=1.0)
     if q == 0.0:
         return _finish(np.zeros_like(a), scalar)
     if q == 1.0:
@@ -357,9 +301,9 @@ def rdp_laplace(alpha: ArrayLike, scale: float, sensitivity: float = 1.0) -> Flo
         L1 sensitivity ``s`` in ``[0, inf)``.
     """
     scalar = np.ndim(alpha) == 0
-    a = _as_orders(alpha)
-    b = _as_scalar("scale", scale, 0.0, math.inf, True, True)
-    s = _as_scalar("sensitivity", sensitivity, 0.0, math.inf, False, True)
+    a = _v.real_array("alpha", alpha, low=1.0)[0]
+    b = _v.real_scalar("scale", scale, low=0.0, high=math.inf, low_open=True, high_open=True)
+    s = _v.real_scalar("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)
     eps = s / b
     out = np.empty_like(a)
     inf = np.isinf(a)
@@ -398,8 +342,8 @@ def rdp_randomized_response(alpha: ArrayLike, epsilon0: float) -> FloatOrArray:
         Randomized-response parameter in ``[0, inf)``.
     """
     scalar = np.ndim(alpha) == 0
-    a = _as_orders(alpha)
-    e0 = _as_scalar("epsilon0", epsilon0, 0.0, math.inf, False, True)
+    a = _v.real_array("alpha", alpha, low=1.0)[0]
+    e0 = _v.real_scalar("epsilon0", epsilon0, low=0.0, high=math.inf, high_open=True)
     out = np.empty_like(a)
     if e0 == 0.0:
         return _finish(np.zeros_like(a), scalar)
@@ -496,15 +440,15 @@ def epsilon_from_rdp(
         The bound and the order attaining it.
     """
     conv = _check_conversion(conversion)
-    o = _as_orders(orders, name="orders", strict=True).ravel()
-    r = _as_real("rdp", rdp).ravel()
+    o = _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
+    r = _v.real_array("rdp", rdp)[0].ravel()
     if o.shape != r.shape:
         raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
     if o.size == 0:
         raise ValueError("orders must not be empty")
     if (r < 0).any():
         raise ValueError("rdp values must be >= 0")
-    d = _as_scalar("delta", delta, 0.0, 1.0, False, False)
+    d = _v.real_scalar("delta", delta, low=0.0, high=1.0)
     if d == 0.0:
         if np.all(r == 0.0):
             return 0.0, float(o[0])
@@ -543,15 +487,15 @@ def delta_from_rdp(
     (delta, order)
     """
     conv = _check_conversion(conversion)
-    o = _as_orders(orders, name="orders", strict=True).ravel()
-    r = _as_real("rdp", rdp).ravel()
+    o = _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
+    r = _v.real_array("rdp", rdp)[0].ravel()
     if o.shape != r.shape:
         raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
     if o.size == 0:
         raise ValueError("orders must not be empty")
     if (r < 0).any():
         raise ValueError("rdp values must be >= 0")
-    e = _as_scalar("epsilon", epsilon, 0.0, math.inf, False, False)
+    e = _v.real_scalar("epsilon", epsilon, low=0.0, high=math.inf)
     if math.isinf(e):
         return 0.0, float(o[0])
     ld = _log_delta_per_order(o, r, e, conv)
@@ -663,8 +607,8 @@ class RdpCurve:
     terms: Tuple[Tuple[int, RdpFunction], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        o = _as_orders(self.orders, name="orders", strict=True).ravel().copy()
-        r = _as_real("rdp", self.rdp).ravel().copy()
+        o = _v.real_array("orders", self.orders, low=1.0, low_open=True)[0].ravel().copy()
+        r = _v.real_array("rdp", self.rdp)[0].ravel().copy()
         if o.shape != r.shape:
             raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
         if o.size == 0:
@@ -684,14 +628,14 @@ class RdpCurve:
         """Curve of a mechanism given as a vectorised function ``orders -> rdp``."""
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-        o = DEFAULT_ORDERS if orders is None else _as_orders(orders, name="orders", strict=True).ravel()
+        o = DEFAULT_ORDERS if orders is None else _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
         r = np.asarray(fn(np.asarray(o, dtype=np.float64)), dtype=np.float64).reshape(o.shape)
         return cls(o, r, ((1, fn),))
 
     @classmethod
     def _builtin(cls, kind: str, params: Tuple[float, ...], orders: Optional[ArrayLike]) -> "RdpCurve":
         fn = _builtin_function(kind, params)
-        o = DEFAULT_ORDERS if orders is None else _as_orders(orders, name="orders", strict=True).ravel()
+        o = DEFAULT_ORDERS if orders is None else _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
         r = _builtin_grid(kind, params, np.ascontiguousarray(o, dtype=np.float64).tobytes())
         return cls(o, r, ((1, fn),))
 
@@ -733,7 +677,7 @@ class RdpCurve:
         if not self.terms:
             raise ValueError("this RdpCurve holds only samples; it cannot be evaluated off its grid")
         scalar = np.ndim(alpha) == 0
-        a = _as_orders(alpha, strict=True)
+        a = _v.real_array("alpha", alpha, low=1.0, low_open=True)[0]
         total = np.zeros(a.shape)
         for count, fn in self.terms:
             total = total + count * np.asarray(fn(a), dtype=np.float64).reshape(a.shape)
@@ -771,7 +715,7 @@ class RdpCurve:
     def __mul__(self, count: int) -> "RdpCurve":
         if isinstance(count, (bool, np.bool_)) or not isinstance(count, numbers.Integral):
             return NotImplemented
-        k = _as_count("count", count)
+        k = _v.count("count", count)
         terms = tuple((c * k, fn) for c, fn in self.terms if c * k > 0)
         if k == 0:
             terms = ()
@@ -899,7 +843,7 @@ class RdpAccountant:
     """
 
     def __init__(self, orders: Optional[ArrayLike] = None) -> None:
-        o = DEFAULT_ORDERS if orders is None else _as_orders(orders, name="orders", strict=True).ravel()
+        o = DEFAULT_ORDERS if orders is None else _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
         if o.size == 0:
             raise ValueError("orders must not be empty")
         self._curve = RdpCurve(o, np.zeros(o.shape), ())
@@ -925,7 +869,7 @@ class RdpAccountant:
         orders, or evaluable off-grid), a vectorised callable ``orders -> rdp``,
         or any object with a method ``rdp(orders) -> rdp``.
         """
-        k = _as_count("count", count)
+        k = _v.count("count", count)
         if isinstance(mechanism, RdpCurve):
             curve = mechanism
             if not (curve.orders.shape == self.orders.shape and np.array_equal(curve.orders, self.orders)):
@@ -1013,6 +957,6 @@ def dpsgd_rdp_epsilon(
     optimize : bool, default True
         Refine the optimal order continuously.
     """
-    t = _as_count("steps", steps)
+    t = _v.count("steps", steps)
     curve = RdpCurve.subsampled_gaussian(noise_multiplier, sampling_rate, orders) * t
     return curve.epsilon(delta, conversion, optimize)
