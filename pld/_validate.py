@@ -152,3 +152,12 @@ def count(name: str, value, *, low: int = 0) -> int:
     if out < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {_short(value)}")
     return out
+
+
+def choice(name: str, value, options: tuple) -> str:
+    """Return ``value`` if it is one of ``options`` (strings), or raise naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, options))}, got {_short(value)}")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {_short(value)}")
+    return value
