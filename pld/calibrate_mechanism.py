@@ -109,6 +109,41 @@ def calibrate_parameter(make, target_epsilon: float, delta: float, *, bounds: tu
     if increasing is not None and not isinstance(increasing, bool):
         raise TypeError(f"increasing must be True, False or None, got {increasing!r}")
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
+    bounds, low, high, x0 = _check_bounds(bounds, discrete, start)
+    fam = _Family(make, discrete, delta, rtol)
+    if increasing is None:
+        increasing, x0 = _read_direction(fam, x0, low, high, bounds)
+    sign = -1.0 if increasing else 1.0  # u = sign * log x: larger u is more private
+
+    def to_param(u: float):
+        x = math.exp(sign * u)
+        return int(round(x)) if discrete else x
+
+    tol = math.log1p(rtol)
+    tol_at = (lambda u: math.log1p(1.0 / max(1.0, math.exp(sign * u)))) if discrete else (lambda u: tol)
+    lo_u, hi_u = sorted((sign * math.log(low), sign * math.log(high)))
+    search = Search(target_epsilon, lambda u: fam.evaluate(to_param(u)), lambda u: fam.surrogate(to_param(u)),
+                    lo_u, hi_u, tol_at, _snap_integer(sign) if discrete else None)
+    for x, (elo, eup) in list(fam.cache.items()):  # points already evaluated count
+        u = sign * math.log(x)
+        search.evals.append((u, elo, eup))
+        if eup <= target_epsilon:
+            search.good = min(search.good, u)
+        else:
+            search.bad = max(search.bad, u)
+    u = search.run(surrogate_root(search, sign * math.log(x0)))
+    if not math.isfinite(u):
+        best = low if increasing else high
+        raise ValueError(f"no parameter in bounds {bounds!r} certifies target_epsilon={target_epsilon!r} at "
+                         f"delta={delta!r} (at {best!r}: epsilon {fam.evaluate(best)[1]!r}); widen bounds "
+                         f"(last engine error: {search.last_error!r})")
+    value = to_param(u)
+    record_info(search, info, t0, value, "parameter", to_param)
+    return value
+
+
+def _check_bounds(bounds, discrete: bool, start) -> tuple[tuple, float, float, float]:
+    """``(bounds, low, high, start)`` of the search, checked (integers inward when ``discrete``)."""
     if bounds is None:
         bounds = (1, MAX_STEPS) if discrete else (1e-6, 1e6)
     try:
@@ -124,89 +159,76 @@ def calibrate_parameter(make, target_epsilon: float, delta: float, *, bounds: tu
         if not low < high:
             raise ValueError(f"bounds must contain at least two integers, got {bounds!r}")
     x0 = math.sqrt(low * high) if start is None else v.real("start", start, low=low, high=high)
+    return bounds, low, high, x0
 
-    plds: dict = {}
-    cache: dict = {}
 
-    def pld_at(x):
-        x = int(round(x)) if discrete else x
-        d = plds.get(x)
+class _Family:
+    """``make(x)`` with its PLDs, certified answers and surrogate remembered per parameter.
+
+    The search revisits points (direction probe, then the bracket), and each
+    PLD keeps its own grids, so holding them saves whole accountings.
+    """
+
+    def __init__(self, make, discrete: bool, delta: float, rtol: float):
+        self.make, self.discrete, self.delta, self.rtol = make, discrete, delta, rtol
+        self.log_delta = math.log(delta)
+        self.plds: dict = {}
+        self.cache: dict = {}  # parameter -> certified (lower, upper) epsilon
+        self.hints: dict = {}  # per direction: the last crossing tilt of the surrogate
+
+    def pld_at(self, x):
+        x = int(round(x)) if self.discrete else x
+        d = self.plds.get(x)
         if d is None:
-            if len(plds) > 512:  # (the search visits tens of points; keep memory bounded)
-                plds.clear()
-            d = plds[x] = _pld_from_make(make(x), x)
+            if len(self.plds) > 512:  # (the search visits tens of points; keep memory bounded)
+                self.plds.clear()
+            d = self.plds[x] = _pld_from_make(self.make(x), x)
         return d
 
-    def evaluate(x: float) -> tuple[float, float]:
-        x = int(round(x)) if discrete else x
-        hit = cache.get(x)
+    def evaluate(self, x: float) -> tuple[float, float]:
+        x = int(round(x)) if self.discrete else x
+        hit = self.cache.get(x)
         if hit is None:
-            d = pld_at(x)
-            hit = d.epsilon_bounds(delta) if discrete else d.epsilon_bounds(delta, rtol=bracket_rtol(rtol))
-            cache[x] = hit = (float(hit[0]), float(hit[1]))
+            d = self.pld_at(x)
+            hit = (d.epsilon_bounds(self.delta) if self.discrete
+                   else d.epsilon_bounds(self.delta, rtol=bracket_rtol(self.rtol)))
+            self.cache[x] = hit = (float(hit[0]), float(hit[1]))
         return hit
 
-    log_delta = math.log(delta)
-    hints: dict = {}  # per direction: the last crossing tilt of the surrogate
-
-    def surrogate(x: float) -> float:
+    def surrogate(self, x: float) -> float:
         """Saddle-point epsilon of ``make(x)`` (as for DP-SGD; ``nan`` where it fails)."""
         try:
-            d = pld_at(x)
-            vals = [spa_epsilon_of(d._exploration(dr), log_delta, hints.setdefault(dr, [None]))
+            d = self.pld_at(x)
+            vals = [spa_epsilon_of(d._exploration(dr), self.log_delta, self.hints.setdefault(dr, [None]))
                     for dr in d._directions()]
         except Exception:  # the surrogate only steers the search: engine secants replace it
             return math.nan
         return math.nan if any(math.isnan(e) for e in vals) else max(vals)
 
-    if increasing is None:
-        # read the direction off the surrogate at two points, else off two evaluations
-        # (the search reuses them)
-        x1 = min(high, max(low, x0 * math.exp(0.5)))
-        if x1 == x0:
-            x1 = max(low, x0 * math.exp(-0.5))
-        if discrete:
-            x0, x1 = round(x0), round(x1) if round(x1) != round(x0) else round(x0) + (1 if x0 < high else -1)
-        s0, s1 = surrogate(x0), surrogate(x1)
-        if math.isfinite(s0) and math.isfinite(s1) and abs(s1 - s0) > 1e-3 * max(s0, s1):
-            increasing = (s1 > s0) == (x1 > x0)
-    if increasing is None:
-        for _ in range(60):
-            e0, e1 = evaluate(x0)[1], evaluate(x1)[1]
-            if e0 != e1:
-                break
-            # equal (e.g. both 0 or both certifiably tiny): look further apart
-            a, b = min(x0, x1), max(x0, x1)
-            if a <= low and b >= high:
-                raise ValueError(f"epsilon does not change over bounds {bounds!r} (certified epsilon {e0!r} "
-                                 "at both ends); give other bounds or increasing=")
-            a, b = max(low, a / 4.0), min(high, b * 4.0)
-            x0, x1 = (int(a), int(b)) if discrete else (a, b)
-        increasing = (e1 > e0) == (x1 > x0)
-    sign = -1.0 if increasing else 1.0  # u = sign * log x: larger u is more private
 
-    def to_param(u: float):
-        x = math.exp(sign * u)
-        return int(round(x)) if discrete else x
+def _read_direction(fam: _Family, x0, low, high, bounds) -> tuple[bool, float]:
+    """Whether epsilon grows with the parameter, and the (possibly moved) start.
 
-    tol = math.log1p(rtol)
-    tol_at = (lambda u: math.log1p(1.0 / max(1.0, math.exp(sign * u)))) if discrete else (lambda u: tol)
-    lo_u, hi_u = sorted((sign * math.log(low), sign * math.log(high)))
-    search = Search(target_epsilon, lambda u: evaluate(to_param(u)), lambda u: surrogate(to_param(u)),
-                     lo_u, hi_u, tol_at, _snap_integer(sign) if discrete else None)
-    for x, (elo, eup) in list(cache.items()):  # points already evaluated count
-        u = sign * math.log(x)
-        search.evals.append((u, elo, eup))
-        if eup <= target_epsilon:
-            search.good = min(search.good, u)
-        else:
-            search.bad = max(search.bad, u)
-    u = search.run(surrogate_root(search, sign * math.log(x0)))
-    if not math.isfinite(u):
-        best = low if increasing else high
-        raise ValueError(f"no parameter in bounds {bounds!r} certifies target_epsilon={target_epsilon!r} at "
-                         f"delta={delta!r} (at {best!r}: epsilon {evaluate(best)[1]!r}); widen bounds "
-                         f"(last engine error: {search.last_error!r})")
-    value = to_param(u)
-    record_info(search, info, t0, value, "parameter", to_param)
-    return value
+    Read off the surrogate at two points, else off two evaluations (the search
+    reuses them), moving them apart while the certified answers are equal.
+    """
+    x1 = min(high, max(low, x0 * math.exp(0.5)))
+    if x1 == x0:
+        x1 = max(low, x0 * math.exp(-0.5))
+    if fam.discrete:
+        x0, x1 = round(x0), round(x1) if round(x1) != round(x0) else round(x0) + (1 if x0 < high else -1)
+    s0, s1 = fam.surrogate(x0), fam.surrogate(x1)
+    if math.isfinite(s0) and math.isfinite(s1) and abs(s1 - s0) > 1e-3 * max(s0, s1):
+        return (s1 > s0) == (x1 > x0), x0
+    for _ in range(60):
+        e0, e1 = fam.evaluate(x0)[1], fam.evaluate(x1)[1]
+        if e0 != e1:
+            break
+        # equal (e.g. both 0 or both certifiably tiny): look further apart
+        a, b = min(x0, x1), max(x0, x1)
+        if a <= low and b >= high:
+            raise ValueError(f"epsilon does not change over bounds {bounds!r} (certified epsilon {e0!r} "
+                             "at both ends); give other bounds or increasing=")
+        a, b = max(low, a / 4.0), min(high, b * 4.0)
+        x0, x1 = (int(a), int(b)) if fam.discrete else (a, b)
+    return (e1 > e0) == (x1 > x0), x0
