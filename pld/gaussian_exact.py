@@ -34,6 +34,9 @@ import math
 import numpy as np
 from scipy.special import erfcx, log_ndtr
 
+# pld.mechanisms imports pld.pld (which imports this module) only inside functions
+from pld.mechanisms import Gaussian, PoissonSampled
+
 __all__ = ["gaussian_mu", "delta_bounds", "epsilon_bounds"]
 
 #: relative error allowed for each special-function value (scipy's erfcx and
@@ -46,8 +49,6 @@ _SQRT2 = math.sqrt(2.0)
 def gaussian_mu(components) -> float | None:
     """``mu`` of a composition whose every component is a Gaussian mechanism
     (a Poisson-sampled one at rate 1 included), else None."""
-    from pld.mechanisms import Gaussian, PoissonSampled
-
     total = 0.0
     for m, k in components:
         while isinstance(m, PoissonSampled) and m.sampling_rate == 1.0:

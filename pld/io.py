@@ -29,7 +29,10 @@ import tempfile
 
 import numpy as np
 
+from pld import mechanisms as M
 from pld._validate import MAX_COUNT
+from pld.mechanisms import Mechanism
+from pld.pld import PLD
 
 __all__ = ["save", "load", "to_bytes", "from_bytes", "read_info",
            "mechanism_to_dict", "mechanism_from_dict", "FORMAT", "VERSION"]
@@ -41,8 +44,6 @@ DEFAULT_DELTA = 1e-5
 
 # ------------------------------------------------------------ mechanisms
 def _known_classes() -> dict:
-    from pld import mechanisms as M
-
     out = {}
     for name, obj in vars(M).items():
         if (isinstance(obj, type) and issubclass(obj, M.Mechanism) and obj is not M.Mechanism
@@ -52,8 +53,6 @@ def _known_classes() -> dict:
 
 
 def _encode_value(name: str, value):
-    from pld.mechanisms import Mechanism
-
     if isinstance(value, Mechanism):
         return mechanism_to_dict(value)
     if isinstance(value, (bool, np.bool_)):
@@ -74,8 +73,6 @@ def _encode_value(name: str, value):
 
 def mechanism_to_dict(mechanism) -> dict:
     """``{"type": class name, "fields": {...}}`` from a mechanism's dataclass init fields."""
-    from pld.mechanisms import Mechanism
-
     if not isinstance(mechanism, Mechanism) or not dataclasses.is_dataclass(mechanism):
         raise TypeError(f"cannot save {type(mechanism).__name__}: not a pld mechanism")
     cls = type(mechanism)
@@ -120,13 +117,11 @@ def mechanism_from_dict(data, *, path: str = "mechanism"):
 
 # ------------------------------------------------------------------ save
 def _metadata(pld_obj, delta: float | None) -> dict:
-    from pld import __version__
-
     comps = [{"mechanism": mechanism_to_dict(m), "count": int(k)} for m, k in pld_obj.components]
     return {
         "format": FORMAT,
         "version": VERSION,
-        "pld_version": __version__,
+        "pld_version": _version(),
         "components": comps,
         "steps": int(pld_obj.steps),
         "symmetric": bool(pld_obj.symmetric),
@@ -156,8 +151,6 @@ def _arrays(pld_obj, meta: dict, delta: float) -> dict:
 
 def to_bytes(pld_obj, *, delta: float | None = DEFAULT_DELTA) -> bytes:
     """The saved-file bytes of ``pld_obj`` (see :func:`save`)."""
-    from pld.pld import PLD
-
     if not isinstance(pld_obj, PLD):
         raise TypeError(f"can only save a pld.PLD, got {type(pld_obj).__name__}")
     if delta is not None:
@@ -327,14 +320,14 @@ def _reason(exc: BaseException) -> str:
 
 
 def _version() -> str:
+    # imported here, not at the top: pld/__init__ imports this module before it
+    # sets __version__
     from pld import __version__
 
     return __version__
 
 
 def _build(meta: dict, label) -> object:
-    from pld.pld import PLD
-
     comps = meta.get("components")
     if not isinstance(comps, list) or not comps:
         raise ValueError(f"not a pld file: {label} (no components)")

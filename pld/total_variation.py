@@ -29,6 +29,9 @@ import math
 
 import numpy as np
 
+# pld.mechanisms imports pld.pld (which imports this module) only inside functions
+from pld import mechanisms as M
+
 __all__ = ["tv_upper", "composition_tv_upper"]
 
 _SLACK = 1e-12
@@ -37,8 +40,6 @@ _SLACK = 1e-12
 def tv_upper(mechanism) -> float | None:
     """An upper bound on the TV distance of ``mechanism``'s dominating pairs,
     or None for a mechanism without a closed form here."""
-    from pld import mechanisms as M
-
     if isinstance(mechanism, M.PoissonSampled):
         inner = tv_upper(mechanism.mechanism)
         return None if inner is None else min(1.0, mechanism.sampling_rate * inner * (1 + _SLACK))
