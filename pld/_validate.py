@@ -7,7 +7,6 @@ import numbers
 
 import numpy as np
 
-
 #: largest count of one component (``self_compose``, ``PLD`` components,
 #: DP-SGD steps): the engine's levels and windows are sized for counts up to this
 MAX_COUNT = 10**12

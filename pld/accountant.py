@@ -26,6 +26,7 @@ import threading
 
 from pld import _validate as v
 from pld.dpsgd import dpsgd_mechanism, sampling_scheme
+
 # one encoding for saved PLDs and accountant state: {"type": class, "fields": {...}}
 from pld.io import mechanism_from_dict, mechanism_to_dict
 from pld.mechanisms import Mechanism
@@ -292,7 +293,7 @@ class Accountant:
             }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Accountant":
+    def from_state_dict(cls, state: dict) -> Accountant:
         """Rebuild an accountant from :meth:`state_dict` output.
 
         Parameters

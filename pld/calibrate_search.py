@@ -18,8 +18,8 @@ import numpy as np
 
 from pld import _validate as v
 from pld import _windows as w
-from pld.pld import EPS_RTOL
 from pld.dpsgd import dpsgd_mechanism
+from pld.pld import EPS_RTOL
 
 __all__ = ["Search", "Surrogate", "check_target", "record_info", "bracket_rtol", "surrogate_root",
            "spa_epsilon", "spa_epsilon_of"]
@@ -49,7 +49,7 @@ def spa_epsilon_of(comp, log_delta: float, hint: list | None = None) -> float:
     ``hint``, a one-element list, carries the crossing tilt from one call to the
     next: a search asks for nearby parameters, whose crossings lie close, so a
     bracket of +-0.35 in log theta around the last one usually holds it and the
-    41-point scan is skipped (3x fewer saddle-point evaluations).
+    41-point scan is skipped.
     """
     def log_d(log_theta: float) -> float:
         return w.saddle_log_delta(comp, math.exp(log_theta))[1]

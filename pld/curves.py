@@ -400,7 +400,8 @@ def gaussian_mu(pld_obj, deltas=(1e-2, 1e-4, 1e-6, 1e-8), *, delta: float = 1e-6
     -------
     float, or (float, dict) with ``details=True``
     """
-    ds = [float(x) for x in np.atleast_1d(_v.real_array("deltas", deltas, low=0.0, high=1.0, low_open=True, high_open=True)[0])]
+    ds_arr = _v.real_array("deltas", deltas, low=0.0, high=1.0, low_open=True, high_open=True)[0]
+    ds = [float(x) for x in np.atleast_1d(ds_arr)]
     if not ds:
         raise ValueError("deltas must not be empty")
     dirs = directions(pld_obj, delta)

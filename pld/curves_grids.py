@@ -47,7 +47,7 @@ class Side:
 
     @classmethod
     def build(cls, pld_obj, direction: str, side: str, delta: float, info: dict,
-              tilt: float | None = None) -> "Side":
+              tilt: float | None = None) -> Side:
         losses, masses, inf_mass = pld_obj.distribution(direction, side, delta=delta, tilt=tilt)
         losses = np.asarray(losses, dtype=np.float64)
         masses = np.asarray(masses, dtype=np.float64)

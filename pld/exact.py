@@ -41,8 +41,8 @@ from scipy import special
 
 from pld import _validate as _v
 from pld.exact_core import FloatOrArray, gaussian_log_delta, scalar_or_array, solve_log_profile
-from pld.exact_rr import _rr_tables  # noqa: F401  (the tests check its tables)
 from pld.exact_rr import (
+    _rr_tables,  # noqa: F401  (the tests check its tables)
     gaussian_rr_delta,
     gaussian_rr_epsilon,
     randomized_response_delta,
@@ -91,7 +91,8 @@ def gaussian_mu(noise_multiplier: float, steps: int = 1, sensitivity: float = 1.
     float
         ``mu = sensitivity * sqrt(steps) / noise_multiplier``.
     """
-    sigma = _v.real_array("noise_multiplier", noise_multiplier, low=0.0, high=math.inf, low_open=True, high_open=True)[0]
+    sigma = _v.real_array("noise_multiplier", noise_multiplier,
+                          low=0.0, high=math.inf, low_open=True, high_open=True)[0]
     sens = _v.real_array("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)[0]
     if sigma.ndim or sens.ndim:
         raise TypeError("noise_multiplier and sensitivity must be scalars")

@@ -6,14 +6,13 @@ and the root finder that inverts a decreasing log-profile.
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import numpy as np
 from scipy import optimize, special
 
 __all__ = ["FloatOrArray", "LOG_FLOOR", "scalar_or_array", "log1mexp", "gaussian_log_delta", "solve_log_profile"]
 
-FloatOrArray = Union[float, np.ndarray]
+FloatOrArray = float | np.ndarray
 
 # Floor used for log(delta) inside root finders, so that they never see -inf.
 LOG_FLOOR = -1.0e6

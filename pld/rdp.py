@@ -43,8 +43,9 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -53,12 +54,12 @@ from pld import _validate as _v
 from pld.rdp_conversion import (
     Conversion,
     delta_from_rdp,
-    epsilon_from_rdp,
     eps_per_order,
+    epsilon_from_rdp,
     log_delta_per_order,
     refine_order,
 )
-from pld.rdp_mechanisms import rdp_gaussian, rdp_laplace, rdp_randomized_response, rdp_subsampled_gaussian
+from pld.rdp_mechanisms import FloatOrArray, rdp_gaussian, rdp_laplace, rdp_randomized_response, rdp_subsampled_gaussian
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -73,7 +74,6 @@ __all__ = [
     "dpsgd_rdp_epsilon",
 ]
 
-FloatOrArray = Union[float, np.ndarray]
 RdpFunction = Callable[[np.ndarray], np.ndarray]
 
 #: Default grid of orders: fine fractional orders in (1, 2), every integer in
@@ -102,7 +102,7 @@ _BUILTIN_RDP = {
 }
 
 
-def _builtin_function(kind: str, params: Tuple[float, ...]) -> RdpFunction:
+def _builtin_function(kind: str, params: tuple[float, ...]) -> RdpFunction:
     """Vectorised ``orders -> rdp`` for a built-in mechanism, tagged with a value key."""
     base = _BUILTIN_RDP[kind]
 
@@ -115,7 +115,7 @@ def _builtin_function(kind: str, params: Tuple[float, ...]) -> RdpFunction:
 
 
 @functools.lru_cache(maxsize=256)
-def _builtin_grid(kind: str, params: Tuple[float, ...], orders_bytes: bytes) -> np.ndarray:
+def _builtin_grid(kind: str, params: tuple[float, ...], orders_bytes: bytes) -> np.ndarray:
     """Cached grid evaluation (step-by-step accounting re-uses the same grid)."""
     orders = np.frombuffer(orders_bytes, dtype=np.float64)
     out = np.asarray(_BUILTIN_RDP[kind](orders, *params), dtype=np.float64).copy()
@@ -148,7 +148,7 @@ class RdpCurve:
 
     orders: np.ndarray
     rdp: np.ndarray
-    terms: Tuple[Tuple[int, RdpFunction], ...] = field(default=(), repr=False)
+    terms: tuple[tuple[int, RdpFunction], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         o = _v.real_array("orders", self.orders, low=1.0, low_open=True)[0].ravel().copy()
@@ -168,7 +168,7 @@ class RdpCurve:
     # -- constructors ------------------------------------------------------
 
     @classmethod
-    def from_function(cls, fn: RdpFunction, orders: Optional[ArrayLike] = None) -> "RdpCurve":
+    def from_function(cls, fn: RdpFunction, orders: ArrayLike | None = None) -> RdpCurve:
         """Curve of a mechanism given as a vectorised function ``orders -> rdp``."""
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -177,34 +177,34 @@ class RdpCurve:
         return cls(o, r, ((1, fn),))
 
     @classmethod
-    def _builtin(cls, kind: str, params: Tuple[float, ...], orders: Optional[ArrayLike]) -> "RdpCurve":
+    def _builtin(cls, kind: str, params: tuple[float, ...], orders: ArrayLike | None) -> RdpCurve:
         fn = _builtin_function(kind, params)
         o = DEFAULT_ORDERS if orders is None else _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
         r = _builtin_grid(kind, params, np.ascontiguousarray(o, dtype=np.float64).tobytes())
         return cls(o, r, ((1, fn),))
 
     @classmethod
-    def gaussian(cls, sigma: float, sensitivity: float = 1.0, orders: Optional[ArrayLike] = None) -> "RdpCurve":
+    def gaussian(cls, sigma: float, sensitivity: float = 1.0, orders: ArrayLike | None = None) -> RdpCurve:
         """Curve of one Gaussian release (see :func:`rdp_gaussian`)."""
         rdp_gaussian(2.0, sigma, sensitivity)  # validate eagerly
         return cls._builtin("gaussian", (float(sigma), float(sensitivity)), orders)
 
     @classmethod
     def subsampled_gaussian(
-        cls, noise_multiplier: float, sampling_rate: float, orders: Optional[ArrayLike] = None
-    ) -> "RdpCurve":
+        cls, noise_multiplier: float, sampling_rate: float, orders: ArrayLike | None = None
+    ) -> RdpCurve:
         """Curve of one Poisson-subsampled Gaussian step (see :func:`rdp_subsampled_gaussian`)."""
         rdp_subsampled_gaussian(2.0, noise_multiplier, sampling_rate)
         return cls._builtin("subsampled_gaussian", (float(noise_multiplier), float(sampling_rate)), orders)
 
     @classmethod
-    def laplace(cls, scale: float, sensitivity: float = 1.0, orders: Optional[ArrayLike] = None) -> "RdpCurve":
+    def laplace(cls, scale: float, sensitivity: float = 1.0, orders: ArrayLike | None = None) -> RdpCurve:
         """Curve of one Laplace release (see :func:`rdp_laplace`)."""
         rdp_laplace(2.0, scale, sensitivity)
         return cls._builtin("laplace", (float(scale), float(sensitivity)), orders)
 
     @classmethod
-    def randomized_response(cls, epsilon0: float, orders: Optional[ArrayLike] = None) -> "RdpCurve":
+    def randomized_response(cls, epsilon0: float, orders: ArrayLike | None = None) -> RdpCurve:
         """Curve of one binary randomized-response release (see :func:`rdp_randomized_response`)."""
         rdp_randomized_response(2.0, epsilon0)
         return cls._builtin("randomized_response", (float(epsilon0),), orders)
@@ -229,7 +229,7 @@ class RdpCurve:
 
     # -- composition -------------------------------------------------------
 
-    def __add__(self, other: "RdpCurve") -> "RdpCurve":
+    def __add__(self, other: RdpCurve) -> RdpCurve:
         if not isinstance(other, RdpCurve):
             return NotImplemented
         if self.terms and other.terms:
@@ -251,12 +251,12 @@ class RdpCurve:
         merged = RdpCurve(union, np.zeros_like(union), terms)
         return RdpCurve(union, np.asarray(merged(union)), terms)
 
-    def __radd__(self, other: Any) -> "RdpCurve":
+    def __radd__(self, other: Any) -> RdpCurve:
         if isinstance(other, numbers.Number) and not isinstance(other, bool) and other == 0:
             return self  # lets sum() work
         return NotImplemented
 
-    def __mul__(self, count: int) -> "RdpCurve":
+    def __mul__(self, count: int) -> RdpCurve:
         if isinstance(count, (bool, np.bool_)) or not isinstance(count, numbers.Integral):
             return NotImplemented
         k = _v.count("count", count)
@@ -278,7 +278,7 @@ class RdpCurve:
 
     def epsilon(
         self, delta: float, conversion: Conversion = "improved", optimize: bool = True
-    ) -> Tuple[float, float]:
+    ) -> tuple[float, float]:
         """Epsilon certified at ``delta``; returns ``(epsilon, optimal_order)``.
 
         Minimises the chosen conversion (see :func:`epsilon_from_rdp`) over the
@@ -309,7 +309,7 @@ class RdpCurve:
 
     def delta(
         self, epsilon: float, conversion: Conversion = "improved", optimize: bool = True
-    ) -> Tuple[float, float]:
+    ) -> tuple[float, float]:
         """Delta certified at ``epsilon``; returns ``(delta, optimal_order)``.
 
         Grid minimisation of :func:`delta_from_rdp` then, as in :meth:`epsilon`,
@@ -335,7 +335,7 @@ class RdpCurve:
         return dlt, order
 
 
-def _merge_terms(a: Sequence[Tuple[int, RdpFunction]], b: Sequence[Tuple[int, RdpFunction]]):
+def _merge_terms(a: Sequence[tuple[int, RdpFunction]], b: Sequence[tuple[int, RdpFunction]]):
     """Concatenate ``(count, fn)`` lists, merging equal mechanisms (flat, no recursion).
 
     Functions built by the :class:`RdpCurve` constructors carry a value key
@@ -376,7 +376,7 @@ class RdpAccountant:
         Orders in ``(1, inf]``; defaults to :data:`DEFAULT_ORDERS`.
     """
 
-    def __init__(self, orders: Optional[ArrayLike] = None) -> None:
+    def __init__(self, orders: ArrayLike | None = None) -> None:
         o = DEFAULT_ORDERS if orders is None else _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
         if o.size == 0:
             raise ValueError("orders must not be empty")
@@ -396,7 +396,7 @@ class RdpAccountant:
         """The composed curve so far."""
         return self._curve
 
-    def compose(self, mechanism: Union[RdpCurve, RdpFunction, Any], count: int = 1) -> "RdpAccountant":
+    def compose(self, mechanism: RdpCurve | RdpFunction | Any, count: int = 1) -> RdpAccountant:
         """Compose ``count`` copies of ``mechanism``; returns ``self`` for chaining.
 
         ``mechanism`` may be an :class:`RdpCurve` (sampled on this accountant's
@@ -410,7 +410,7 @@ class RdpAccountant:
                 if not curve.is_continuous:
                     raise ValueError("mechanism curve is sampled on different orders and cannot be re-evaluated")
                 curve = RdpCurve(self.orders, np.asarray(curve(self.orders)), curve.terms)
-        elif hasattr(mechanism, "rdp") and callable(getattr(mechanism, "rdp")):
+        elif hasattr(mechanism, "rdp") and callable(mechanism.rdp):
             curve = RdpCurve.from_function(mechanism.rdp, self.orders)
         elif callable(mechanism):
             curve = RdpCurve.from_function(mechanism, self.orders)
@@ -430,33 +430,33 @@ class RdpAccountant:
             self._curve = RdpCurve(self.orders, cur.rdp + new.rdp, terms)
         return self
 
-    def compose_gaussian(self, sigma: float, sensitivity: float = 1.0, count: int = 1) -> "RdpAccountant":
+    def compose_gaussian(self, sigma: float, sensitivity: float = 1.0, count: int = 1) -> RdpAccountant:
         """Compose ``count`` Gaussian releases (:func:`rdp_gaussian`)."""
         return self.compose(RdpCurve.gaussian(sigma, sensitivity, self.orders), count)
 
     def compose_subsampled_gaussian(
         self, noise_multiplier: float, sampling_rate: float, count: int = 1
-    ) -> "RdpAccountant":
+    ) -> RdpAccountant:
         """Compose ``count`` Poisson-subsampled Gaussian steps (:func:`rdp_subsampled_gaussian`)."""
         return self.compose(RdpCurve.subsampled_gaussian(noise_multiplier, sampling_rate, self.orders), count)
 
-    def compose_laplace(self, scale: float, sensitivity: float = 1.0, count: int = 1) -> "RdpAccountant":
+    def compose_laplace(self, scale: float, sensitivity: float = 1.0, count: int = 1) -> RdpAccountant:
         """Compose ``count`` Laplace releases (:func:`rdp_laplace`)."""
         return self.compose(RdpCurve.laplace(scale, sensitivity, self.orders), count)
 
-    def compose_randomized_response(self, epsilon0: float, count: int = 1) -> "RdpAccountant":
+    def compose_randomized_response(self, epsilon0: float, count: int = 1) -> RdpAccountant:
         """Compose ``count`` binary randomized-response releases (:func:`rdp_randomized_response`)."""
         return self.compose(RdpCurve.randomized_response(epsilon0, self.orders), count)
 
     def get_epsilon(
         self, delta: float, conversion: Conversion = "improved", optimize: bool = True
-    ) -> Tuple[float, float]:
+    ) -> tuple[float, float]:
         """``(epsilon, optimal_order)`` at ``delta``; see :meth:`RdpCurve.epsilon`."""
         return self._curve.epsilon(delta, conversion, optimize)
 
     def get_delta(
         self, epsilon: float, conversion: Conversion = "improved", optimize: bool = True
-    ) -> Tuple[float, float]:
+    ) -> tuple[float, float]:
         """``(delta, optimal_order)`` at ``epsilon``; see :meth:`RdpCurve.delta`."""
         return self._curve.delta(epsilon, conversion, optimize)
 
@@ -467,9 +467,9 @@ def dpsgd_rdp_epsilon(
     steps: int,
     delta: float,
     conversion: Conversion = "improved",
-    orders: Optional[ArrayLike] = None,
+    orders: ArrayLike | None = None,
     optimize: bool = True,
-) -> Tuple[float, float]:
+) -> tuple[float, float]:
     """RDP epsilon of DP-SGD with Poisson sampling (add/remove adjacency).
 
     ``steps`` compositions of the subsampled Gaussian (MTZ19), converted with

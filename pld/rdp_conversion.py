@@ -21,7 +21,8 @@ References
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Optional, Tuple
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -64,7 +65,7 @@ def log_delta_per_order(orders: np.ndarray, rdp: np.ndarray, epsilon: float, con
 
 def epsilon_from_rdp(
     orders: ArrayLike, rdp: ArrayLike, delta: float, conversion: Conversion = "improved"
-) -> Tuple[float, float]:
+) -> tuple[float, float]:
     """Smallest epsilon certified by an RDP curve on a grid of orders.
 
     classic (Mironov 2017, Prop. 3):
@@ -123,7 +124,7 @@ def epsilon_from_rdp(
 
 def delta_from_rdp(
     orders: ArrayLike, rdp: ArrayLike, epsilon: float, conversion: Conversion = "improved"
-) -> Tuple[float, float]:
+) -> tuple[float, float]:
     """Smallest delta certified by an RDP curve at ``epsilon`` (inverse of :func:`epsilon_from_rdp`).
 
     classic: ``delta = min_alpha exp((alpha - 1)(r_alpha - eps))``.
@@ -167,7 +168,7 @@ def delta_from_rdp(
 
 def refine_order(
     fn: Callable[[float], float], orders: np.ndarray, best_order: float
-) -> Optional[Tuple[float, float]]:
+) -> tuple[float, float] | None:
     """Minimise ``fn(log alpha)`` between the grid neighbours of ``best_order``.
 
     Uses bounded ``scipy.optimize.minimize_scalar`` in ``x = log alpha``. If the
@@ -181,7 +182,7 @@ def refine_order(
     high_edge = pos + 1 >= srt.size
     lo = float(srt[pos - 1]) if not low_edge else 1.0 + (best_order - 1.0) / 2.0
     hi = float(srt[pos + 1]) if not high_edge else 2.0 * best_order
-    best: Optional[Tuple[float, float]] = None
+    best: tuple[float, float] | None = None
     for _ in range(40):
         res = _minimize_bounded(fn, math.log(lo), math.log(hi))
         if res is None:
@@ -202,7 +203,7 @@ def refine_order(
     return math.exp(best[0]), best[1]
 
 
-def _minimize_bounded(fn: Callable[[float], float], lo: float, hi: float) -> Optional[Tuple[float, float]]:
+def _minimize_bounded(fn: Callable[[float], float], lo: float, hi: float) -> tuple[float, float] | None:
     """Bounded scalar minimisation on ``[lo, hi]``; returns ``(x, f(x))`` or ``None``."""
     if not hi > lo:
         return None

@@ -16,7 +16,6 @@ References
 from __future__ import annotations
 
 import math
-from typing import Tuple, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -26,7 +25,7 @@ from pld import _validate as _v
 
 __all__ = ["rdp_gaussian", "rdp_subsampled_gaussian", "rdp_laplace", "rdp_randomized_response"]
 
-FloatOrArray = Union[float, np.ndarray]
+FloatOrArray = float | np.ndarray
 
 # Fractional-order series: relative truncation tolerance and term budget.
 _FRAC_TOL = 1e-16
@@ -84,7 +83,7 @@ def _log_a_int(q: float, sigma: float, alpha: int) -> float:
     return float(np.logaddexp(0.0, log_a_minus_1))
 
 
-def _log_abs_comb_and_sign(alpha: float, k: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def _log_abs_comb_and_sign(alpha: float, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``log|C(alpha, k)|`` and its sign for real ``alpha > 0`` (non-integer) and integer ``k >= 0``.
 
     For ``k <= alpha`` all factors of ``alpha (alpha-1) ... (alpha-k+1)/k!`` are

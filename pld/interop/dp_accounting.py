@@ -280,7 +280,7 @@ class PLDAccountant(_pa.PrivacyAccountant):
         if plan.non_private is not None and self._non_private is None:
             self._non_private = plan.non_private
 
-    def compose(self, event, count: int = 1) -> "PLDAccountant":
+    def compose(self, event, count: int = 1) -> PLDAccountant:
         """Account for ``count`` runs of ``event``; returns ``self``.
 
         Raises :class:`UnsupportedEventError` (a ``dp_accounting``

@@ -10,7 +10,6 @@ supported events and their pairs.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 try:
     from dp_accounting import dp_event as _ev
@@ -61,7 +60,7 @@ class UnsupportedEventError(_pa.UnsupportedEventError):
             msg = f"Unsupported event: {outer!r}. Error: [{self.reason}] caused by subevent {event!r}."
         super().__init__(msg)
 
-    def within(self, outer) -> "UnsupportedEventError":
+    def within(self, outer) -> UnsupportedEventError:
         """The same error, worded for ``compose(outer)``."""
         return type(self)(self.event, self.reason, outer)
 
@@ -88,7 +87,7 @@ class NonPrivateEventError(ValueError):
             "a pld.PLD cannot represent it. PLDAccountant accepts it and reports epsilon = inf.")
 
 
-def relation_of(value) -> "NeighboringRelation":
+def relation_of(value) -> NeighboringRelation:
     if not isinstance(value, NeighboringRelation):
         raise TypeError(f"neighboring_relation must be a dp_accounting.NeighboringRelation, got {value!r}")
     if value not in _SUPPORTED_RELATIONS:  # pragma: no cover - every member is supported
@@ -105,7 +104,7 @@ class Plan:
 
     def __init__(self):
         self.components: dict = {}  # mechanism -> count (insertion ordered)
-        self.non_private: Optional[object] = None  # the first non-private event seen
+        self.non_private: object | None = None  # the first non-private event seen
 
     def add(self, mechanism, count: int) -> None:
         if count > 0:
@@ -383,5 +382,5 @@ def plan_of(event, relation, count: int = 1) -> Plan:
     return plan
 
 
-def neutral_pld(value_discretization_interval=None) -> "_pld.PLD":
+def neutral_pld(value_discretization_interval=None) -> _pld.PLD:
     return _pld.FromPMFs(p=(1.0,), q=(1.0,)).pld(value_discretization_interval=value_discretization_interval)
