@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import cast
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def real(name: str, value, *, low: float | None = None, high: float | None = Non
     try:
         v = float(value)
     except OverflowError:  # an integer beyond the float range (10**400)
-        v = math.inf if value > 0 else -math.inf
+        v = math.inf if cast(int, value) > 0 else -math.inf  # only an integer overflows float()
         if not allow_inf or (high is not None and v > 0) or (low is not None and v < 0):
             raise ValueError(f"{name} must be a finite real number in range, got {_short(value)}") from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):

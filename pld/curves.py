@@ -199,7 +199,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
     # round-off bound is small; in the bulk, which decides low orders, the same
     # bound is large.  The same grids untilted serve the low orders; every
     # bound is certified, so the best is kept.
-    grids = {}
+    grids: dict[str, list[Direction]] = {}
     for tilt in (None, 0.0):
         for d in directions(pld_obj, delta, tilt):
             grids.setdefault(d.name, []).append(d)
@@ -217,6 +217,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
                          "infinity_mass_upper": d.upper.inf_mass,
                          "infinity_mass_lower": d.lower.inf_mass}
     hi = np.maximum(hi, lo)
+    res: tuple
     if scalar:
         res = (float(lo[0]), float(hi[0]))
     else:

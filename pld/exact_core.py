@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize, special
 
 __all__ = ["FloatOrArray", "LOG_FLOOR", "scalar_or_array", "log1mexp", "gaussian_log_delta", "solve_log_profile"]
@@ -41,7 +42,7 @@ def log1mexp(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def gaussian_log_delta(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
+def gaussian_log_delta(eps: ArrayLike, mu: ArrayLike) -> np.ndarray:
     """``log delta(eps)`` of the mu-Gaussian pair; broadcasts; handles edge cases.
 
     ``delta = Phi(a) - e^eps Phi(b)``, ``a = mu/2 - eps/mu``, ``b = -mu/2 - eps/mu``,

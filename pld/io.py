@@ -26,6 +26,7 @@ import json
 import math
 import os
 import tempfile
+import typing
 
 import numpy as np
 
@@ -44,7 +45,7 @@ DEFAULT_DELTA = 1e-5
 
 # ------------------------------------------------------------ mechanisms
 def _known_classes() -> dict:
-    out = {}
+    out: dict = {}
     for name, obj in vars(M).items():
         if (isinstance(obj, type) and issubclass(obj, M.Mechanism) and obj is not M.Mechanism
                 and dataclasses.is_dataclass(obj) and obj.__module__ == M.__name__):
@@ -221,6 +222,10 @@ def write_atomic(path, data: bytes) -> None:
         raise
 
 
+#: the process umask, read once (reading it by setting it is not thread-safe)
+_UMASK: int | None = None
+
+
 def _umask() -> int:
     global _UMASK
     if _UMASK is None:
@@ -238,15 +243,13 @@ def _umask() -> int:
     return _UMASK
 
 
-_UMASK = None
-
 
 # ------------------------------------------------------------------ load
 def _read(source, *, arrays: bool):
     """Return ``(metadata, {name: array})`` or raise ``ValueError('not a pld file...')``."""
     label = source if isinstance(source, (str, os.PathLike)) else "<bytes>"
     if isinstance(source, (bytes, bytearray, memoryview)):
-        fobj = io.BytesIO(bytes(source))
+        fobj: typing.BinaryIO = io.BytesIO(bytes(source))
     else:
         fobj = open(os.fspath(source), "rb")  # OSError (missing file, ...) propagates as is
     with fobj:

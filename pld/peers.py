@@ -84,7 +84,7 @@ def _dp_accounting(kind: str, sigma: float, q: float, steps: int, delta: float, 
         acc = RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
         note = "replace-one; noise multiplier sigma / 2 given for the 2C sensitivity"
     acc.compose(event)
-    out = {"epsilon": float(acc.get_epsilon(delta))}
+    out: dict = {"epsilon": float(acc.get_epsilon(delta))}
     if note:
         out["note"] = note
     return out
@@ -126,7 +126,7 @@ def peer_epsilons(noise_multiplier: float, sampling_rate: float, steps: int, del
     """
     out = []
     for key, label, module, dist in PEERS:
-        row = {"key": key, "label": label, "package": dist, "epsilon": None, "epsilon_lower": None,
+        row: dict = {"key": key, "label": label, "package": dist, "epsilon": None, "epsilon_lower": None,
                "epsilon_upper": None, "seconds": None, "note": None}
         row["installed"], row["version"] = _installed(module)
         if not row["installed"]:

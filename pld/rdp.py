@@ -45,7 +45,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -94,7 +94,7 @@ DEFAULT_ORDERS.setflags(write=False)
 # ---------------------------------------------------------------------------
 
 
-_BUILTIN_RDP = {
+_BUILTIN_RDP: dict[str, Callable[..., FloatOrArray]] = {
     "gaussian": rdp_gaussian,
     "subsampled_gaussian": rdp_subsampled_gaussian,
     "laplace": rdp_laplace,
@@ -287,7 +287,7 @@ class RdpCurve:
         grid neighbours of the best order and keeps the smaller value. Any
         order gives a valid bound, so the refinement can only tighten it.
         """
-        conv = _v.choice("conversion", conversion, ("improved", "classic"))
+        conv = cast(Conversion, _v.choice("conversion", conversion, ("improved", "classic")))
         eps, order = epsilon_from_rdp(self.orders, self.rdp, delta, conv)
         d = float(delta)
         if not (optimize and self.terms) or eps == 0.0 or not math.isfinite(eps) or d == 0.0 or math.isinf(order):
@@ -315,7 +315,7 @@ class RdpCurve:
         Grid minimisation of :func:`delta_from_rdp` then, as in :meth:`epsilon`,
         a continuous refinement of the order in ``log alpha``.
         """
-        conv = _v.choice("conversion", conversion, ("improved", "classic"))
+        conv = cast(Conversion, _v.choice("conversion", conversion, ("improved", "classic")))
         dlt, order = delta_from_rdp(self.orders, self.rdp, epsilon, conv)
         if not (optimize and self.terms) or dlt == 0.0 or dlt >= 1.0 or math.isinf(order):
             return dlt, order

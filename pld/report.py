@@ -226,7 +226,7 @@ def _nice_delta(n: int) -> str:
 
 
 def _numerics(explained: dict) -> dict:
-    out = {"bracket_target": BRACKET_TARGET, "fft": fft_backend(), "directions": {}}
+    out: dict = {"bracket_target": BRACKET_TARGET, "fft": fft_backend(), "directions": {}}
     for d, info in (explained.get("directions") or {}).items():
         out["directions"][d] = {k: v for k, v in info.items()}
     return out

@@ -26,6 +26,7 @@ Every value is rounded up by a relative ``_SLACK``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def tv_upper(mechanism) -> float | None:
         inner = tv_upper(mechanism.mechanism)
         return None if inner is None else min(1.0, mechanism.sampling_rate * inner * (1 + _SLACK))
     if isinstance(mechanism, M.SampledWithoutReplacement):
-        g = mechanism.mechanism
+        g: Any = mechanism.mechanism  # the Gaussian it samples (its checks ensure that)
         mu = 2.0 * g.sensitivity / g.sigma
         return min(1.0, mechanism.sampling_rate * math.erf(mu / (2.0 * math.sqrt(2.0))) * (1 + _SLACK))
     if type(mechanism) is M.Gaussian:

@@ -259,7 +259,7 @@ class PLDAccountant(_pa.PrivacyAccountant):
         # the core; this adapter adds dp_accounting's events, ledger and
         # non-private convention
         self._core = Accountant(value_discretization_interval=value_discretization_interval)
-        self._non_private = None
+        self._non_private: object | None = None  # the first non-private event composed
 
     # ------------------------------------------------------------ composing
     def _maybe_compose(self, event, count: int, do_compose: bool):

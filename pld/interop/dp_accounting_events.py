@@ -10,10 +10,12 @@ supported events and their pairs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 try:
     from dp_accounting import dp_event as _ev
     from dp_accounting import privacy_accountant as _pa
+    from dp_accounting.privacy_accountant import NeighboringRelation
 except ImportError as exc:  # pragma: no cover - exercised only without dp_accounting
     raise ImportError(
         "pld.interop.dp_accounting needs the dp_accounting package "
@@ -22,7 +24,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without dp_accou
 import pld as _pld
 from pld import _validate as _v
 
-NeighboringRelation = _pa.NeighboringRelation
 _AOR = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE = NeighboringRelation.REPLACE_ONE
 _SPECIAL = NeighboringRelation.REPLACE_SPECIAL
@@ -315,6 +316,7 @@ _REFUSED = {
 
 def _walk(event, count: int, relation, plan: Plan) -> None:
     """Add ``count`` runs of ``event`` to ``plan`` or raise UnsupportedEventError."""
+    mech: Any  # a pld mechanism, None (nothing released) or "nonprivate"
     if not isinstance(event, _ev.DpEvent):
         raise UnsupportedEventError(event, "not a dp_accounting DpEvent")
     if isinstance(event, _ev.NoOpDpEvent):

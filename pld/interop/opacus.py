@@ -229,7 +229,7 @@ def _build():
         IAccountant = None
     bases = (_PLDOpacusAccountantCore,) if IAccountant is None else (_PLDOpacusAccountantCore, IAccountant)
 
-    class PLDOpacusAccountant(*bases):
+    class PLDOpacusAccountant(*bases):  # type: ignore[misc]  # bases chosen at run time
         __doc__ = _PLDOpacusAccountantCore.__doc__
 
         def __init__(self):
