@@ -63,6 +63,9 @@ __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate", "cal
 
 #: the search under its former private name (tests drive it directly)
 _Search = Search
+#: doctest.testmod(pld.calibrate) also runs the examples of the re-exported
+#: calibrate_parameter (defined in pld.calibrate_mechanism)
+__test__ = {"calibrate_parameter": calibrate_parameter}
 
 #: smallest sampling rate the rate search goes down to
 MIN_SAMPLING_RATE = 1e-12
