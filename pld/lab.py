@@ -219,6 +219,18 @@ def plot_lab(result: dict, path) -> None:
                           "or `pip install matplotlib`") from exc
 
     r = result
+    fig = Figure(figsize=(12, 4.8))
+    FigureCanvasAgg(fig)
+    ax, ax2 = fig.subplots(1, 2)
+    _draw_delta_panel(ax, r)
+    _draw_rdp_panel(ax2, r)
+    fig.tight_layout()
+    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
+    fig.savefig(path, dpi=110, format=suffix if suffix in ("pdf", "svg") else "png")
+
+
+def _draw_delta_panel(ax, r: dict) -> None:
+    """Left panel of :func:`plot_lab`: the delta(eps) curves, log scale."""
     sigma, steps, target, probe = r["sigma"], r["steps"], r["delta"], r["probe_epsilon"]
     mu = r.get("mu", math.sqrt(steps) / sigma)
     e_max = max(r["rdp_epsilon"], r["tail_epsilon"], probe) * 1.25 + 0.5
@@ -231,9 +243,6 @@ def plot_lab(result: dict, path) -> None:
     curve = _rdp.RdpCurve.gaussian(sigma, orders=np.geomspace(1.001, 1e4, 600)) * steps
     rdp_d = _rdp_delta_curve(curve, eps, "classic")
 
-    fig = Figure(figsize=(12, 4.8))
-    FigureCanvasAgg(fig)
-    ax, ax2 = fig.subplots(1, 2)
     floor = target * 1e-3
 
     def clip(y):
@@ -262,6 +271,10 @@ def plot_lab(result: dict, path) -> None:
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(True, which="major", alpha=0.3)
 
+
+def _draw_rdp_panel(ax2, r: dict) -> None:
+    """Right panel of :func:`plot_lab`: the RDP conversion eps(alpha) and its best order."""
+    steps, sigma, target = r["steps"], r["sigma"], r["delta"]
     order = float(r["rdp_order"])
     alphas = np.geomspace(1.05, max(64.0, 8 * order), 400)
     c = steps / (2.0 * sigma * sigma)
@@ -281,9 +294,6 @@ def plot_lab(result: dict, path) -> None:
     ax2.set_title("RDP: eps(alpha) = k alpha/(2 sigma^2) + log(1/delta)/(alpha-1)")
     ax2.legend(fontsize=8)
     ax2.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
-    fig.savefig(path, dpi=110, format=suffix if suffix in ("pdf", "svg") else "png")
 
 
 # ---------------------------------------------------------------------------
