@@ -211,7 +211,7 @@ def plot_lab(result: dict, path) -> None:
     ImportError
         If matplotlib is not installed (``pip install 'pld[plot]'``).
     """
-    try:
+    try:  # matplotlib is optional (the plot extra): imported only when a plot is asked for
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -26,6 +26,7 @@ import importlib
 import math
 import time
 from fractions import Fraction
+from importlib.metadata import version as dist_version
 
 __all__ = ["PEERS", "peer_epsilons"]
 
@@ -49,8 +50,6 @@ def _installed(module: str) -> tuple[bool, str | None]:
     version = getattr(mod, "__version__", None)
     if version is None:
         try:
-            from importlib.metadata import version as dist_version
-
             version = dist_version(module.replace("_", "-"))
         except Exception:  # a version is a nicety, not a requirement
             version = None

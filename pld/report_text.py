@@ -8,6 +8,8 @@ still contains the certified one.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from pld._rounding import bracket, round_up
@@ -80,8 +82,6 @@ def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
 
 
 def _table(rows, indent: str = "  ", width: int = 100) -> list[str]:
-    import textwrap
-
     key_w = max(len(k) for k, _ in rows)
     pad = indent + " " * (key_w + 2)
     out = []

@@ -359,7 +359,7 @@ def parse_spec(data, *, base_dir: str | None = None) -> Spec:
 
 def read_document(path: str):
     """Decode a JSON or TOML file (by extension; otherwise JSON, then TOML)."""
-    import tomllib
+    import tomllib  # here, not at the top: Python 3.10 (supported) has no tomllib, and JSON specs need none
 
     with open(path, "rb") as f:
         raw = f.read()
