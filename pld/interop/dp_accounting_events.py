@@ -119,12 +119,9 @@ class Plan:
 def _number(event, name: str, value, *, low: float = 0.0, high: float = math.inf) -> float:
     """A finite-or-inf float in [low, high], or InvalidEventError naming the field."""
     try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise InvalidEventError(event, f"{name} must be a real number, got {value!r}") from None
-    if math.isnan(x) or x < low or x > high:
-        raise InvalidEventError(event, f"{name} must be in [{low}, {high}], got {value!r}")
-    return x
+        return _v.real(name, value, low=low, high=high, allow_inf=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEventError(event, str(exc)) from None
 
 
 def _int(event, name: str, value, *, low: int = 0, high: int | None = None) -> int:
