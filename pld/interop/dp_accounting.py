@@ -287,7 +287,8 @@ class PLDAccountant(_pa.PrivacyAccountant):
         ``UnsupportedEventError``, worded like dp_accounting's: "... caused by
         subevent ...") naming the offending sub-event, and leaves the
         accountant unchanged, if any part of ``event`` is unsupported;
-        ``ValueError`` if ``count < 1``.
+        ``ValueError`` if ``count < 1`` or if one mechanism of the event would
+        run more than 1e12 times (also leaving the accountant unchanged).
         """
         if not isinstance(event, _ev.DpEvent):
             raise TypeError(f"`event` must be `DpEvent`. Found {type(event)}.")
