@@ -187,9 +187,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
     >>> bool(np.all(lo <= np.array([2.0, 4.0]) * 120 / 128))
     True
     """
-    a, scalar = _v.real_array("orders", orders)
-    if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
-        raise ValueError("orders must be finite and > 1")
+    a, scalar = _v.real_array("orders", orders, low=1.0, high=math.inf, low_open=True, high_open=True)
     flat = a.ravel()
     theta = flat - 1.0
     lo = np.zeros(flat.shape)
@@ -275,19 +273,18 @@ def tradeoff(pld_obj, alphas, delta: float = 1e-6, *, num_eps: int = 4001):
     delta : float, default 1e-6
         Query that selects the grids.
     num_eps : int, default 4001
-        Points of the ``eps`` grid (uniform on ``[0, largest grid loss]``).
+        Points of the ``eps`` grid (uniform on ``[0, largest grid loss]``), at least 2.
 
     Returns
     -------
     (beta_lower, beta_upper)
     """
-    al, scalar = _v.real_array("alphas", alphas)
-    if np.any(al < 0.0) or np.any(al > 1.0):
-        raise ValueError("alphas must lie in [0, 1]")
+    al, scalar = _v.real_array("alphas", alphas, low=0.0, high=1.0)
+    num_eps = _v.integer("num_eps", num_eps, low=2)
     dirs = directions(pld_obj, delta)
     e_end = max(float(d.upper.losses[-1]) for d in dirs)
     e_end = max(e_end, 1e-6)
-    eps = np.linspace(0.0, e_end, int(num_eps))
+    eps = np.linspace(0.0, e_end, num_eps)
     d_up = np.zeros(eps.shape)
     d_lo = np.zeros(eps.shape)
     for d in dirs:

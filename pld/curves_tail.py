@@ -73,9 +73,7 @@ def tail_delta(pld_obj, epsilon, delta: float = 1e-6):
     (lower, upper)
         Bracket on ``max`` over the directions of ``P(L > eps)``.
     """
-    eps, scalar = _v.real_array("epsilon", epsilon)
-    if np.isinf(eps).any():
-        raise ValueError("epsilon must be finite")
+    eps, scalar = _v.real_array("epsilon", epsilon, low=-math.inf, high=math.inf, low_open=True, high_open=True)
     lo = np.zeros(eps.size)
     hi = np.zeros(eps.size)
     for d in directions(pld_obj, delta):
