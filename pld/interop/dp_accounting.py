@@ -15,6 +15,11 @@ dp_accounting's own test suite for its PLD accountant
 (``tests/test_dp_accounting_suite.py``); the tests skipped there, and why, are
 listed at the end of this docstring.
 
+Layout: the walk over an event tree (and its errors) is in
+:mod:`pld.interop.dp_accounting_events`; :class:`PLDAccountant` records what
+the walk finds into a :class:`pld.Accountant`, which keeps the history, the
+composed PLD, the cached answers and the answer before anything is composed.
+
 Conversion of a ``DpEvent`` tree (:func:`from_dp_event`)
 --------------------------------------------------------
 ``noise_multiplier`` is, as documented for ``dp_accounting.GaussianDpEvent``,
