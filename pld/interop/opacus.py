@@ -83,6 +83,11 @@ class _PLDOpacusAccountantCore:
     PRV accountants return the number of history entries instead.  Both are
     zero exactly when nothing has been recorded, which is all ``PrivacyEngine``
     looks at.
+
+    The answers come from a :class:`pld.Accountant` holding the history's
+    private phases (rebuilt when ``history`` changes), which composes, caches
+    and answers the empty case; this class adds Opacus's history format and
+    its convention for steps without noise (epsilon = inf).
     """
 
     def __init__(self):
