@@ -194,9 +194,9 @@ def transform(n: int):
     to ``buf`` normalised by ``1/n`` (and may destroy ``out``).  A pooled
     pyfftw plan when there is one for ``n``, else ``scipy.fft`` on fresh buffers."""
     if _HAVE_PYFFTW and n <= _MAX_PLAN_SIZE:
-        buf, f, g, fwd, inv, lock = _acquire_plan(n)
+        buf, f, g, plan_fwd, plan_inv, lock = _acquire_plan(n)
         try:
-            yield buf, f, g, fwd, inv  # pyfftw's __call__ normalises the inverse by 1/n
+            yield buf, f, g, plan_fwd, plan_inv  # pyfftw's __call__ normalises the inverse by 1/n
         finally:
             lock.release()
         return

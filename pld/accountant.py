@@ -11,6 +11,12 @@ The accountant keeps the history of what ran as ``(mechanism, count)`` pairs
 on demand and caches query results until the next record.  Its state is a
 plain JSON-serialisable dict, so a run that is checkpointed and resumed keeps
 one privacy budget across restarts.  All methods are thread-safe.
+
+It is the one accountant core: the Opacus adapter (:mod:`pld.interop.opacus`)
+and the dp_accounting adapter (:mod:`pld.interop.dp_accounting`) translate
+their callers' records into :meth:`Accountant.record` calls and answer from
+one of these, so history, caching and the answer before anything is recorded
+are decided here once.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import threading
 
 from pld import _validate as v
 from pld.dpsgd import dpsgd_mechanism, sampling_scheme
+
+# one encoding for saved PLDs and accountant state: {"type": class, "fields": {...}}
+from pld.io import mechanism_from_dict, mechanism_to_dict
 from pld.mechanisms import Mechanism
 from pld.distribution import PLD
 
@@ -35,6 +44,9 @@ class Accountant:
     sampling : {"poisson", "without_replacement"}
         Sampling scheme used by :meth:`step` (and with it the adjacency; any
         spelling :func:`pld.dpsgd` accepts).
+    value_discretization_interval : float, optional
+        Fixed grid spacing of the composed PLD, for experts (see
+        :class:`pld.PLD`); by default the engine picks it per query.
 
     Raises
     ------
@@ -50,8 +62,12 @@ class Accountant:
     True
     """
 
-    def __init__(self, *, sampling: str = "poisson"):
+    def __init__(self, *, sampling: str = "poisson", value_discretization_interval: float | None = None):
         self._sampling = sampling_scheme(sampling)
+        if value_discretization_interval is not None:
+            value_discretization_interval = v.real(
+                "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True)
+        self._interval = value_discretization_interval
         self._lock = threading.RLock()
         self._history: list[tuple[Mechanism, int]] = []
         self._steps = 0
@@ -142,10 +158,16 @@ class Accountant:
             if not self._history:
                 raise ValueError("nothing has been recorded yet: call step() or record() first")
             if self._pld is None:
-                self._pld = PLD(tuple(self._history))
+                self._pld = PLD(tuple(self._history), value_discretization_interval=self._interval)
             return self._pld
 
     # ------------------------------------------------------------ queries
+    @property
+    def empty(self) -> bool:
+        """True until something is recorded (queries then answer for identical laws)."""
+        with self._lock:
+            return not self._history
+
     def _query(self, key: tuple, compute):
         with self._lock:
             if key in self._cache:
@@ -233,7 +255,22 @@ class Accountant:
 
     def __repr__(self) -> str:
         with self._lock:
-            return f"Accountant(sampling={self._sampling!r}, steps={self._steps}, records={len(self._history)})"
+            grid = "" if self._interval is None else f", value_discretization_interval={self._interval!r}"
+            return f"Accountant(sampling={self._sampling!r}{grid}, steps={self._steps}, records={len(self._history)})"
+
+    def __getstate__(self) -> dict:
+        # pickling / deepcopy: a lock cannot be copied and the composed PLD
+        # holds locks; both are rebuilt (the PLD on the next query)
+        with self._lock:
+            state = self.__dict__.copy()
+        del state["_lock"]
+        state["_pld"] = None
+        state["_cache"] = {}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # -------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -251,10 +288,12 @@ class Accountant:
                 "sampling": self._sampling,
                 "steps": self._steps,
                 "history": [{"mechanism": mechanism_to_dict(m), "count": int(k)} for m, k in self._history],
+                # written only when set, so that default states read as before
+                **({} if self._interval is None else {"value_discretization_interval": self._interval}),
             }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Accountant":
+    def from_state_dict(cls, state: dict) -> Accountant:
         """Rebuild an accountant from :meth:`state_dict` output.
 
         Parameters
@@ -278,7 +317,8 @@ class Accountant:
         version = state.get("version")
         if version != STATE_VERSION:
             raise ValueError(f"state['version'] {version!r} is not supported (this pld reads version {STATE_VERSION})")
-        acc = cls(sampling=state.get("sampling", "poisson"))
+        acc = cls(sampling=state.get("sampling", "poisson"),
+                  value_discretization_interval=state.get("value_discretization_interval"))
         history = state.get("history")
         if not isinstance(history, list):
             raise TypeError("state['history'] must be a list of {'mechanism': ..., 'count': ...} entries")
@@ -289,8 +329,3 @@ class Accountant:
         if "steps" in state and state["steps"] != acc._steps:
             raise ValueError(f"state['steps'] = {state['steps']!r} does not match the history ({acc._steps} steps)")
         return acc
-
-
-# ------------------------------------------------------- (de)serialisation
-# one encoding for saved PLDs and accountant state: {"type": class, "fields": {...}}
-from pld.io import mechanism_from_dict, mechanism_to_dict  # noqa: E402

@@ -20,6 +20,11 @@ holds two discretisations of the composed privacy loss (tuned for a query
   (outputs merged into buckets, bucket losses rounded down, mass outside the
   window dropped), so its hockey-stick curve is below the true one.
 
+Modules.  :mod:`pld.curves_grids` reads the grids back as two sides per
+direction; :mod:`pld.curves_tail` bounds the loss tail; this module holds the
+delta curve, RDP, the trade-off curve and the Gaussian-DP summary, and
+re-exports the tail functions.
+
 Round-off.  The engine bounds the FFT round-off of its composition in the l2
 norm of the *tilted* mass vector.  :meth:`pld.PLD.distribution` does not return
 that bound; this module takes it from :meth:`pld.PLD.explain`
@@ -50,12 +55,14 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize, special
 
+from pld import _validate as _v
 from pld import exact as _exact
+from pld.curves_grids import Direction, directions
+from pld.curves_tail import first_satisfying, last_violating, tail_delta, tail_epsilon
 
 __all__ = [
     "rdp_from_pld",
@@ -67,175 +74,6 @@ __all__ = [
     "gaussian_mu",
 ]
 
-#: safety factor on the engine's reported round-off bound (see module docstring)
-_ROUND_OFF_FACTOR = 2.0
-#: relative slack for this module's own floating-point sums
-_REL_SLACK = 1e-12
-#: chord widths (in eps) tried by the tail bounds, relative to the grid spacing
-_CHORD_STEPS = np.geomspace(0.5, 4000.0, 72)
-
-
-# ---------------------------------------------------------------------------
-# grid sides
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class _Side:
-    """One discretised side of one direction, ready for vectorised queries.
-
-    ``losses`` is the uniform grid, ``log_mass`` the untilted log P-masses,
-    ``inf_mass`` the P-mass at ``+inf``; ``log_err`` is the log of the
-    round-off bound (l2, tilted units) and ``log_scale``/``lam`` untilt it.
-    """
-
-    losses: np.ndarray
-    log_mass: np.ndarray
-    inf_mass: float
-    upper: bool
-    lam: float
-    log_scale: float
-    log_err: float
-
-    @classmethod
-    def build(cls, pld_obj, direction: str, side: str, delta: float, info: dict,
-              tilt: float | None = None) -> "_Side":
-        losses, masses, inf_mass = pld_obj.distribution(direction, side, delta=delta, tilt=tilt)
-        losses = np.asarray(losses, dtype=np.float64)
-        masses = np.asarray(masses, dtype=np.float64)
-        if losses.size < 2:
-            raise ValueError("the engine returned a grid with fewer than two points")
-        if side == "upper":
-            # the round-off bound below must describe this very grid
-            lo_w, hi_w = info.get("loss_window", (losses[0], losses[-1]))
-            tol = 1e-9 * max(1.0, abs(lo_w), abs(hi_w))
-            if abs(losses[0] - lo_w) > tol or abs(losses[-1] - hi_w) > tol:
-                raise RuntimeError("PLD.explain() and PLD.distribution() describe different grids; "
-                                   "cannot attach the engine's round-off bound")
-        with np.errstate(divide="ignore"):
-            log_mass = np.log(np.maximum(masses, 0.0))
-        lam = float(info["tilt"])
-        err = float(info["fft_error_bound"]) * _ROUND_OFF_FACTOR
-        log_scale = float(special.logsumexp(log_mass + lam * losses)) if losses.size else 0.0
-        log_err = math.log(err) if err > 0 else -math.inf
-        return cls(losses, log_mass, float(inf_mass), side == "upper", lam, log_scale, log_err)
-
-    # -- cached suffix sums ---------------------------------------------------
-    def _suffix(self):
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            l, lm = self.losses, self.log_mass
-            n = l.size
-            mass = np.exp(lm)
-            # A_k = sum_{i>=k} m_i ; B_k = sum_{i>=k} m_i e^{l_k - l_i}
-            a = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))
-            with np.errstate(invalid="ignore"):
-                log_b_rev = np.logaddexp.accumulate((lm - l)[::-1])[::-1]
-                b = np.exp(np.minimum(log_b_rev + l, 0.0))
-            b = np.concatenate((b, [0.0]))
-            # W_k = err * sqrt(sum_{i>=k} (e^{log_scale - lam l_i})^2): round-off allowance
-            log_w = 0.5 * np.logaddexp.accumulate((-2.0 * self.lam * l)[::-1])[::-1] + self.log_scale + self.log_err
-            with np.errstate(over="ignore"):
-                w = np.concatenate((np.exp(np.minimum(log_w, 700.0)), [0.0]))
-            cache = (a, b, w)
-            object.__setattr__(self, "_cache", cache)
-        return cache
-
-    def delta(self, eps: np.ndarray) -> np.ndarray:
-        """Bound on the hockey-stick divergence of this direction at ``eps`` (any reals)."""
-        eps = np.asarray(eps, dtype=np.float64)
-        a, b, w = self._suffix()
-        l = self.losses
-        n = l.size
-        k = np.searchsorted(l, eps, side="right")  # first grid point with loss > eps
-        lk = np.where(k < n, l[np.minimum(k, n - 1)], np.inf)
-        with np.errstate(over="ignore", invalid="ignore"):
-            fac = np.exp(np.minimum(eps - lk, 0.0))
-            core = a[k] - fac * b[k]
-        slack = _REL_SLACK * a[k]
-        if self.upper:
-            val = np.maximum(core, 0.0) + slack + w[k]
-            val = val + self.inf_mass * (1.0 + _REL_SLACK)
-        else:
-            val = np.maximum(core - slack - w[k], 0.0) + self.inf_mass
-        return np.clip(val, 0.0, 1.0)
-
-    def log_moment(self, theta: np.ndarray, certified: bool = True) -> np.ndarray:
-        """Bound on ``log E_P[e^{theta L}]`` over the finite part of the grid.
-
-        Dominated side: a certified lower bound on the moment of the dominated
-        pair.  Dropping terms only lowers a sum of non-negative terms, so the
-        bound is the best over prefixes ``{l_i <= l_k}`` of (grid sum minus the
-        round-off allowance ``err * ||weights||_2`` of that prefix); this keeps
-        the tiny, round-off-dominated masses at the top of the window from
-        swamping the bound at large ``theta``.
-
-        Dominating side: the grid sum plus the round-off allowance of the whole
-        grid (an upper bound on the finite part only; the caller handles the
-        ``+inf`` atom).  ``certified=False`` returns the plain grid sum.
-        """
-        th = np.atleast_1d(np.asarray(theta, dtype=np.float64))
-        l, lm = self.losses, self.log_mass
-        terms = lm[None, :] + th[:, None] * l[None, :]
-        if self.upper or not certified:
-            main = special.logsumexp(terms, axis=1)
-            if not certified:
-                return main
-            log_r = self.log_err + self.log_scale + 0.5 * special.logsumexp(
-                2.0 * (th[:, None] - self.lam) * l[None, :], axis=1)
-            return np.logaddexp(main, log_r) + _REL_SLACK
-        with np.errstate(invalid="ignore"):
-            main = np.logaddexp.accumulate(terms, axis=1)
-            log_r = self.log_err + self.log_scale + 0.5 * np.logaddexp.accumulate(
-                2.0 * (th[:, None] - self.lam) * l[None, :], axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            bound = np.where(log_r < main, main + np.log1p(-np.exp(np.minimum(log_r - main, 0.0))), -np.inf)
-        return np.max(bound, axis=1) - _REL_SLACK
-
-    def tail_grid(self, eps: np.ndarray) -> np.ndarray:
-        """``P(L > eps)`` of this grid itself (an estimate, not a bound)."""
-        a, _, _ = self._suffix()
-        k = np.searchsorted(self.losses, np.asarray(eps, dtype=np.float64), side="right")
-        return a[k] + self.inf_mass
-
-
-@dataclass(frozen=True, eq=False)
-class _Direction:
-    name: str
-    upper: _Side
-    lower: _Side
-
-    @property
-    def h(self) -> float:
-        l = self.upper.losses
-        return float(l[1] - l[0]) if l.size > 1 else 1.0
-
-
-def _check_delta(delta: float) -> float:
-    d = float(delta)
-    if not (0.0 < d < 1.0):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-    return d
-
-
-def _directions(pld_obj, delta: float, tilt: float | None = None) -> list[_Direction]:
-    """Both sides of every direction the PLD distinguishes, from the public API."""
-    delta = _check_delta(delta)
-    info = pld_obj.explain(delta, tilt=tilt)["directions"]
-    out = []
-    for name, d_info in info.items():
-        up = _Side.build(pld_obj, name, "upper", delta, d_info, tilt)
-        lo = _Side.build(pld_obj, name, "lower", delta, d_info, tilt)
-        out.append(_Direction(name, up, lo))
-    return out
-
-
-def _as_float_array(name: str, value) -> tuple[np.ndarray, bool]:
-    scalar = np.ndim(value) == 0
-    arr = np.asarray(value, dtype=np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} must not contain NaN")
-    return arr, scalar
 
 
 # ---------------------------------------------------------------------------
@@ -269,10 +107,10 @@ def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
         domination, the lower end by post-processing, each given the engine's
         round-off bound (module docstring).
     """
-    eps, scalar = _as_float_array("epsilons", epsilons)
+    eps, scalar = _v.real_array("epsilons", epsilons)
     if np.isinf(eps).any():
         raise ValueError("epsilons must be finite")
-    dirs = _directions(pld_obj, delta)
+    dirs = directions(pld_obj, delta)
     lo = np.zeros(eps.shape)
     hi = np.zeros(eps.shape)
     for d in dirs:
@@ -349,9 +187,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
     >>> bool(np.all(lo <= np.array([2.0, 4.0]) * 120 / 128))
     True
     """
-    a, scalar = _as_float_array("orders", orders)
-    if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
-        raise ValueError("orders must be finite and > 1")
+    a, scalar = _v.real_array("orders", orders, low=1.0, high=math.inf, low_open=True, high_open=True)
     flat = a.ravel()
     theta = flat - 1.0
     lo = np.zeros(flat.shape)
@@ -361,9 +197,9 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
     # round-off bound is small; in the bulk, which decides low orders, the same
     # bound is large.  The same grids untilted serve the low orders; every
     # bound is certified, so the best is kept.
-    grids = {}
+    grids: dict[str, list[Direction]] = {}
     for tilt in (None, 0.0):
-        for d in _directions(pld_obj, delta, tilt):
+        for d in directions(pld_obj, delta, tilt):
             grids.setdefault(d.name, []).append(d)
     for name, ds in grids.items():
         lo_d = np.zeros(flat.shape)
@@ -379,6 +215,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
                          "infinity_mass_upper": d.upper.inf_mass,
                          "infinity_mass_lower": d.lower.inf_mass}
     hi = np.maximum(hi, lo)
+    res: tuple
     if scalar:
         res = (float(lo[0]), float(hi[0]))
     else:
@@ -390,197 +227,7 @@ def rdp_from_pld(pld_obj, orders, delta: float = 1e-6, *, details: bool = False)
 
 
 # ---------------------------------------------------------------------------
-# 2. privacy-loss tail
-# ---------------------------------------------------------------------------
-
-
-def _tail_bounds(d: _Direction, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Certified ``(lower, upper)`` on ``P(L > eps)`` for one direction (chord bounds)."""
-    eps = np.asarray(eps, dtype=np.float64).ravel()
-    s = (_CHORD_STEPS * d.h)[None, :]
-    e = eps[:, None]
-    d_lo = d.lower.delta(eps)[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        up = (d.upper.delta(e - s) - np.exp(-s) * d_lo) / (-np.expm1(-s))
-        lo = (np.exp(s) * d_lo - d.upper.delta(e + s)) / np.expm1(s)
-    upper = np.minimum(np.nanmin(up, axis=1), 1.0)
-    lower = np.maximum(np.nanmax(lo, axis=1), d_lo[:, 0])
-    upper = np.maximum(upper, d_lo[:, 0])  # P(L > eps) >= delta(eps) in any case
-    return np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)
-
-
-def tail_delta(pld_obj, epsilon, delta: float = 1e-6):
-    """Certified bracket on the privacy-loss tail ``P(L > eps)``.
-
-    The tail of the loss is not monotone under domination (connect-the-dots
-    moves part of an atom *down*, so the dominating grid's tail can be below
-    the true tail, and merging can move it either way), so neither grid's own
-    tail is a bound.  It is, however, a functional of the hockey-stick curve:
-    with ``D(g) = delta(log g)``, convex in ``g = e^eps`` (DESIGN.md),
-
-    .. math::
-
-        P(L > \\varepsilon) = D(g) - g\\,D'_+(g),
-
-    the intercept at ``g = 0`` of the tangent to ``D`` at ``g`` (the inf-mass
-    counts as loss ``+inf``).  Convexity bounds the tangent by the chords to
-    either side, and the certified brackets on ``D`` (module docstring) give,
-    for every ``s > 0``,
-
-    .. math::
-
-        \\frac{e^{s}\\delta_{lo}(\\varepsilon) - \\delta_{up}(\\varepsilon+s)}{e^{s}-1}
-        \\;\\le\\; P(L > \\varepsilon) \\;\\le\\;
-        \\frac{\\delta_{up}(\\varepsilon-s) - e^{-s}\\delta_{lo}(\\varepsilon)}{1-e^{-s}}.
-
-    The best ``s`` over a geometric set is taken.  Both ends are certified
-    (given the engine's round-off bound); the width is set by the width of the
-    delta bracket, roughly its square root.
-
-    Parameters
-    ----------
-    pld_obj : pld.PLD
-    epsilon : float or array_like
-        Real values.
-    delta : float, default 1e-6
-        Query that selects the grids.
-
-    Returns
-    -------
-    (lower, upper)
-        Bracket on ``max`` over the directions of ``P(L > eps)``.
-    """
-    eps, scalar = _as_float_array("epsilon", epsilon)
-    if np.isinf(eps).any():
-        raise ValueError("epsilon must be finite")
-    lo = np.zeros(eps.size)
-    hi = np.zeros(eps.size)
-    for d in _directions(pld_obj, delta):
-        l_d, u_d = _tail_bounds(d, eps.ravel())
-        lo = np.maximum(lo, l_d)
-        hi = np.maximum(hi, u_d)
-    if scalar:
-        return float(lo[0]), float(hi[0])
-    return lo.reshape(eps.shape), hi.reshape(eps.shape)
-
-
-def _first_satisfying(fn, grid: np.ndarray, iters: int = 48) -> float:
-    """Smallest point of ``grid`` where ``fn`` holds, refined by bisection to the left.
-
-    ``fn`` is vectorised and returns booleans.  The returned point always
-    satisfies ``fn`` (verified), so a certificate attached to ``fn`` holds there.
-    Returns ``inf`` if no grid point satisfies it.
-    """
-    ok = fn(grid)
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return math.inf
-    j = int(idx[0])
-    if j == 0:
-        return float(grid[0])
-    return _bisect(fn, good=float(grid[j]), bad=float(grid[j - 1]), iters=iters)
-
-
-def _bisect(fn, good: float, bad: float, iters: int) -> float:
-    """Move ``good`` (where ``fn`` holds) toward ``bad`` (where it fails); ``good`` stays verified."""
-    for _ in range(iters):
-        mid = 0.5 * (bad + good)
-        if mid == good or mid == bad:
-            break
-        if bool(fn(np.array([mid]))[0]):
-            good = mid
-        else:
-            bad = mid
-    return good
-
-
-def _last_violating(fn, grid: np.ndarray, iters: int = 48) -> float:
-    """Largest point (bisection-refined) where the vectorised predicate ``fn`` holds.
-
-    Returns ``-inf`` if none does; the returned point is verified.
-    """
-    ok = fn(grid)
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return -math.inf
-    j = int(idx[-1])
-    if j == grid.size - 1:
-        return float(grid[-1])
-    return _bisect(fn, good=float(grid[j]), bad=float(grid[j + 1]), iters=iters)
-
-
-def tail_epsilon(pld_obj, delta: float, *, details: bool = False):
-    """Privacy-loss-tail epsilon: smallest ``eps >= 0`` with ``P(L > eps) <= delta``.
-
-    The seed lab's "tail epsilon": a *sufficient* check for
-    ``(eps, delta)``-DP (``delta(eps) <= P(L > eps)``), not a tight one.  Under
-    add-or-remove adjacency the check must hold in both directions, so the
-    larger of the two directions' values is reported.
-
-    Certified: both ends, given the engine's round-off bound.  The tail
-    functional is *not* monotone under domination, so the grids' own tails are
-    not bounds (they are returned, with ``details=True``, as ``estimate``);
-    instead the bracket on ``P(L > eps)`` of :func:`tail_delta` (chord bounds
-    on the convex hockey-stick curve) is inverted:
-
-    * ``upper`` is a point where the certified upper bound on the tail is
-      ``<= delta`` (verified at that point), so the true tail epsilon is at
-      most ``upper``;
-    * ``lower`` is a point where the certified lower bound on the tail is
-      ``> delta``, so the true tail epsilon is above it.
-
-    For the Gaussian mechanism compare with
-    :func:`pld.exact.privacy_loss_tail_epsilon_gaussian`
-    (``mu^2/2 - mu Phi^{-1}(delta)``).  The bracket is wider than the
-    ``epsilon_bounds`` bracket (about the square root of the delta bracket's
-    relative width, i.e. a few 1e-3 in eps).
-
-    Parameters
-    ----------
-    pld_obj : pld.PLD
-    delta : float
-        Target in ``(0, 1)``; it also selects the grids.
-    details : bool, default False
-        Also return a dict with per-direction brackets and grid estimates.
-
-    Returns
-    -------
-    (lower, upper) : floats
-    """
-    delta = _check_delta(delta)
-    res_lo = res_hi = 0.0
-    per_dir = {}
-    for d in _directions(pld_obj, delta):
-        l = d.upper.losses
-        s_max = float(_CHORD_STEPS[-1] * d.h)
-        grid = np.concatenate(([0.0], l[l > 0.0], l[-1] + np.linspace(0.0, s_max, 8)[1:]))
-        grid = np.unique(grid)
-
-        def up_ok(x, d=d):
-            return _tail_bounds(d, x)[1] <= delta
-
-        def lo_bad(x, d=d):
-            return _tail_bounds(d, x)[0] > delta
-
-        hi_d = _first_satisfying(up_ok, grid)
-        if d.lower.inf_mass > delta:
-            lo_d = math.inf
-        else:
-            lo_d = _last_violating(lo_bad, grid)
-            lo_d = 0.0 if lo_d == -math.inf else lo_d
-        lo_d = min(lo_d, hi_d)
-        # estimate from the grid's own tail (not a bound)
-        est = _first_satisfying(lambda x, d=d: d.lower.tail_grid(x) <= delta, grid)
-        per_dir[d.name] = {"lower": lo_d, "upper": hi_d, "estimate": est}
-        res_lo = max(res_lo, lo_d)
-        res_hi = max(res_hi, hi_d)
-    if details:
-        return res_lo, res_hi, {"directions": per_dir, "delta": delta}
-    return res_lo, res_hi
-
-
-# ---------------------------------------------------------------------------
-# 3. f-DP trade-off curve and Gaussian-DP summary
+# 2. f-DP trade-off curve and Gaussian-DP summary
 # ---------------------------------------------------------------------------
 
 
@@ -626,19 +273,18 @@ def tradeoff(pld_obj, alphas, delta: float = 1e-6, *, num_eps: int = 4001):
     delta : float, default 1e-6
         Query that selects the grids.
     num_eps : int, default 4001
-        Points of the ``eps`` grid (uniform on ``[0, largest grid loss]``).
+        Points of the ``eps`` grid (uniform on ``[0, largest grid loss]``), at least 2.
 
     Returns
     -------
     (beta_lower, beta_upper)
     """
-    al, scalar = _as_float_array("alphas", alphas)
-    if np.any(al < 0.0) or np.any(al > 1.0):
-        raise ValueError("alphas must lie in [0, 1]")
-    dirs = _directions(pld_obj, delta)
+    al, scalar = _v.real_array("alphas", alphas, low=0.0, high=1.0)
+    num_eps = _v.integer("num_eps", num_eps, low=2)
+    dirs = directions(pld_obj, delta)
     e_end = max(float(d.upper.losses[-1]) for d in dirs)
     e_end = max(e_end, 1e-6)
-    eps = np.linspace(0.0, e_end, int(num_eps))
+    eps = np.linspace(0.0, e_end, num_eps)
     d_up = np.zeros(eps.shape)
     d_lo = np.zeros(eps.shape)
     for d in dirs:
@@ -703,13 +349,13 @@ def _mu_for(eps: float, delta: float) -> float:
     return float(optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13))
 
 
-def _epsilon_bracket_from_grids(dirs: list[_Direction], delta: float) -> tuple[float, float]:
+def _epsilon_bracket_from_grids(dirs: list[Direction], delta: float) -> tuple[float, float]:
     lo = hi = 0.0
     for d in dirs:
         l = d.upper.losses
         grid = np.unique(np.concatenate(([0.0], l[l > 0.0], [l[-1] + d.h])))
-        hi = max(hi, _first_satisfying(lambda x, d=d: d.upper.delta(x) <= delta, grid))
-        v = _last_violating(lambda x, d=d: d.lower.delta(x) > delta, grid)
+        hi = max(hi, first_satisfying(lambda x, d=d: d.upper.delta(x) <= delta, grid))
+        v = last_violating(lambda x, d=d: d.lower.delta(x) > delta, grid)
         lo = max(lo, 0.0 if v == -math.inf else v)
     return lo, max(lo, hi)
 
@@ -752,10 +398,11 @@ def gaussian_mu(pld_obj, deltas=(1e-2, 1e-4, 1e-6, 1e-8), *, delta: float = 1e-6
     -------
     float, or (float, dict) with ``details=True``
     """
-    ds = [_check_delta(x) for x in np.atleast_1d(np.asarray(deltas, dtype=np.float64))]
+    ds_arr = _v.real_array("deltas", deltas, low=0.0, high=1.0, low_open=True, high_open=True)[0]
+    ds = [float(x) for x in np.atleast_1d(ds_arr)]
     if not ds:
         raise ValueError("deltas must not be empty")
-    dirs = _directions(pld_obj, delta)
+    dirs = directions(pld_obj, delta)
     rows = []
     for dv in ds:
         e_lo, e_hi = _epsilon_bracket_from_grids(dirs, dv)

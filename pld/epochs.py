@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def epsilon_per_epoch(noise_multiplier: float, sampling_rate: float, epochs: flo
     (235, 469, 704)
     """
     sampling = sampling_scheme(sampling)
-    mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)
+    mech: Any = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)  # a sampled mechanism
     counts = epoch_steps(epochs, mech.sampling_rate, steps_per_epoch)
     marks = [float(e) for e in range(1, len(counts) + 1)]
     marks[-1] = float(epochs)

@@ -26,10 +26,14 @@ import json
 import math
 import os
 import tempfile
+import typing
 
 import numpy as np
 
+from pld import mechanisms as M
 from pld._validate import MAX_COUNT
+from pld.distribution import PLD
+from pld.mechanisms import Mechanism
 
 __all__ = ["save", "load", "to_bytes", "from_bytes", "read_info",
            "mechanism_to_dict", "mechanism_from_dict", "FORMAT", "VERSION"]
@@ -41,15 +45,11 @@ DEFAULT_DELTA = 1e-5
 
 # ------------------------------------------------------------ mechanisms
 def _known_classes() -> dict:
-    """pld's own mechanism dataclasses by name (any module of the package)."""
-    from pld.mechanisms import Mechanism
-
-    return {name: cls for name, cls in Mechanism.pld_classes().items() if dataclasses.is_dataclass(cls)}
+    """pld's own mechanism dataclasses by name (defined in any module of the package)."""
+    return {name: cls for name, cls in M.Mechanism.pld_classes().items() if dataclasses.is_dataclass(cls)}
 
 
 def _encode_value(name: str, value):
-    from pld.mechanisms import Mechanism
-
     if isinstance(value, Mechanism):
         return mechanism_to_dict(value)
     if isinstance(value, (bool, np.bool_)):
@@ -70,8 +70,6 @@ def _encode_value(name: str, value):
 
 def mechanism_to_dict(mechanism) -> dict:
     """``{"type": class name, "fields": {...}}`` from a mechanism's dataclass init fields."""
-    from pld.mechanisms import Mechanism
-
     if not isinstance(mechanism, Mechanism) or not dataclasses.is_dataclass(mechanism):
         raise TypeError(f"cannot save {type(mechanism).__name__}: not a pld mechanism")
     cls = type(mechanism)
@@ -116,13 +114,11 @@ def mechanism_from_dict(data, *, path: str = "mechanism"):
 
 # ------------------------------------------------------------------ save
 def _metadata(pld_obj, delta: float | None) -> dict:
-    from pld import __version__
-
     comps = [{"mechanism": mechanism_to_dict(m), "count": int(k)} for m, k in pld_obj.components]
     return {
         "format": FORMAT,
         "version": VERSION,
-        "pld_version": __version__,
+        "pld_version": _version(),
         "components": comps,
         "steps": int(pld_obj.steps),
         "symmetric": bool(pld_obj.symmetric),
@@ -152,8 +148,6 @@ def _arrays(pld_obj, meta: dict, delta: float) -> dict:
 
 def to_bytes(pld_obj, *, delta: float | None = DEFAULT_DELTA) -> bytes:
     """The saved-file bytes of ``pld_obj`` (see :func:`save`)."""
-    from pld.distribution import PLD
-
     if not isinstance(pld_obj, PLD):
         raise TypeError(f"can only save a pld.PLD, got {type(pld_obj).__name__}")
     if delta is not None:
@@ -224,6 +218,10 @@ def write_atomic(path, data: bytes) -> None:
         raise
 
 
+#: the process umask, read once (reading it by setting it is not thread-safe)
+_UMASK: int | None = None
+
+
 def _umask() -> int:
     global _UMASK
     if _UMASK is None:
@@ -241,15 +239,13 @@ def _umask() -> int:
     return _UMASK
 
 
-_UMASK = None
-
 
 # ------------------------------------------------------------------ load
 def _read(source, *, arrays: bool):
     """Return ``(metadata, {name: array})`` or raise ``ValueError('not a pld file...')``."""
     label = source if isinstance(source, (str, os.PathLike)) else "<bytes>"
     if isinstance(source, (bytes, bytearray, memoryview)):
-        fobj = io.BytesIO(bytes(source))
+        fobj: typing.BinaryIO = io.BytesIO(bytes(source))
     else:
         fobj = open(os.fspath(source), "rb")  # OSError (missing file, ...) propagates as is
     with fobj:
@@ -323,14 +319,14 @@ def _reason(exc: BaseException) -> str:
 
 
 def _version() -> str:
+    # imported here, not at the top: pld/__init__ imports this module before it
+    # sets __version__
     from pld import __version__
 
     return __version__
 
 
 def _build(meta: dict, label) -> object:
-    from pld.distribution import PLD
-
     comps = meta.get("components")
     if not isinstance(comps, list) or not comps:
         raise ValueError(f"not a pld file: {label} (no components)")

@@ -29,11 +29,15 @@ import time
 
 import numpy as np
 
+from pld import _validate as _v
 from pld import curves as _curves
 from pld import exact as _exact
 from pld import rdp as _rdp
+from pld._rounding import bracket
 from pld.dpsgd import dpsgd as _dpsgd
+from pld.dpsgd import sampling_scheme
 from pld.mechanisms import Gaussian
+from pld.peers import peer_epsilons
 
 __all__ = ["lab", "format_lab", "plot_lab", "compare", "format_compare"]
 
@@ -58,26 +62,6 @@ def _num(x: float) -> str:
         mant, exp = f"{x:g}".split("e")
         return f"{mant}e{int(exp)}"
     return f"{x:g}"
-
-
-def _check_positive(name: str, value, integer: bool = False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if integer:
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        return int(value)
-    v = float(value)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return v
-
-
-def _check_delta(delta) -> float:
-    d = _check_positive("delta", delta)
-    if d >= 1.0:
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-    return d
 
 
 # ---------------------------------------------------------------------------
@@ -114,12 +98,10 @@ def lab(sigma: float = 8.0, steps: int = 120, delta: float = 1e-6, probe_epsilon
         ``pld_tail_delta_at_probe_lower/upper``, ``rdp_delta_at_probe``
         (classic) and ``rdp_delta_at_probe_improved``; ``seconds`` per method.
     """
-    sigma = _check_positive("sigma", sigma)
-    steps = _check_positive("steps", steps, integer=True)
-    delta = _check_delta(delta)
-    if isinstance(probe_epsilon, bool) or not math.isfinite(float(probe_epsilon)):
-        raise ValueError(f"probe_epsilon must be finite, got {probe_epsilon!r}")
-    probe = float(probe_epsilon)
+    sigma = _v.real("sigma", sigma, low=0.0, low_open=True)
+    steps = _v.integer("steps", steps, low=1)
+    delta = _v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    probe = _v.real("probe_epsilon", probe_epsilon)
     out: dict = {"sigma": sigma, "steps": steps, "delta": delta, "probe_epsilon": probe}
     seconds: dict = {}
 
@@ -229,7 +211,7 @@ def plot_lab(result: dict, path) -> None:
     ImportError
         If matplotlib is not installed (``pip install 'pld[plot]'``).
     """
-    try:
+    try:  # matplotlib is optional (the plot extra): imported only when a plot is asked for
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -237,6 +219,18 @@ def plot_lab(result: dict, path) -> None:
                           "or `pip install matplotlib`") from exc
 
     r = result
+    fig = Figure(figsize=(12, 4.8))
+    FigureCanvasAgg(fig)
+    ax, ax2 = fig.subplots(1, 2)
+    _draw_delta_panel(ax, r)
+    _draw_rdp_panel(ax2, r)
+    fig.tight_layout()
+    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
+    fig.savefig(path, dpi=110, format=suffix if suffix in ("pdf", "svg") else "png")
+
+
+def _draw_delta_panel(ax, r: dict) -> None:
+    """Left panel of :func:`plot_lab`: the delta(eps) curves, log scale."""
     sigma, steps, target, probe = r["sigma"], r["steps"], r["delta"], r["probe_epsilon"]
     mu = r.get("mu", math.sqrt(steps) / sigma)
     e_max = max(r["rdp_epsilon"], r["tail_epsilon"], probe) * 1.25 + 0.5
@@ -249,9 +243,6 @@ def plot_lab(result: dict, path) -> None:
     curve = _rdp.RdpCurve.gaussian(sigma, orders=np.geomspace(1.001, 1e4, 600)) * steps
     rdp_d = _rdp_delta_curve(curve, eps, "classic")
 
-    fig = Figure(figsize=(12, 4.8))
-    FigureCanvasAgg(fig)
-    ax, ax2 = fig.subplots(1, 2)
     floor = target * 1e-3
 
     def clip(y):
@@ -280,6 +271,10 @@ def plot_lab(result: dict, path) -> None:
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(True, which="major", alpha=0.3)
 
+
+def _draw_rdp_panel(ax2, r: dict) -> None:
+    """Right panel of :func:`plot_lab`: the RDP conversion eps(alpha) and its best order."""
+    steps, sigma, target = r["steps"], r["sigma"], r["delta"]
     order = float(r["rdp_order"])
     alphas = np.geomspace(1.05, max(64.0, 8 * order), 400)
     c = steps / (2.0 * sigma * sigma)
@@ -299,9 +294,6 @@ def plot_lab(result: dict, path) -> None:
     ax2.set_title("RDP: eps(alpha) = k alpha/(2 sigma^2) + log(1/delta)/(alpha-1)")
     ax2.legend(fontsize=8)
     ax2.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
-    fig.savefig(path, dpi=110, format=suffix if suffix in ("pdf", "svg") else "png")
 
 
 # ---------------------------------------------------------------------------
@@ -354,15 +346,11 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
     >>> r["pld_epsilon_upper"] <= r["rdp_epsilon_improved"]
     True
     """
-    from pld.dpsgd import sampling_scheme
-
     sampling = sampling_scheme(sampling)
-    sigma = _check_positive("noise_multiplier", noise_multiplier)
-    q = _check_positive("sampling_rate", sampling_rate)
-    if q > 1.0:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-    steps = _check_positive("steps", steps, integer=True)
-    delta = _check_delta(delta)
+    sigma = _v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+    q = _v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+    steps = _v.integer("steps", steps, low=1)
+    delta = _v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     out: dict = {"noise_multiplier": sigma, "sampling_rate": q, "steps": steps, "delta": delta,
                  "sampling": sampling}
     seconds: dict = {}
@@ -398,8 +386,6 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
         out["exact_epsilon"] = None
         out["exact_tail_epsilon"] = None
     if peers:
-        from pld.peers import peer_epsilons
-
         out["peers"] = peer_epsilons(sigma, q, steps, delta, sampling)
     else:
         out["peers"] = []
@@ -414,8 +400,6 @@ def format_compare(result: dict) -> str:
 
     def sec(v):
         return f"{v:8.2f}" if v is not None else ""
-
-    from pld._rounding import bracket
 
     rows = [("PLD, certified bracket", bracket(r["pld_epsilon_lower"], r["pld_epsilon_upper"], 5),
              sec(s.get("pld")))]

@@ -26,6 +26,7 @@ import importlib
 import math
 import time
 from fractions import Fraction
+from importlib.metadata import version as dist_version
 
 __all__ = ["PEERS", "peer_epsilons"]
 
@@ -49,8 +50,6 @@ def _installed(module: str) -> tuple[bool, str | None]:
     version = getattr(mod, "__version__", None)
     if version is None:
         try:
-            from importlib.metadata import version as dist_version
-
             version = dist_version(module.replace("_", "-"))
         except Exception:  # a version is a nicety, not a requirement
             version = None
@@ -84,7 +83,7 @@ def _dp_accounting(kind: str, sigma: float, q: float, steps: int, delta: float, 
         acc = RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
         note = "replace-one; noise multiplier sigma / 2 given for the 2C sensitivity"
     acc.compose(event)
-    out = {"epsilon": float(acc.get_epsilon(delta))}
+    out: dict = {"epsilon": float(acc.get_epsilon(delta))}
     if note:
         out["note"] = note
     return out
@@ -126,7 +125,7 @@ def peer_epsilons(noise_multiplier: float, sampling_rate: float, steps: int, del
     """
     out = []
     for key, label, module, dist in PEERS:
-        row = {"key": key, "label": label, "package": dist, "epsilon": None, "epsilon_lower": None,
+        row: dict = {"key": key, "label": label, "package": dist, "epsilon": None, "epsilon_lower": None,
                "epsilon_upper": None, "seconds": None, "note": None}
         row["installed"], row["version"] = _installed(module)
         if not row["installed"]:

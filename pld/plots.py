@@ -24,6 +24,10 @@ import os
 
 import numpy as np
 
+from pld.curves import tradeoff as engine_tradeoff
+from pld.io import write_atomic
+from pld.report import delta_profile
+
 __all__ = ["plot_delta_curve", "plot_distribution", "plot_tradeoff", "plot_report", "render_report",
            "plot_epochs", "render_epochs",
            "tradeoff_from_delta", "tradeoff", "delta_curve", "check_plot_path", "PlotError"]
@@ -77,8 +81,6 @@ def _render(fig, fmt: str) -> bytes:
 
 
 def _save(fig, path) -> str:
-    from pld.io import write_atomic
-
     fmt = check_plot_path(path)
     write_atomic(path, _render(fig, fmt))
     return os.fspath(path)
@@ -87,8 +89,6 @@ def _save(fig, path) -> str:
 # ---------------------------------------------------------------- curves
 def delta_curve(pld_obj, epsilons, *, delta: float = 1e-5, tuned: bool = False):
     """``(epsilons, delta_lower, delta_upper)``: see :func:`pld.report.delta_profile`."""
-    from pld.report import delta_profile
-
     eps = np.asarray(epsilons, dtype=float)
     lo, hi, _ = delta_profile(pld_obj, eps, delta, tuned=tuned)
     return eps, lo, hi
@@ -118,27 +118,16 @@ def tradeoff(pld_obj, alphas, *, delta: float = 1e-5, curve=None):
     """``(beta_lower, beta_upper)`` on the f-DP trade-off curve of ``pld_obj``.
 
     ``beta_lower`` is certified (every test at level alpha has type II error at
-    least that).  Uses :func:`pld.curves.tradeoff` when the engine has it;
-    otherwise :func:`tradeoff_from_delta` on the certified upper delta(epsilon)
-    curve (``curve = (epsilons, delta_lower, delta_upper)`` reuses one already
-    computed), with ``beta_upper`` from the lower delta curve (not a bound then,
-    only an indication).
+    least that); both come from :func:`pld.curves.tradeoff`.  ``curve`` is
+    accepted for callers that already hold a delta(epsilon) curve and is not
+    needed (:func:`tradeoff_from_delta` turns such a curve into a trade-off).
     """
     al = np.asarray(alphas, float)
-    try:
-        from pld.curves import tradeoff as engine_tradeoff
-    except ImportError:
-        engine_tradeoff = None
-    if engine_tradeoff is not None:
-        out = engine_tradeoff(pld_obj, al, delta=delta)
-        if isinstance(out, tuple) and len(out) == 2:
-            return np.asarray(out[0], float), np.asarray(out[1], float)
-        out = np.asarray(out, float)
-        return out, out
-    if curve is None:
-        curve = delta_curve(pld_obj, np.linspace(0.0, 8.0, 33), delta=delta)
-    eps, lo, hi = curve
-    return tradeoff_from_delta(eps, hi, al), tradeoff_from_delta(eps, lo, al)
+    out = engine_tradeoff(pld_obj, al, delta=delta)
+    if isinstance(out, tuple) and len(out) == 2:
+        return np.asarray(out[0], float), np.asarray(out[1], float)
+    out = np.asarray(out, float)
+    return out, out
 
 
 # ----------------------------------------------------------------- drawing
@@ -257,8 +246,6 @@ def plot_report(path, pld, *, delta: float, curve=None, epsilon: float | None = 
     ``curve = (epsilons, delta_lower, delta_upper)``; by default 41 epsilons
     from 0 to 1.6 x epsilon(delta) read off the grids tuned at ``delta``.
     """
-    from pld.io import write_atomic
-
     fmt = check_plot_path(path)
     write_atomic(path, render_report(pld, fmt=fmt, delta=delta, curve=curve, epsilon=epsilon, title=title))
     return os.fspath(path)
@@ -311,8 +298,6 @@ def render_epochs(rows, *, fmt: str = "png", delta: float, title: str | None = N
 
 def plot_epochs(path, table, *, title: str | None = None) -> str:
     """Plot a :class:`pld.EpsilonTable` with epochs (:func:`pld.epsilon_per_epoch`)."""
-    from pld.io import write_atomic
-
     fmt = check_plot_path(path)
     if getattr(table, "epochs", None) is None:
         raise ValueError("table has no epochs: use pld.epsilon_per_epoch")

@@ -63,6 +63,11 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from pld import mechanisms as M
+from pld.distribution import PLD
+from pld.dpsgd import sampling_scheme
+from pld.io import load
+
 __all__ = ["Spec", "SpecError", "parse_spec", "load_spec", "MECHANISM_TYPES"]
 
 
@@ -177,8 +182,6 @@ def _unknown(path: str, obj: dict, allowed) -> None:
 # -------------------------------------------------------------- building
 def _mechanism(path: str, obj, base_dir: str | None):
     """Return ``(components, description)``; components = [(mechanism, count)]."""
-    from pld import mechanisms as M
-
     if not isinstance(obj, dict):
         raise SpecError(f"{path}: must be a table/object describing a mechanism, got {_fmt(obj)}")
     if "type" not in obj:
@@ -189,6 +192,34 @@ def _mechanism(path: str, obj, base_dir: str | None):
     kind = kind.strip().lower().replace("-", "_")
     schema = MECHANISM_TYPES[kind]
     _unknown(path, obj, _COMMON | set(schema))
+    vals = _fields(path, obj, kind, schema)
+    count = _integer(f"{path}.count", obj["count"]) if "count" in obj else 1
+    if "name" in obj and not isinstance(obj["name"], str):
+        raise SpecError(f"{path}.name: must be a string, got {_fmt(obj['name'])}")
+    if "sampling" in obj:
+        _check_sampling(path, obj["sampling"])
+    try:
+        if kind == "dpsgd":
+            mech = M.PoissonSampled(M.Gaussian(vals["noise_multiplier"]), vals["sampling_rate"])
+            desc = (f"DP-SGD step (Gaussian sigma={vals['noise_multiplier']:g}, "
+                    f"Poisson q={vals['sampling_rate']:g})")
+            return [(mech, vals["steps"] * count)], f"{desc} x {vals['steps'] * count}"
+        if kind == "saved":
+            return _saved(path, vals["path"], count, base_dir)
+        mech, desc = _build(path, kind, vals)
+    except SpecError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    if "sampling_rate" in obj:
+        q = _number(f"{path}.sampling_rate", obj["sampling_rate"], "rate")
+        mech = M.PoissonSampled(mech, q)
+        desc = f"{desc} on a Poisson subsample (q={q:g})"
+    return [(mech, count)], f"{desc} x {count}"
+
+
+def _fields(path: str, obj: dict, kind: str, schema: dict) -> dict:
+    """The mechanism's parameters, each checked against its kind in ``schema``."""
     vals = {}
     for name, (fk, default) in schema.items():
         p = f"{path}.{name}"
@@ -208,70 +239,50 @@ def _mechanism(path: str, obj, base_dir: str | None):
             vals[name] = x
         else:
             vals[name] = _number(p, x, fk)
-    count = _integer(f"{path}.count", obj["count"]) if "count" in obj else 1
-    if "name" in obj and not isinstance(obj["name"], str):
-        raise SpecError(f"{path}.name: must be a string, got {_fmt(obj['name'])}")
-    if "sampling" in obj:
-        from pld.dpsgd import sampling_scheme
+    return vals
 
-        try:  # (the same spellings and aliases as pld.dpsgd and the command line)
-            sampling = sampling_scheme(obj["sampling"])
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"{path}.sampling: " + str(exc).removeprefix("sampling ")) from None
-        if sampling != "poisson":
-            # a spec composes under add-or-remove adjacency; sampling without
-            # replacement pairs with substitution, a different relation
-            raise SpecError(f"{path}.sampling: 'without_replacement' (substitute neighbouring) cannot be "
-                            "composed in a spec, whose entries are accounted under add-or-remove "
-                            "neighbouring; account it with pld dpsgd --sampling without_replacement or "
-                            "pld.dpsgd(..., sampling='without_replacement')")
 
-    try:
-        if kind == "gaussian":
-            mech = M.Gaussian(vals["sigma"], vals["sensitivity"])
-            desc = f"Gaussian(sigma={vals['sigma']:g}, sensitivity={vals['sensitivity']:g})"
-        elif kind == "laplace":
-            mech = M.Laplace(vals["scale"], vals["sensitivity"])
-            desc = f"Laplace(scale={vals['scale']:g}, sensitivity={vals['sensitivity']:g})"
-        elif kind == "randomized_response":
-            mech = M.RandomizedResponse(vals["epsilon"])
-            desc = f"RandomizedResponse(epsilon={vals['epsilon']:g})"
-        elif kind == "discrete_laplace":
-            mech = M.DiscreteLaplace(vals["scale"], vals["sensitivity"])
-            desc = f"DiscreteLaplace(scale={vals['scale']:g}, sensitivity={vals['sensitivity']})"
-        elif kind == "pure_dp":
-            mech = M.PureDP(vals["epsilon"])
-            desc = f"PureDP(epsilon={vals['epsilon']:g})"
-        elif kind == "approx_dp":
-            mech = M.ApproxDP(vals["epsilon"], vals["delta"])
-            desc = f"ApproxDP(epsilon={vals['epsilon']:g}, delta={vals['delta']:g})"
-        elif kind == "pmfs":
-            if len(vals["p"]) != len(vals["q"]):
-                raise SpecError(f"{path}.q: must have the same length as p ({len(vals['p'])}), "
-                                f"got {len(vals['q'])}")
-            mech = M.FromPMFs(vals["p"], vals["q"])
-            desc = f"FromPMFs({len(vals['p'])} outcomes)"
-        elif kind == "dpsgd":
-            mech = M.PoissonSampled(M.Gaussian(vals["noise_multiplier"]), vals["sampling_rate"])
-            desc = (f"DP-SGD step (Gaussian sigma={vals['noise_multiplier']:g}, "
-                    f"Poisson q={vals['sampling_rate']:g})")
-            return [(mech, vals["steps"] * count)], f"{desc} x {vals['steps'] * count}"
-        else:  # saved
-            return _saved(path, vals["path"], count, base_dir)
-    except SpecError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise SpecError(f"{path}: {exc}") from None
-    if "sampling_rate" in obj:
-        q = _number(f"{path}.sampling_rate", obj["sampling_rate"], "rate")
-        mech = M.PoissonSampled(mech, q)
-        desc = f"{desc} on a Poisson subsample (q={q:g})"
-    return [(mech, count)], f"{desc} x {count}"
+def _check_sampling(path: str, value) -> None:
+    """A spec entry's ``sampling`` must be Poisson (any spelling pld.dpsgd accepts)."""
+    try:  # (the same spellings and aliases as pld.dpsgd and the command line)
+        sampling = sampling_scheme(value)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{path}.sampling: " + str(exc).removeprefix("sampling ")) from None
+    if sampling != "poisson":
+        # a spec composes under add-or-remove adjacency; sampling without
+        # replacement pairs with substitution, a different relation
+        raise SpecError(f"{path}.sampling: 'without_replacement' (substitute neighbouring) cannot be "
+                        "composed in a spec, whose entries are accounted under add-or-remove "
+                        "neighbouring; account it with pld dpsgd --sampling without_replacement or "
+                        "pld.dpsgd(..., sampling='without_replacement')")
+
+
+def _build(path: str, kind: str, vals: dict):
+    """``(mechanism, description)`` of one of the plain mechanism types."""
+    if kind == "gaussian":
+        return (M.Gaussian(vals["sigma"], vals["sensitivity"]),
+                f"Gaussian(sigma={vals['sigma']:g}, sensitivity={vals['sensitivity']:g})")
+    if kind == "laplace":
+        return (M.Laplace(vals["scale"], vals["sensitivity"]),
+                f"Laplace(scale={vals['scale']:g}, sensitivity={vals['sensitivity']:g})")
+    if kind == "randomized_response":
+        return M.RandomizedResponse(vals["epsilon"]), f"RandomizedResponse(epsilon={vals['epsilon']:g})"
+    if kind == "discrete_laplace":
+        return (M.DiscreteLaplace(vals["scale"], vals["sensitivity"]),
+                f"DiscreteLaplace(scale={vals['scale']:g}, sensitivity={vals['sensitivity']})")
+    if kind == "pure_dp":
+        return M.PureDP(vals["epsilon"]), f"PureDP(epsilon={vals['epsilon']:g})"
+    if kind == "approx_dp":
+        return (M.ApproxDP(vals["epsilon"], vals["delta"]),
+                f"ApproxDP(epsilon={vals['epsilon']:g}, delta={vals['delta']:g})")
+    # pmfs
+    if len(vals["p"]) != len(vals["q"]):
+        raise SpecError(f"{path}.q: must have the same length as p ({len(vals['p'])}), "
+                        f"got {len(vals['q'])}")
+    return M.FromPMFs(vals["p"], vals["q"]), f"FromPMFs({len(vals['p'])} outcomes)"
 
 
 def _saved(path: str, file: str, count: int, base_dir: str | None):
-    from pld.io import load
-
     full = file if os.path.isabs(file) or base_dir is None else os.path.join(base_dir, file)
     try:
         saved = load(full)
@@ -283,8 +294,6 @@ def _saved(path: str, file: str, count: int, base_dir: str | None):
 
 def parse_spec(data, *, base_dir: str | None = None) -> Spec:
     """Build a :class:`Spec` from an already-decoded JSON/TOML document."""
-    from pld.distribution import PLD
-
     if not isinstance(data, dict):
         raise SpecError(f"spec: the top level must be a table/object, got {_fmt(data)}")
     _unknown("", data, _TOP)
@@ -350,7 +359,7 @@ def parse_spec(data, *, base_dir: str | None = None) -> Spec:
 
 def read_document(path: str):
     """Decode a JSON or TOML file (by extension; otherwise JSON, then TOML)."""
-    import tomllib
+    import tomllib  # here, not at the top: Python 3.10 (supported) has no tomllib, and JSON specs need none
 
     with open(path, "rb") as f:
         raw = f.read()

@@ -261,3 +261,33 @@ def test_concurrent_identical_queries_agree():
     for t in threads:
         t.join()
     assert len(out) == 4 and all(o == out[0] for o in out)
+
+
+def test_pickle_and_deepcopy_keep_history_and_answers():
+    # the lock and the composed PLD are rebuilt, the history and settings travel
+    import copy
+    import pickle
+
+    acc = pld.Accountant()
+    acc.record(Gaussian(2.0), 10)
+    before = acc.epsilon_bounds(DELTA)
+    for other in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc)):
+        assert other.history == acc.history and other.steps == 10
+        assert other.epsilon_bounds(DELTA) == before
+        other.record(Laplace(1.0))  # a working lock
+        assert other.steps == 11 and acc.steps == 10
+
+
+def test_fixed_grid_spacing_is_used_and_saved():
+    acc = pld.Accountant(value_discretization_interval=1e-2)
+    acc.record(Gaussian(2.0), 10)
+    direct = PLD(((Gaussian(2.0), 10),), value_discretization_interval=1e-2)
+    assert acc.epsilon_bounds(DELTA) == direct.epsilon_bounds(DELTA)
+    assert acc.epsilon_bounds(DELTA) != pld.Accountant.from_state_dict(
+        {**acc.state_dict(), "value_discretization_interval": None}).epsilon_bounds(DELTA)
+    state = json.loads(json.dumps(acc.state_dict()))
+    assert state["value_discretization_interval"] == 1e-2
+    assert "value_discretization_interval" not in pld.Accountant().state_dict()
+    assert "value_discretization_interval=0.01" in repr(pld.Accountant.from_state_dict(state))
+    with pytest.raises(ValueError, match="value_discretization_interval"):
+        pld.Accountant(value_discretization_interval=0.0)

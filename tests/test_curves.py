@@ -185,6 +185,20 @@ def test_tradeoff_scalar_and_validation(gauss):
         curves.tradeoff(gauss, [0.5, 1.5])
 
 
+@pytest.mark.parametrize("call", [
+    lambda p: curves.delta_curve(p, 1.0, delta="0.5"),
+    lambda p: curves.tail_epsilon(p, "0.5"),
+    lambda p: curves.tradeoff(p, 0.1, delta="0.5"),
+    lambda p: curves.gaussian_mu(p, delta="0.5"),
+    lambda p: curves.delta_curve(p, "1.0"),
+    lambda p: curves.tradeoff(p, "0.1"),
+])
+def test_string_numbers_are_refused(gauss, call):
+    # a number written as text is a caller's mistake, not a value to convert
+    with pytest.raises(TypeError, match="delta|epsilon|alpha"):
+        call(gauss)
+
+
 # --------------------------------------------------------------- Gaussian mu
 def test_gaussian_mu_recovers_gaussian(gauss):
     mu, info = curves.gaussian_mu(gauss, delta=DELTA, details=True)

@@ -284,3 +284,45 @@ def test_good_queries_return_python_floats(gauss):
     assert type(lo) is float and type(hi) is float
     lo, hi = gauss.delta_bounds(-2.0)  # negative epsilon is a legal query
     assert 0.0 <= lo <= hi <= 1.0
+
+
+# ---------------------------------------------------------------------------
+# the shared checks themselves (pld._validate), as rdp, exact and curves use them
+# ---------------------------------------------------------------------------
+
+
+def test_real_scalar_names_parameter_and_range():
+    from pld import _validate as v
+
+    assert v.real_scalar("x", np.float64(0.5), low=0.0, high=1.0) == 0.5
+    assert v.real_scalar("x", np.array(2.0), low=0.0) == 2.0  # a 0-d array is one number
+    assert v.real_scalar("x", math.inf, low=0.0) == math.inf  # the range allows it
+    with pytest.raises(ValueError, match=r"x must be in \(0\.0, inf\)"):
+        v.real_scalar("x", math.inf, low=0.0, high=math.inf, low_open=True, high_open=True)
+    with pytest.raises(TypeError, match="x must be a scalar"):
+        v.real_scalar("x", [1.0, 2.0])
+    for bad in ("0.5", None, True, 1j):
+        with pytest.raises(TypeError, match="x must be a real number"):
+            v.real_scalar("x", bad)
+
+
+def test_count_refuses_fractions_as_values_and_non_numbers_as_types():
+    from pld import _validate as v
+
+    assert v.count("steps", 6000.0) == 6000 and v.count("steps", np.int64(0)) == 0
+    for bad in (2.5, math.nan, -1):
+        with pytest.raises(ValueError, match="steps must be an integer >= 0"):
+            v.count("steps", bad)
+    for bad in ("3", True, None):
+        with pytest.raises(TypeError, match="steps"):
+            v.count("steps", bad)
+
+
+def test_choice_lists_the_options():
+    from pld import _validate as v
+
+    assert v.choice("conversion", "classic", ("improved", "classic")) == "classic"
+    with pytest.raises(ValueError, match="conversion must be one of 'improved', 'classic', got 'tight'"):
+        v.choice("conversion", "tight", ("improved", "classic"))
+    with pytest.raises(TypeError, match="conversion"):
+        v.choice("conversion", 1, ("improved", "classic"))

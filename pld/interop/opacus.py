@@ -35,12 +35,16 @@ import math
 from collections import OrderedDict
 from copy import deepcopy
 
+from pld import _validate as v
+from pld.accountant import Accountant
+from pld.distribution import PLD
+
 MECHANISM = "pld"
 #: Opacus accountants whose ``history`` means the same thing (Poisson-subsampled
 #: Gaussian steps); their state dicts can be loaded to continue with pld.
 COMPATIBLE_MECHANISMS = ("pld", "prv", "rdp")
 
-__all__ = ["PLDOpacusAccountant", "register", "MECHANISM", "COMPATIBLE_MECHANISMS"]
+__all__ = ["PLDOpacusAccountant", "register", "MECHANISM", "COMPATIBLE_MECHANISMS"]  # noqa: F822 (built on first access, module __getattr__)
 
 
 def _check_entry(i, entry) -> tuple[float, float, int]:
@@ -79,13 +83,19 @@ class _PLDOpacusAccountantCore:
     PRV accountants return the number of history entries instead.  Both are
     zero exactly when nothing has been recorded, which is all ``PrivacyEngine``
     looks at.
+
+    The answers come from a :class:`pld.Accountant` holding the history's
+    private phases (rebuilt when ``history`` changes), which composes, caches
+    and answers the empty case; this class adds Opacus's history format and
+    its convention for steps without noise (epsilon = inf).
     """
 
     def __init__(self):
         self.history: list = []
-        self._cache_key = None
-        self._cache_pld = None
-        self._answers: dict = {}
+        # the pld.Accountant of the history's private phases, rebuilt whenever
+        # they change (``history`` is public and may be assigned or edited)
+        self._core_key: tuple | None = None
+        self._core: Accountant | None = None
 
     # ------------------------------------------------------------ recording
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
@@ -127,38 +137,29 @@ class _PLDOpacusAccountantCore:
             phases.append((nm, q, steps))
         return phases
 
-    def pld(self):
-        """The :class:`pld.PLD` of the history (``None`` if empty or non-private)."""
-        import pld as _pld
-
+    def _accountant(self) -> Accountant | None:
+        """The :class:`pld.Accountant` of the history (``None`` if non-private)."""
         phases = self._phases()
-        if not phases:
+        if phases is None:
             return None
         key = tuple(phases)
-        if key != self._cache_key:
-            self._cache_pld = _pld.dpsgd_schedule(phases, sampling="poisson")
-            self._cache_key = key
-            self._answers = {}
-        return self._cache_pld
+        if key != self._core_key or self._core is None:
+            core = Accountant(sampling="poisson")
+            for nm, q, steps in phases:
+                core.step(noise_multiplier=nm, sampling_rate=q, count=steps)
+            self._core, self._core_key = core, key
+        return self._core
 
-    def _answer(self, kind: str, value: float):
-        d = self.pld()
-        key = (kind, value)
-        if key not in self._answers:  # repeated queries on the same history give the same answer
-            self._answers[key] = d.epsilon_bounds(value) if kind == "eps" else d.delta_bounds(value)
-        return self._answers[key]
+    def pld(self) -> PLD | None:
+        """The :class:`pld.PLD` of the history (``None`` if empty or non-private)."""
+        core = self._accountant()
+        return None if core is None or core.empty else core.pld()
 
     def get_epsilon_bounds(self, delta: float) -> tuple[float, float]:
         """Certified ``(lower, upper)`` bracket on epsilon at ``delta`` in (0, 1)."""
-        from pld import _validate as v
-
         delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        phases = self._phases()
-        if phases is None:
-            return math.inf, math.inf
-        if not phases:
-            return 0.0, 0.0
-        return self._answer("eps", delta)
+        core = self._accountant()
+        return (math.inf, math.inf) if core is None else core.epsilon_bounds(delta)
 
     def get_epsilon(self, delta: float, **kwargs) -> float:
         """Certified epsilon spent so far at ``delta``.
@@ -171,16 +172,9 @@ class _PLDOpacusAccountantCore:
 
     def get_delta_bounds(self, epsilon: float) -> tuple[float, float]:
         """Certified ``(lower, upper)`` bracket on delta at ``epsilon``."""
-        from pld import _validate as v
-
         epsilon = v.real("epsilon", epsilon)
-        phases = self._phases()
-        if phases is None:
-            return 1.0, 1.0
-        if not phases:
-            d = max(0.0, -math.expm1(epsilon))
-            return d, d
-        return self._answer("delta", epsilon)
+        core = self._accountant()
+        return (1.0, 1.0) if core is None else core.delta_bounds(epsilon)
 
     def get_delta(self, epsilon: float) -> float:
         """Certified delta at ``epsilon`` (upper end of :meth:`get_delta_bounds`)."""
@@ -217,11 +211,10 @@ class _PLDOpacusAccountantCore:
             raise ValueError(f"state_dict['history'] must be a list of triples, got {type(history).__name__}")
         self.history = [_check_entry(i, entry) for i, entry in enumerate(history)]
 
-    def __getstate__(self):  # pickling / deepcopy: the cached PLD holds locks; drop it
+    def __getstate__(self):  # pickling / deepcopy: the core accountant holds locks; rebuild it on demand
         state = self.__dict__.copy()
-        state["_cache_key"] = None
-        state["_cache_pld"] = None
-        state["_answers"] = {}
+        state["_core_key"] = None
+        state["_core"] = None
         return state
 
     def __repr__(self) -> str:
@@ -241,7 +234,7 @@ def _build():
         IAccountant = None
     bases = (_PLDOpacusAccountantCore,) if IAccountant is None else (_PLDOpacusAccountantCore, IAccountant)
 
-    class PLDOpacusAccountant(*bases):
+    class PLDOpacusAccountant(*bases):  # type: ignore[misc]  # bases chosen at run time
         __doc__ = _PLDOpacusAccountantCore.__doc__
 
         def __init__(self):
