@@ -4,7 +4,7 @@ A :class:`pld.PLD` answers ``(epsilon, delta)`` questions with certified
 brackets.  The same discretised distributions carry more: the Renyi
 divergences (moments of the loss), the tail ``P(L > eps)`` of the loss, and the
 hypothesis-testing trade-off curve.  This module reads them off the grids the
-engine returns from :meth:`pld.PLD.distribution`, and states for every function
+engine returns from :meth:`pld.PLD.grids`, and states for every function
 which end of the returned bracket is certified and why.
 
 Where the grids come from
@@ -26,13 +26,11 @@ delta curve, RDP, the trade-off curve and the Gaussian-DP summary, and
 re-exports the tail functions.
 
 Round-off.  The engine bounds the FFT round-off of its composition in the l2
-norm of the *tilted* mass vector.  :meth:`pld.PLD.distribution` does not return
-that bound; this module takes it from :meth:`pld.PLD.explain`
-(``fft_error_bound`` and ``tilt`` of the direction), which reports it for the
-dominating side, and applies it, doubled, to both sides (the dominated side's
-own bound is the smaller one in every case we checked, but the public API does
-not report it).  Every bracket below therefore holds *given the engine's
-reported round-off bound*.
+norm of the *tilted* mass vector, per grid.  :meth:`pld.PLD.grids` returns the
+grids themselves (:class:`pld.grid.GridPLD`, each with its own bound, tilt and
+scale): delta is read through the engine's own certified evaluator
+(:meth:`pld.grid.GridPLD.delta`, which also bounds its own rounding), and the
+moments and tails here use each side's own bound.
 
 References
 ----------

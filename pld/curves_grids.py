@@ -17,11 +17,10 @@ import numpy as np
 from scipy import special
 
 from pld import _validate as _v
+from pld.grid import GridPLD
 
-__all__ = ["Side", "Direction", "directions", "ROUND_OFF_FACTOR", "REL_SLACK", "CHORD_STEPS"]
+__all__ = ["Side", "Direction", "directions", "REL_SLACK", "CHORD_STEPS"]
 
-#: safety factor on the engine's reported round-off bound (see module docstring)
-ROUND_OFF_FACTOR = 2.0
 #: relative slack for this module's own floating-point sums
 REL_SLACK = 1e-12
 #: chord widths (in eps) tried by the tail bounds, relative to the grid spacing
@@ -30,13 +29,15 @@ CHORD_STEPS = np.geomspace(0.5, 4000.0, 72)
 
 @dataclass(frozen=True, eq=False)
 class Side:
-    """One discretised side of one direction, ready for vectorised queries.
+    """One certified grid of one direction, ready for vectorised queries.
 
-    ``losses`` is the uniform grid, ``log_mass`` the untilted log P-masses,
-    ``inf_mass`` the P-mass at ``+inf``; ``log_err`` is the log of the
-    round-off bound (l2, tilted units) and ``log_scale``/``lam`` untilt it.
+    ``grid`` is the engine's own :class:`pld.grid.GridPLD`; ``losses`` its
+    uniform grid, ``log_mass`` the untilted log P-masses, ``inf_mass`` the
+    P-mass at ``+inf``; ``log_err`` is the log of the grid's round-off bound
+    (l2, tilted units) and ``log_scale``/``lam`` untilt it.
     """
 
+    grid: GridPLD
     losses: np.ndarray
     log_mass: np.ndarray
     inf_mass: float
@@ -46,66 +47,27 @@ class Side:
     log_err: float
 
     @classmethod
-    def build(cls, pld_obj, direction: str, side: str, delta: float, info: dict,
-              tilt: float | None = None) -> Side:
-        losses, masses, inf_mass = pld_obj.distribution(direction, side, delta=delta, tilt=tilt)
-        losses = np.asarray(losses, dtype=np.float64)
-        masses = np.asarray(masses, dtype=np.float64)
-        if losses.size < 2:
+    def from_grid(cls, g: GridPLD) -> Side:
+        if g.size < 2:
             raise ValueError("the engine returned a grid with fewer than two points")
-        if side == "upper":
-            # the round-off bound below must describe this very grid
-            lo_w, hi_w = info.get("loss_window", (losses[0], losses[-1]))
-            tol = 1e-9 * max(1.0, abs(lo_w), abs(hi_w))
-            if abs(losses[0] - lo_w) > tol or abs(losses[-1] - hi_w) > tol:
-                raise RuntimeError("PLD.explain() and PLD.distribution() describe different grids; "
-                                   "cannot attach the engine's round-off bound")
-        with np.errstate(divide="ignore"):
-            log_mass = np.log(np.maximum(masses, 0.0))
-        lam = float(info["tilt"])
-        err = float(info["fft_error_bound"]) * ROUND_OFF_FACTOR
-        log_scale = float(special.logsumexp(log_mass + lam * losses)) if losses.size else 0.0
-        log_err = math.log(err) if err > 0 else -math.inf
-        return cls(losses, log_mass, float(inf_mass), side == "upper", lam, log_scale, log_err)
+        log_err = math.log(g.err) if g.err > 0 else -math.inf
+        return cls(g, np.asarray(g.losses(), dtype=np.float64), np.asarray(g.log_masses(), dtype=np.float64),
+                   float(g.inf_mass), bool(g.pessimistic), float(g.lam), float(g.log_scale), log_err)
 
-    # -- cached suffix sums ---------------------------------------------------
-    def _suffix(self):
+    def _suffix_mass(self) -> np.ndarray:
+        """``A_k = sum_{i>=k} m_i`` (cached), with ``A_n = 0``."""
         cache = self.__dict__.get("_cache")
         if cache is None:
-            l, lm = self.losses, self.log_mass
-            mass = np.exp(lm)
-            # A_k = sum_{i>=k} m_i ; B_k = sum_{i>=k} m_i e^{l_k - l_i}
-            a = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))
-            with np.errstate(invalid="ignore"):
-                log_b_rev = np.logaddexp.accumulate((lm - l)[::-1])[::-1]
-                b = np.exp(np.minimum(log_b_rev + l, 0.0))
-            b = np.concatenate((b, [0.0]))
-            # W_k = err * sqrt(sum_{i>=k} (e^{log_scale - lam l_i})^2): round-off allowance
-            log_w = 0.5 * np.logaddexp.accumulate((-2.0 * self.lam * l)[::-1])[::-1] + self.log_scale + self.log_err
-            with np.errstate(over="ignore"):
-                w = np.concatenate((np.exp(np.minimum(log_w, 700.0)), [0.0]))
-            cache = (a, b, w)
+            mass = np.exp(self.log_mass)
+            cache = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))
             object.__setattr__(self, "_cache", cache)
         return cache
 
     def delta(self, eps: np.ndarray) -> np.ndarray:
-        """Bound on the hockey-stick divergence of this direction at ``eps`` (any reals)."""
+        """Bound on the hockey-stick divergence of this direction at ``eps`` (any reals):
+        the engine's own certified evaluator (:meth:`pld.grid.GridPLD.delta`)."""
         eps = np.asarray(eps, dtype=np.float64)
-        a, b, w = self._suffix()
-        l = self.losses
-        n = l.size
-        k = np.searchsorted(l, eps, side="right")  # first grid point with loss > eps
-        lk = np.where(k < n, l[np.minimum(k, n - 1)], np.inf)
-        with np.errstate(over="ignore", invalid="ignore"):
-            fac = np.exp(np.minimum(eps - lk, 0.0))
-            core = a[k] - fac * b[k]
-        slack = REL_SLACK * a[k]
-        if self.upper:
-            val = np.maximum(core, 0.0) + slack + w[k]
-            val = val + self.inf_mass * (1.0 + REL_SLACK)
-        else:
-            val = np.maximum(core - slack - w[k], 0.0) + self.inf_mass
-        return np.clip(val, 0.0, 1.0)
+        return np.clip(np.asarray(self.grid.delta(eps.ravel())).reshape(eps.shape), 0.0, 1.0)
 
     def log_moment(self, theta: np.ndarray, certified: bool = True) -> np.ndarray:
         """Bound on ``log E_P[e^{theta L}]`` over the finite part of the grid.
@@ -141,7 +103,7 @@ class Side:
 
     def tail_grid(self, eps: np.ndarray) -> np.ndarray:
         """``P(L > eps)`` of this grid itself (an estimate, not a bound)."""
-        a, _, _ = self._suffix()
+        a = self._suffix_mass()
         k = np.searchsorted(self.losses, np.asarray(eps, dtype=np.float64), side="right")
         return a[k] + self.inf_mass
 
@@ -159,12 +121,7 @@ class Direction:
 
 
 def directions(pld_obj, delta: float, tilt: float | None = None) -> list[Direction]:
-    """Both sides of every direction the PLD distinguishes, from the public API."""
+    """Both sides of every direction the PLD distinguishes (:meth:`pld.PLD.grids`)."""
     delta = _v.real_scalar("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    info = pld_obj.explain(delta, tilt=tilt)["directions"]
-    out = []
-    for name, d_info in info.items():
-        up = Side.build(pld_obj, name, "upper", delta, d_info, tilt)
-        lo = Side.build(pld_obj, name, "lower", delta, d_info, tilt)
-        out.append(Direction(name, up, lo))
-    return out
+    return [Direction(name, Side.from_grid(pair.dominating), Side.from_grid(pair.dominated))
+            for name, pair in pld_obj.grids(delta, tilt=tilt).items()]

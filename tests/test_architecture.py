@@ -143,3 +143,21 @@ def test_no_import_cycles_inside_the_package():
 
 def test_no_module_is_named_like_the_package():
     assert not (PACKAGE / "pld.py").exists()
+
+
+def test_curves_read_the_engines_own_grids():
+    """One certified evaluator: pld.curves evaluates delta on the very grids
+    (and with the error bounds) of the engine, through PLD.grids()."""
+    import numpy as np
+
+    from pld import curves_grids
+
+    p = pld.PLD([(pld.PoissonSampled(pld.Gaussian(1.0), 0.05), 200)])
+    pairs = p.grids(1e-6)
+    dirs = curves_grids.directions(p, 1e-6)
+    assert [d.name for d in dirs] == list(pairs)
+    eps = np.linspace(0.0, 3.0, 7)
+    for d in dirs:
+        assert d.upper.grid is pairs[d.name].dominating and d.lower.grid is pairs[d.name].dominated
+        assert np.array_equal(d.upper.delta(eps), np.clip(pairs[d.name].dominating.delta(eps), 0, 1))
+        assert d.upper.log_err == np.log(pairs[d.name].dominating.err)
