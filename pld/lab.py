@@ -30,9 +30,11 @@ import time
 import numpy as np
 
 from pld import _validate as _v
+from pld import adjacency
 from pld import curves as _curves
 from pld import exact as _exact
 from pld import rdp as _rdp
+from pld import sampling as sampling_registry
 from pld._rounding import bracket
 from pld.dpsgd import dpsgd as _dpsgd
 from pld.dpsgd import sampling_scheme
@@ -362,7 +364,7 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
     seconds["pld"] = time.perf_counter() - t
 
     for conversion in ("improved", "classic"):
-        if sampling == "poisson":
+        if sampling_registry.get(sampling) is sampling_registry.POISSON:  # (pld.rdp covers Poisson only)
             t = time.perf_counter()
             e, o = _rdp.dpsgd_rdp_epsilon(sigma, q, steps, delta, conversion)
             out[f"rdp_epsilon_{conversion}"], out[f"rdp_order_{conversion}"] = float(e), float(o)
@@ -378,7 +380,8 @@ def compare(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
     if q == 1.0:
         t = time.perf_counter()
         # full batch: the Gaussian mechanism; a substituted record moves the sum by 2C
-        mu = _exact.gaussian_mu(sigma, steps, sensitivity=2.0 if sampling != "poisson" else 1.0)
+        substitute = sampling_registry.get(sampling).adjacency == adjacency.SUBSTITUTE
+        mu = _exact.gaussian_mu(sigma, steps, sensitivity=2.0 if substitute else 1.0)
         out["exact_epsilon"] = float(_exact.gaussian_epsilon(delta, mu))
         out["exact_tail_epsilon"] = float(_exact.privacy_loss_tail_epsilon_gaussian(delta, mu))
         seconds["exact"] = time.perf_counter() - t
@@ -435,8 +438,10 @@ def format_compare(result: dict) -> str:
             rows.append(("  (" + p["note"] + ")", "", ""))
     w0 = max(len(a) for a, b, _ in rows if b)
     w1 = max(len(b) for _, b, _ in rows)
-    neigh = "add-or-remove" if r.get("sampling", "poisson") == "poisson" else "substitute (sensitivity 2C)"
-    scheme = "Poisson sampling" if r.get("sampling", "poisson") == "poisson" else "sampling without replacement"
+    used = sampling_registry.get(r.get("sampling", "poisson"))
+    neigh = {adjacency.ADD_OR_REMOVE: "add-or-remove",
+             adjacency.SUBSTITUTE: "substitute (sensitivity 2C)"}.get(used.adjacency, used.adjacency)
+    scheme = used.description.split(" (")[0]
     head = (f"DP-SGD, {scheme}, {neigh} adjacency: "
             f"noise multiplier {_num(r['noise_multiplier'])}, sampling rate {_num(r['sampling_rate'])}, "
             f"steps {r['steps']}, delta {_num(r['delta'])}")

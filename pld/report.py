@@ -21,8 +21,10 @@ from fractions import Fraction
 
 import numpy as np
 
-# pld.report is not imported by pld/__init__, so the package (and __version__) is complete here
 from pld import __version__
+
+# pld.report is not imported by pld/__init__, so the package (and __version__) is complete here
+from pld import sampling as sampling_registry
 from pld._fft import fft_backend
 from pld._rounding import bracket, round_down, round_up  # noqa: F401  (re-exported: report's former API)
 from pld.curves import delta_curve
@@ -86,19 +88,16 @@ MNIST_EXAMPLE = DPSGDConfig(noise_multiplier=1.1, sampling_rate=256 / 60000,
 
 
 def neighbouring(sampling: str) -> str:
-    if sampling == "without_replacement":
-        return "substitute one record (replace-one; pairs with fixed-size batches)"
-    return "add-or-remove one record (both directions composed: remove and add)"
+    """The report's neighbouring line for a sampling scheme (:mod:`pld.sampling`)."""
+    return sampling_registry.get(sampling).neighbouring
 
 
 def sensitivity_convention(sampling: str) -> str:
     text = ("noise multiplier sigma = noise standard deviation / L2 sensitivity; in DP-SGD the "
             "L2 sensitivity is the per-example clipping norm C (noise std = sigma * C on the sum "
             "of clipped gradients); C itself is not a privacy parameter")
-    if sampling == "without_replacement":
-        text += ("; under substitution a replaced record moves the clipped sum by up to 2C, "
-                 "and the accountant uses that sensitivity (mu = 2 / sigma per step)")
-    return text
+    note = sampling_registry.get(sampling).sensitivity_note
+    return text + ("; " + note if note else "")
 
 
 # ------------------------------------------------------------------ JSON
@@ -189,8 +188,7 @@ def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"
 # ----------------------------------------------------------------- dpsgd
 def dpsgd_pld(cfg: DPSGDConfig):
     """The PLD of the configured run(s): ``pld.dpsgd`` composed ``runs`` times."""
-    kwargs = {} if cfg.sampling == "poisson" else {"sampling": cfg.sampling}
-    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, **kwargs)
+    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, sampling=cfg.sampling)
     if cfg.runs > 1:
         d = d.self_compose(cfg.runs)
     return d
@@ -205,10 +203,8 @@ def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
     if cfg.sampling_rate_given and cfg.sampling_rate == 1.0:
         w.append("q = 1 is full-batch training (every record in every step); if you meant 1%, "
                  "give --sampling-rate 0.01")
-    if cfg.batch_size_given and cfg.sampling == "poisson":
-        w.append("--batch-size with Poisson sampling: q = batch size / dataset size makes the batch size "
-                 "an expected value; if every step draws a fixed-size batch, Poisson accounting does not "
-                 "apply: use --sampling without_replacement (shuffle-and-split epochs are neither scheme)")
+    if cfg.batch_size_given and sampling_registry.get(cfg.sampling).batch_size_warning:
+        w.append(sampling_registry.get(cfg.sampling).batch_size_warning)
     if epsilon_upper is not None and (epsilon_upper > LARGE_EPSILON or not math.isfinite(epsilon_upper)):
         w.append(f"epsilon = {epsilon_upper:.4g} > {LARGE_EPSILON:g}: a very weak guarantee "
                  f"(likelihood ratios up to e^epsilon = {_exp_text(epsilon_upper)}); check sigma, q and T")

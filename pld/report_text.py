@@ -12,10 +12,20 @@ import textwrap
 
 import numpy as np
 
+from pld import sampling as sampling_registry
 from pld._rounding import bracket, round_up
 
-SAMPLING_NAMES = {"poisson": "Poisson sampling (each record joins a batch independently w.p. q)",
-                  "without_replacement": "sampling without replacement (fixed-size batches of q * n records)"}
+
+def _sampling_name(name: str) -> str:
+    """The report's sampling line (the registry's description, or the name as given)."""
+    try:
+        return sampling_registry.get(name).description
+    except (TypeError, ValueError):
+        return str(name)
+
+
+#: the sampling lines of the schemes registered when pld was imported (pld.sampling)
+SAMPLING_NAMES = {n: sampling_registry.get(n).description for n in sampling_registry.names()}
 
 
 def curve_rows(eps, lo, hi) -> list[dict]:
@@ -119,7 +129,7 @@ def _rate_text(r: dict, eq: str = "") -> str:
     """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
     text = f"{r['sampling_rate']:.6g}"
     if r.get("batch_size") and r.get("dataset_size"):
-        kind = "expected batch" if r["sampling"] == "poisson" else "batch"
+        kind = sampling_registry.get(r["sampling"]).batch_name
         text += f" ({eq}{kind} {r['batch_size']} / dataset {r['dataset_size']})"
     return text
 
@@ -132,14 +142,10 @@ def _accounted(r: dict) -> list[tuple[str, str]]:
         ttxt += f" ({r['epochs']:g} epochs)"
     run = "one training run" if r["runs"] == 1 else f"{r['runs']} training runs composed ({r['total_steps']} steps)"
     rows = [("run", f"sigma = {r['noise_multiplier']:g}, {qtxt}, {ttxt}; {run}")]
-    if r["sampling"] == "poisson":
-        rows.append(("sampling", "Poisson, add-or-remove one record (both directions composed); "
-                                 "sigma = noise std / clipping norm C"))
-    else:
-        rows.append(("sampling", "sampling without replacement (fixed-size batches), substitute one "
-                                 "record: a replaced record moves the clipped gradient sum by up to 2C, "
-                                 "twice add-or-remove's C, so epsilon is much larger than Poisson "
-                                 "sampling's for the same flags; sigma = noise std / clipping norm C"))
+    scheme = sampling_registry.get(r["sampling"])
+    rows.append(("sampling", scheme.summary or scheme.description))
+    if scheme.caveat:
+        rows.append(("note", scheme.caveat))
     if r.get("example"):
         rows.append(("example", f"{r['example']} (the default; give --noise-multiplier, --sampling-rate "
                                 "or --batch-size, --steps or --epochs for your run)"))
@@ -205,7 +211,7 @@ def _verbose_rows(r: dict) -> list[str]:
         ("noise multiplier", f"sigma = {r['noise_multiplier']:g}"),
         ("sampling rate", f"q = {qtxt}"),
         ("steps", f"T = {ttxt}"),
-        ("sampling", SAMPLING_NAMES.get(r["sampling"], r["sampling"])),
+        ("sampling", _sampling_name(r["sampling"])),
         ("neighbouring", r["neighbouring"]),
         ("sensitivity", r["sensitivity_convention"]),
         ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
@@ -265,7 +271,7 @@ def format_calibrate(r: dict) -> str:
             ("sampling rate", f"q = {r['sampling_rate']:.6g}"),
             ("steps", f"T = {r['steps']}"),
             ("delta", f"{r['delta']:g}"),
-            ("sampling", SAMPLING_NAMES.get(r["sampling"], r["sampling"])),
+            ("sampling", _sampling_name(r["sampling"])),
             ("neighbouring", r["neighbouring"]),
             ("sensitivity", r["sensitivity_convention"]),
             ("accountant", r["accountant"])]

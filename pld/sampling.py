@@ -66,6 +66,12 @@ class SamplingScheme:
         Appended to the report's sensitivity convention ("" if nothing to add).
     caveat : str
         One line reports print about what the accounting does not cover.
+    neighbouring_text : str
+        The report's neighbouring line ("": the relation's own description).
+    summary : str
+        The short report's sampling row ("": ``description``).
+    batch_size_warning : str
+        Said when a batch size is given for this scheme ("" if nothing to say).
     """
 
     name: str
@@ -77,6 +83,9 @@ class SamplingScheme:
     run_pld: Callable[[float, float, int], PLD] | None = None
     sensitivity_note: str = ""
     caveat: str = ""
+    neighbouring_text: str = ""
+    summary: str = ""
+    batch_size_warning: str = ""
 
     def __post_init__(self) -> None:
         if self.adjacency not in adj.RELATIONS:
@@ -92,7 +101,7 @@ class SamplingScheme:
     @property
     def neighbouring(self) -> str:
         """The report's neighbouring-relation line."""
-        return adj.DESCRIPTIONS[self.adjacency]
+        return self.neighbouring_text or adj.DESCRIPTIONS[self.adjacency]
 
     def pld(self, noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
         """The PLD of ``steps`` steps (arguments already validated)."""
@@ -184,7 +193,12 @@ POISSON = register(SamplingScheme(
     batch_name="expected batch",
     step_mechanism=_poisson_step,
     caveat="assumes Poisson sampling; a shuffling data loader (fixed batches from a permutation) is not "
-           "covered by this accounting"))
+           "covered by this accounting",
+    neighbouring_text="add-or-remove one record (both directions composed: remove and add)",
+    summary="Poisson, add-or-remove one record (both directions composed); sigma = noise std / clipping norm C",
+    batch_size_warning="--batch-size with Poisson sampling: q = batch size / dataset size makes the batch size "
+                       "an expected value; if every step draws a fixed-size batch, Poisson accounting does not "
+                       "apply: use --sampling without_replacement (shuffle-and-split epochs are neither scheme)"))
 
 WITHOUT_REPLACEMENT = register(SamplingScheme(
     name="without_replacement",
@@ -195,4 +209,8 @@ WITHOUT_REPLACEMENT = register(SamplingScheme(
     batch_name="batch",
     step_mechanism=_without_replacement_step,
     sensitivity_note="under substitution a replaced record moves the clipped sum by up to 2C, and the "
-                     "accountant uses that sensitivity (mu = 2 / sigma per step)"))
+                     "accountant uses that sensitivity (mu = 2 / sigma per step)",
+    neighbouring_text="substitute one record (replace-one; pairs with fixed-size batches)",
+    summary="sampling without replacement (fixed-size batches), substitute one record: a replaced record moves "
+            "the clipped gradient sum by up to 2C, twice add-or-remove's C, so epsilon is much larger than "
+            "Poisson sampling's for the same flags; sigma = noise std / clipping norm C"))

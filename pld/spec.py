@@ -63,7 +63,9 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from pld import adjacency
 from pld import mechanisms as M
+from pld import sampling as sampling_registry
 from pld.distribution import PLD
 from pld.dpsgd import sampling_scheme
 from pld.io import load
@@ -248,13 +250,13 @@ def _check_sampling(path: str, value) -> None:
         sampling = sampling_scheme(value)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{path}.sampling: " + str(exc).removeprefix("sampling ")) from None
-    if sampling != "poisson":
-        # a spec composes under add-or-remove adjacency; sampling without
-        # replacement pairs with substitution, a different relation
-        raise SpecError(f"{path}.sampling: 'without_replacement' (substitute neighbouring) cannot be "
+    scheme = sampling_registry.get(sampling)
+    if scheme.adjacency != adjacency.ADD_OR_REMOVE or not scheme.per_step:
+        # a spec composes its entries under add-or-remove adjacency, step by step
+        raise SpecError(f"{path}.sampling: {scheme.name!r} ({scheme.adjacency.replace('_', '-')} neighbouring) cannot be "
                         "composed in a spec, whose entries are accounted under add-or-remove "
-                        "neighbouring; account it with pld dpsgd --sampling without_replacement or "
-                        "pld.dpsgd(..., sampling='without_replacement')")
+                        f"neighbouring; account it with pld dpsgd --sampling {scheme.name} or "
+                        f"pld.dpsgd(..., sampling={scheme.name!r})")
 
 
 def _build(path: str, kind: str, vals: dict):
