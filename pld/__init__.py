@@ -38,6 +38,8 @@ from pld.accountant import Accountant  # noqa: E402
 from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
 from pld.io import load, save  # noqa: E402
 from pld.tuning import tune_fft  # noqa: E402
+from pld.sweeps import iter_sweep, sweep  # noqa: E402
+from pld.search import search_cost  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -77,6 +79,9 @@ __all__ = [
     "save",
     "load",
     "tune_fft",
+    "sweep",
+    "iter_sweep",
+    "search_cost",
     "__version__",
 ]
 

@@ -36,6 +36,8 @@ _ALLOWED = {
     "spec": {"spec", "delta", "name"},
 }
 DEFAULT_DELTA = 1e-5
+#: keys normalization adds (ignored on input)
+_DERIVED = ("kind", "solved_for")
 
 #: the columns of a row, in order (a row of one kind leaves the others' fields None)
 COLUMNS = ("index", "kind", "name", "noise_multiplier", "sampling_rate", "steps", "runs", "sampling",
@@ -69,6 +71,8 @@ def normalize(config: Mapping[str, Any], where: str = "config") -> dict:
         raise TypeError(f"{where} must be a mapping of parameter names to values, got {type(config).__name__}")
     c = {}
     for key, value in config.items():
+        if key in _DERIVED or value is None:
+            continue  # (a normalized configuration normalizes to itself)
         canon = ALIASES.get(key, key)
         if canon in c:
             raise ValueError(f"{where}: {key!r} repeats {canon!r}")

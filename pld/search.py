@@ -258,6 +258,12 @@ def selection_epsilon(runs: Sequence, delta: float, trials, *, orders=None) -> d
     dict
         ``epsilon`` (an upper bound), ``order`` attaining it, the trials'
         description (theorem, expected trials) and ``conversion``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a malformed run, a run that is not Poisson-sampled DP-SGD, or
+        invalid orders.
     """
     from pld.rdp import DEFAULT_ORDERS, epsilon_from_rdp
 
@@ -309,6 +315,23 @@ def search_cost(runs: Sequence, delta: float, *, chosen: int | None = None, tria
         (``epsilon_lower``, ``epsilon_upper``); ``chosen``: the chosen run's
         bracket (or None); ``selection``: the selection bound (or None);
         ``runs``, ``delta``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a malformed run (named as ``runs[i]``), ``chosen`` out of range, or
+        a selection bound over runs without an RDP curve here.
+
+    Examples
+    --------
+    >>> import pld
+    >>> from pld.search import TruncatedNegativeBinomial
+    >>> runs = [{"noise_multiplier": s, "sampling_rate": 0.01, "steps": 1000} for s in (0.9, 1.1, 1.3)]
+    >>> cost = pld.search_cost(runs, 1e-5, chosen=1, trials=TruncatedNegativeBinomial(eta=1.0, gamma=0.2))
+    >>> cost["chosen"]["epsilon_upper"] < cost["search"]["epsilon_lower"]   # the search cost more
+    True
+    >>> round(cost["selection"]["expected_trials"], 9)       # E[K] = 1/gamma (geometric)
+    5.0
     """
     delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     if not runs:

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import norm
 
 import pld
-from pld import search_cost as sc
+from pld import search as sc
 
 SIGMA = 2.0
 GAUSS = {"noise_multiplier": SIGMA, "sampling_rate": 1.0, "steps": 1}  # one Gaussian release
@@ -124,3 +124,12 @@ def test_search_cost_refuses_what_it_cannot_bound():
         sc.search_cost([GAUSS], DELTA, chosen=3)
     with pytest.raises(ValueError, match="DP-SGD"):
         sc.selection_epsilon([pld.dpsgd(1.0, 0.1, 10)], DELTA, sc.PoissonTrials(3))
+
+
+@pytest.mark.parametrize("module", ["pld.search", "pld.sweeps"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, module
