@@ -46,6 +46,28 @@ def noop(config: dict) -> dict:
     return {"kind": config["kind"], "epsilon_upper": None, "seconds": 0.0}
 
 
+def _busy(n: int = 3_000_000) -> float:
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i
+    return time.perf_counter() - t0
+
+
+def parallel_capacity(workers: int) -> float:
+    """How many cores' worth of a busy loop ``workers`` processes get right now
+    (``workers`` on an idle machine; less when others load it)."""
+    import multiprocessing as mp
+
+    alone = _busy()
+    with mp.get_context("forkserver").Pool(workers) as pool:
+        pool.map(_busy, [10_000] * workers)  # started
+        t0 = time.perf_counter()
+        pool.map(_busy, [3_000_000] * workers)
+        together = time.perf_counter() - t0
+    return workers * alone / together
+
+
 def _timed(label: str, fn) -> tuple[float, object]:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -89,6 +111,8 @@ def main(argv=None) -> int:
         pool.submit(int).result()  # workers started: the per-configuration cost alone
         t_noop_pool, _ = _timed(f"no-op work, 10^4 configurations, {args.workers} workers",
                                 lambda: noop_run(pool))
+    capacity = parallel_capacity(args.workers)
+    print(f"  parallel capacity now: {capacity:.2f} cores' worth for {args.workers} busy processes", flush=True)
     work = sum(r["seconds"] for r in serial)
     worst = max(serial, key=lambda r: r["seconds"])
     res = {
@@ -97,6 +121,8 @@ def main(argv=None) -> int:
         "serial_configs_per_s": len(subset) / t_serial, "pool1_configs_per_s": len(subset) / t_one,
         "pool_configs_per_s": len(subset) / t_pool, "speedup_vs_serial": t_serial / t_pool,
         "speedup_vs_pool1": t_one / t_pool,
+        "work_s_serial": work, "work_s_pool1": sum(r["seconds"] for r in one),
+        "work_s_pool": sum(r["seconds"] for r in rows), "parallel_capacity": capacity,
         "mean_config_s": work / len(subset), "median_config_s": float(np.median([r["seconds"] for r in serial])),
         "slowest_config": {k: worst[k] for k in ("noise_multiplier", "sampling_rate", "steps", "seconds")},
         "overhead_ms_per_config_serial": 1e3 * t_noop_serial / len(every),

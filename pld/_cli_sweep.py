@@ -194,8 +194,8 @@ def _done_indices(path: str, fmt: str, configs: list[dict]) -> set:
         if not 0 <= i < len(configs):
             raise CLIError(f"{path}: row index {i} is outside this grid's {len(configs)} rows")
         c = configs[i]
-        for k in _IDENTITY:
-            if k in c and k != c.get("solved_for") and not _same(r.get(k), c[k]):
+        for k in _IDENTITY:  # (a field the grid leaves open, such as a spec's delta, is the row's)
+            if c.get(k) is not None and k != c.get("solved_for") and not _same(r.get(k), c[k]):
                 raise CLIError(f"{path}: row {i} was written for {k}={r.get(k)!r}, the grid says {c[k]!r}: "
                                f"a different grid (write to another file)")
         if i in done:
@@ -323,13 +323,12 @@ def _search_cost(args, configs: list[dict], fmt: str, trials) -> dict:
             key = configs[int(r["index"])]["solved_for"]
             c[key] = int(r[key]) if key == "steps" else float(r[key])
         runs.append(c)
-    delta = configs[0]["delta"] if configs[0].get("delta") is not None else 1e-5
-    deltas = {c.get("delta") for c in runs}
+    deltas = {float(r["delta"]) for r in rows}  # what each row was accounted at
     if len(deltas) > 1:
-        raise CLIError("the search cost is stated at one delta: the rows use several")
-    out = search_cost([{k: v for k, v in c.items() if k != "delta"} for c in runs], delta,
-                      chosen=args.chosen, trials=trials)
-    return out
+        raise CLIError(f"the search cost is stated at one delta: the rows use {len(deltas)} "
+                       f"({', '.join(f'{d:g}' for d in sorted(deltas))})")
+    return search_cost([{k: v for k, v in c.items() if k != "delta"} for c in runs], deltas.pop(),
+                       chosen=args.chosen, trials=trials)
 
 
 def _print(args, res: dict) -> None:

@@ -95,6 +95,19 @@ def test_engine_failure_is_the_rows_error_not_the_sweeps():
     assert "1 failed" in rows.summary()
 
 
+@pytest.mark.closed_forms
+def test_gaussian_rows_answered_in_closed_form_say_so():
+    row = sweeps.sweep([{"noise_multiplier": 2.0, "sampling_rate": 1.0, "steps": 50}], executor="serial")[0]
+    assert row["settings"]["method"].startswith("closed form") and row["target_met"] is True
+    assert (row["epsilon_lower"], row["epsilon_upper"]) == pld.dpsgd(2.0, 1.0, 50).epsilon_bounds(1e-5)
+
+
+def test_progress_callable_counts_rows():
+    seen = []
+    sweeps.sweep(CONFIGS[:3], executor="serial", progress=seen.append)
+    assert seen == [1, 1, 1]
+
+
 def test_to_pandas_when_installed(serial_rows):
     pd = pytest.importorskip("pandas", reason="pandas not installed (optional)")
     df = serial_rows.to_pandas()
