@@ -86,39 +86,78 @@ def add_sweep(sub, fmt) -> None:
 
 
 # ------------------------------------------------------------- grid file
-def read_grid(path: str) -> list[dict]:
-    """The configurations of a grid file, in order (validated)."""
-    from pld import sweeps
-    from pld._sweep_work import normalize
-    from pld.spec import read_document
+class Grid:
+    """The configurations of a grid file, read lazily (memory flat in their number).
 
-    doc = read_document(path)
-    if not isinstance(doc, dict):
-        raise CLIError(f"{path}: the top level must be a table/object with 'grid' and/or 'rows'")
-    if not any(k in doc for k in _GRID_KEYS):
-        raise CLIError(f"{path}: give 'grid' (lists per parameter) and/or 'rows' (explicit configurations)")
-    defaults = {k: val for k, val in doc.items() if k not in _GRID_KEYS}
-    configs: list[dict] = []
-    if "grid" in doc:
-        if not isinstance(doc["grid"], dict) or not doc["grid"]:
+    Every value is validated when the file is read: each grid list's values in
+    the first combination (the kind of a configuration, and so which fields it
+    checks, is the same for every combination) and every explicit row.
+    """
+
+    def __init__(self, path: str):
+        from pld.spec import read_document
+
+        doc = read_document(path)
+        if not isinstance(doc, dict):
+            raise CLIError(f"{path}: the top level must be a table/object with 'grid' and/or 'rows'")
+        if not any(k in doc for k in _GRID_KEYS):
+            raise CLIError(f"{path}: give 'grid' (lists per parameter) and/or 'rows' (explicit configurations)")
+        self.path = path
+        self._base = os.path.dirname(os.path.abspath(path))
+        self._defaults = {k: val for k, val in doc.items() if k not in _GRID_KEYS}
+        grid = doc.get("grid", {})
+        if not isinstance(grid, dict) or ("grid" in doc and not grid):
             raise CLIError(f"{path}: grid must be a non-empty table of parameter lists")
-        try:
-            configs += [{**defaults, **c} for c in sweeps.grid(**doc["grid"])]
-        except ValueError as exc:
-            raise CLIError(f"{path}: grid.{exc}") from None
-    rows = doc.get("rows", [])
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise CLIError(f"{path}: rows must be a list of tables/objects")
-    configs += [{**defaults, **r} for r in rows]
-    if not configs:
-        raise CLIError(f"{path}: no configurations")
-    base = os.path.dirname(os.path.abspath(path))
-    out = []
-    for i, c in enumerate(configs):
+        self._lists = {k: list(val) if isinstance(val, (list, tuple)) else [val] for k, val in grid.items()}
+        for k, vals in self._lists.items():
+            if not vals:
+                raise CLIError(f"{path}: grid.{k}: an empty list gives an empty grid")
+        self._rows = doc.get("rows", [])
+        if not isinstance(self._rows, list) or not all(isinstance(r, dict) for r in self._rows):
+            raise CLIError(f"{path}: rows must be a list of tables/objects")
+        self._grid_size = math.prod(len(v) for v in self._lists.values()) if self._lists else 0
+        if len(self) == 0:
+            raise CLIError(f"{path}: no configurations")
+        self._check()
+
+    def __len__(self) -> int:
+        return self._grid_size + len(self._rows)
+
+    def _raw(self):
+        import itertools
+
+        if self._lists:
+            names = list(self._lists)
+            for combo in itertools.product(*self._lists.values()):
+                yield {**self._defaults, **dict(zip(names, combo))}
+        for r in self._rows:
+            yield {**self._defaults, **r}
+
+    def _normalize(self, c: dict, i: int | str) -> dict:
+        from pld._sweep_work import normalize
+
         if isinstance(c.get("spec"), str) and not os.path.isabs(c["spec"]):
-            c["spec"] = os.path.join(base, c["spec"])
-        out.append(normalize(c, f"{os.path.basename(path)}: row {i}"))
-    return out
+            c = {**c, "spec": os.path.join(self._base, c["spec"])}  # relative to the grid file
+        return normalize(c, f"{os.path.basename(self.path)}: " + (f"row {i}" if isinstance(i, int) else i))
+
+    def _check(self) -> None:
+        if self._lists:
+            first = {**self._defaults, **{k: v[0] for k, v in self._lists.items()}}
+            for k, vals in self._lists.items():
+                for val in vals:
+                    self._normalize({**first, k: val}, "grid")
+        for j, r in enumerate(self._rows):
+            self._normalize({**self._defaults, **r}, self._grid_size + j)
+
+    def configs(self, skip: bytearray | None = None):
+        """The configurations in order, lazily; those with ``skip[i]`` left out."""
+        for i, c in enumerate(self._raw()):
+            if skip is None or not skip[i]:
+                yield self._normalize(c, i)
+
+    def pick(self, wanted) -> dict:
+        """``{index: configuration}`` for the indices in ``wanted`` (one pass)."""
+        return {i: self._normalize(c, i) for i, c in enumerate(self._raw()) if i in wanted}
 
 
 # ---------------------------------------------------------------- output
@@ -183,29 +222,37 @@ def _same(a, b) -> bool:
         return False
 
 
-def _done_indices(path: str, fmt: str, configs: list[dict]) -> set:
-    """Indices already in the output, checked against the grid."""
-    done: set = set()
+#: rows of an output file checked against the grid on --resume (a different grid
+#: differs in many rows; checking all would hold them all in memory)
+_CHECKED_ROWS = 10_000
+
+
+def _done_indices(path: str, fmt: str, grid: Grid) -> bytearray:
+    """``done[i]`` = 1 for the rows already in the output, checked against the grid."""
+    done = bytearray(len(grid))
+    sample: dict = {}
     for r in _parse_file(path, fmt):
         try:
             i = int(r["index"])
         except (KeyError, TypeError, ValueError):
             raise CLIError(f"{path}: a row without an index; not a pld sweep output?") from None
-        if not 0 <= i < len(configs):
-            raise CLIError(f"{path}: row index {i} is outside this grid's {len(configs)} rows")
-        c = configs[i]
-        for k in _IDENTITY:  # (a field the grid leaves open, such as a spec's delta, is the row's)
-            if c.get(k) is not None and k != c.get("solved_for") and not _same(r.get(k), c[k]):
-                raise CLIError(f"{path}: row {i} was written for {k}={r.get(k)!r}, the grid says {c[k]!r}: "
-                               f"a different grid (write to another file)")
-        if i in done:
+        if not 0 <= i < len(grid):
+            raise CLIError(f"{path}: row index {i} is outside this grid's {len(grid)} rows")
+        if done[i]:
             raise CLIError(f"{path}: row {i} appears twice")
-        done.add(i)
+        done[i] = 1
+        if len(sample) < _CHECKED_ROWS:
+            sample[i] = {k: r.get(k) for k in _IDENTITY}
+    for i, c in grid.pick(sample).items():
+        for k in _IDENTITY:  # (a field the grid leaves open, such as a spec's delta, is the row's)
+            if c.get(k) is not None and k != c.get("solved_for") and not _same(sample[i][k], c[k]):
+                raise CLIError(f"{path}: row {i} was written for {k}={sample[i][k]!r}, the grid says "
+                               f"{c[k]!r}: a different grid (write to another file)")
     return done
 
 
-def _open_output(args, configs: list[dict]) -> tuple[int, set, str]:
-    """``(file descriptor, indices done, format)``, the file ready to append to."""
+def _open_output(args, grid: Grid) -> tuple[int, bytearray, str]:
+    """``(file descriptor, rows done, format)``, the file ready to append to."""
     from pld._sweep_work import COLUMNS
 
     fmt = os.path.splitext(args.out)[1].lower()
@@ -217,7 +264,7 @@ def _open_output(args, configs: list[dict]) -> tuple[int, set, str]:
     exists = os.path.exists(args.out) and os.path.getsize(args.out) > 0
     if exists and not args.resume:
         raise CLIError(f"{args.out} exists: --resume continues it, or choose another --out")
-    done = _done_indices(args.out, fmt, configs) if exists else set()
+    done = _done_indices(args.out, fmt, grid) if exists else bytearray(len(grid))
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     if fmt == ".csv" and os.fstat(fd).st_size == 0:
         os.write(fd, (",".join(COLUMNS) + "\n").encode())
@@ -232,7 +279,9 @@ def _executor(args):
         return args.scheduler
     if args.workers == 1:
         return "serial"
-    return sweeps.process_pool(args.workers) if args.workers else None
+    if args.workers:
+        return sweeps.process_pool(args.workers)
+    return None  # pld.sweep's default: one worker per core
 
 
 def _trials(text: str | None):
@@ -256,20 +305,21 @@ def cmd_sweep(args) -> int:
     from pld import sweeps
 
     trials = _trials(args.trials)
-    configs = read_grid(args.grid)
-    if args.chosen is not None and args.chosen >= len(configs):
-        raise CLIError(f"--chosen {args.chosen}: the grid has rows 0..{len(configs) - 1}")
-    fd, done, fmt = _open_output(args, configs)
-    todo = [i for i in range(len(configs)) if i not in done]
+    grid = Grid(args.grid)
+    if args.chosen is not None and args.chosen >= len(grid):
+        raise CLIError(f"--chosen {args.chosen}: the grid has rows 0..{len(grid) - 1}")
+    fd, done, fmt = _open_output(args, grid)
+    before = sum(done)
     t0 = time.perf_counter()
     stats = {"rows": 0, "met": 0, "missed": 0, "failed": 0, "seconds": 0.0}
-    run = sweeps.iter_sweep([configs[i] for i in todo], executor=_executor(args), chunksize=args.chunksize,
-                            progress=False if args.no_progress else None, ordered=False,
-                            work=None)
+    # the rows left, read lazily (memory flat in the grid's size)
+    engine = _executor(args)
+    run = sweeps.iter_sweep(grid.configs(skip=done), indices=(i for i in range(len(grid)) if not done[i]),
+                            executor=engine, chunksize=args.chunksize, total=len(grid) - before,
+                            progress=False if args.no_progress else None, ordered=False)
     interrupted = False
     try:
         for row in run:
-            row["index"] = todo[row["index"]]
             os.write(fd, _line(row, fmt))  # one write per row: a kill leaves whole rows
             _count_row(stats, row)
         interrupted = run.interrupted
@@ -278,9 +328,11 @@ def cmd_sweep(args) -> int:
         run.close()
     finally:
         os.close(fd)
-    res = _summary(args, stats, len(configs), len(done), time.perf_counter() - t0, interrupted)
+        if hasattr(engine, "shutdown"):  # our pool: what has not started is not waited for
+            engine.shutdown(wait=False, cancel_futures=True)
+    res = _summary(args, stats, len(grid), before, time.perf_counter() - t0, interrupted)
     if not interrupted and (args.search_cost or args.chosen is not None or trials is not None):
-        res["search_cost"] = _search_cost(args, configs, fmt, trials)
+        res["search_cost"] = _search_cost(args, grid, fmt, trials)
     _print(args, res)
     return 130 if interrupted else 0
 
@@ -308,19 +360,21 @@ def _summary(args, stats: dict, total: int, before: int, wall: float, interrupte
             "interrupted": interrupted, "pld_version": __version__}
 
 
-def _search_cost(args, configs: list[dict], fmt: str, trials) -> dict:
+def _search_cost(args, grid: Grid, fmt: str, trials) -> dict:
     """Search cost over every row of the output (solved values from the file)."""
     from pld.search import search_cost
 
     rows = sorted(_parse_file(args.out, fmt), key=lambda r: int(r["index"]))
+    configs = grid.pick({int(r["index"]) for r in rows})
     runs = []
     for r in rows:
         if r.get("error") not in (None, ""):
             raise CLIError(f"row {r['index']} failed ({r['error']}): the search cost needs every run accounted")
-        c = {k: v for k, v in configs[int(r["index"])].items() if v is not None and k not in
+        config = configs[int(r["index"])]
+        c = {k: v for k, v in config.items() if v is not None and k not in
              ("kind", "name", "solved_for", "target_epsilon")}
-        if configs[int(r["index"])].get("solved_for"):
-            key = configs[int(r["index"])]["solved_for"]
+        if config.get("solved_for"):
+            key = config["solved_for"]
             c[key] = int(r[key]) if key == "steps" else float(r[key])
         runs.append(c)
     deltas = {float(r["delta"]) for r in rows}  # what each row was accounted at

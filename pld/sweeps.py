@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
@@ -255,10 +256,12 @@ class SweepRun:
     """
 
     def __init__(self, configs, *, executor=None, chunksize: int | None = None, progress=None,
-                 work: Callable[[dict], dict] | None = None, ordered: bool = True,
-                 target_seconds: float = TARGET_TASK_SECONDS):
+                 work: Callable[[dict], dict] | None = None, ordered: bool = True, indices=None,
+                 total: int | None = None, target_seconds: float = TARGET_TASK_SECONDS):
         self._configs = _validated(configs)
-        self._total = len(configs) if isinstance(configs, Sequence) else None
+        self._total = len(configs) if isinstance(configs, Sequence) else total
+        # the rows' index: their position, or what the caller says (a resumed run's rows)
+        self._indices = itertools.count() if indices is None else iter(indices)
         self._chunksize = None if chunksize is None else _positive_int("chunksize", chunksize)
         self._work = work if work is not None else _sweep_work.account
         if not callable(self._work):
@@ -302,10 +305,11 @@ class SweepRun:
     def _generate(self) -> Iterator[dict]:
         ex, self.workers, close = _resolve(self._executor_arg)
         bar = _progress_bar(self._progress_arg, self._total)
-        source = enumerate(self._configs)
+        source = zip(self._indices, self._configs)
         pending: dict = {}
         buffer: dict = {}
-        submitted = next_out = 0
+        order: deque = deque()  # indices sent, in input order (ordered mode yields in it)
+        submitted = 0
         exhausted = False
         try:
             while True:
@@ -317,6 +321,8 @@ class SweepRun:
                         break
                     pending[ex.submit(_run_chunk, self._work, chunk)] = chunk[0][0]
                     submitted += len(chunk)
+                    if self._ordered:
+                        order.extend(index for index, _ in chunk)
                 if not pending:
                     break
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -331,11 +337,10 @@ class SweepRun:
                         self.done += 1
                         bar(1)
                         yield buffer.pop(index)
-                while next_out in buffer:
+                while order and order[0] in buffer:
                     self.done += 1
                     bar(1)
-                    yield buffer.pop(next_out)
-                    next_out += 1
+                    yield buffer.pop(order.popleft())
         except KeyboardInterrupt:
             self.interrupted = True
             for f in pending:
@@ -389,7 +394,8 @@ def _stderr_is_tty() -> bool:
 
 # ------------------------------------------------------------ public entry
 def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress=None,
-               work: Callable[[dict], dict] | None = None, ordered: bool = True) -> SweepRun:
+               work: Callable[[dict], dict] | None = None, ordered: bool = True, indices=None,
+               total: int | None = None) -> SweepRun:
     """The rows of a sweep as an iterator (memory flat in the number of rows).
 
     Parameters
@@ -402,6 +408,12 @@ def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress
         done (its ``index`` says where it belongs), so that nothing finished
         waits behind a slow configuration (what a file that must lose no
         finished row wants).
+    indices : iterable of int, optional
+        Each configuration's row ``index`` (default 0, 1, 2, ...), distinct: a
+        resumed sweep passes the indices it has left.
+    total : int, optional
+        Number of configurations, for the progress bar when ``configs`` is a
+        generator.
 
     Returns
     -------
@@ -422,7 +434,7 @@ def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress
     [0, 1]
     """
     return SweepRun(configs, executor=executor, chunksize=chunksize, progress=progress, work=work,
-                    ordered=ordered)
+                    ordered=ordered, indices=indices, total=total)
 
 
 def sweep(configs, *, executor=None, chunksize: int | None = None, progress=None,

@@ -179,3 +179,44 @@ def test_resume_refuses_another_grid_and_no_resume_refuses_to_overwrite(tmp_path
     assert "1 rows written" in capsys.readouterr().out
     lines = out.read_text().splitlines()
     assert len(lines) == 4 and lines[-1].startswith("2,dpsgd,,0.7,")
+
+
+def test_ctrl_c_stops_a_pooled_sweep_cleanly(tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"grid": {"noise_multiplier": [0.9, 1.1, 1.4, 2.0], "sampling_rate": [0.005, 0.02],
+                                         "steps": [2000, 8000, 32000, 100000] * 3}}))
+    out = tmp_path / "rows.csv"
+    proc = _pld_sweep(grid, "--workers", 2, "--out", out, "--no-progress",
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.read_text().count("\n") >= 3:  # the header and two rows
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "interrupted with" in stdout and "--resume" in stdout
+    assert "Traceback" not in stderr  # the workers ignore Ctrl-C; the parent stops them
+    indices = [int(line.split(",", 1)[0]) for line in out.read_text().splitlines()[1:]]
+    assert len(indices) == len(set(indices)) >= 2
+
+
+def test_grid_file_rows_specs_and_calibrations(tmp_path, capsys):
+    from pld import cli
+
+    (tmp_path / "lap.json").write_text(json.dumps({"mechanisms": [{"type": "laplace", "scale": 2.0, "count": 3}]}))
+    grid = tmp_path / "grid.toml"
+    grid.write_text('delta = 1e-6\n[grid]\nnoise_multiplier = [1.0, 2.0]\nsampling_rate = 0.01\nsteps = 100\n'
+                    '[[rows]]\ntarget_epsilon = 1.0\nsampling_rate = 0.01\nsteps = 100\n'
+                    '[[rows]]\nspec = "lap.json"\n')
+    out = tmp_path / "rows.jsonl"
+    assert cli.main(["sweep", str(grid), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    assert "4 rows written" in capsys.readouterr().out
+    rows = sorted(_rows(out), key=lambda r: r["index"])
+    assert [r["kind"] for r in rows] == ["dpsgd", "dpsgd", "calibrate", "spec"]
+    assert rows[2]["epsilon_upper"] <= 1.0 and rows[2]["solved_for"] == "noise_multiplier"
+    assert rows[3]["epsilon_upper"] <= 1.5 + 1e-6
+    grid.write_text('[grid]\nnoise_multiplier = [1.0, -2.0]\nsampling_rate = 0.01\nsteps = 100\n')
+    assert cli.main(["sweep", str(grid), "--out", str(tmp_path / "x.csv")]) == 2
+    assert "grid.toml: grid.noise_multiplier must be" in capsys.readouterr().err  # before any work
