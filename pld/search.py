@@ -277,7 +277,10 @@ def selection_epsilon(runs: Sequence, delta: float, trials, *, orders=None) -> d
     rdp = _candidate_rdp([c for _, c in items], o)
     delta_hat = None
     if isinstance(trials, PoissonTrials):
-        eps_hat = np.log1p(1.0 / (o - 1.0))
+        # the theorem needs exp(epshat) <= 1 + 1/(lambda - 1): a hair below the
+        # boundary, so that rounding cannot cross it (a smaller epshat only
+        # makes deltahat larger)
+        eps_hat = np.log1p(1.0 / (o - 1.0)) * (1.0 - 1e-9)
         delta_hat = np.zeros_like(o)
         for d, _ in items:  # certified upper ends; the largest candidate's bounds the mixture
             delta_hat = np.maximum(delta_hat, np.asarray(d.delta_bounds(eps_hat)[1], dtype=float))

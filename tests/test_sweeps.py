@@ -109,9 +109,15 @@ def test_progress_callable_counts_rows():
 
 
 def test_to_pandas_when_installed(serial_rows):
-    pd = pytest.importorskip("pandas", reason="pandas not installed (optional)")
+    pytest.importorskip("pandas", reason="pandas not installed (optional)")
     df = serial_rows.to_pandas()
     assert list(df.columns) == list(COLUMNS) and len(df) == len(CONFIGS)
+
+
+def test_to_pandas_without_pandas_says_so(serial_rows, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import fails as if it were not installed
+    with pytest.raises(ImportError, match="pip install pandas"):
+        serial_rows.to_pandas()
 
 
 # ------------------------------------------------------------ the command
