@@ -60,6 +60,14 @@ def test_process_pool_rows_equal_serial(serial_rows):
     assert not rows.interrupted
 
 
+def test_any_executor_gives_the_serial_rows(serial_rows):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as threads:
+        rows = sweeps.sweep(CONFIGS[:6], executor=threads)
+    assert _strip(rows) == _strip(serial_rows[:6])
+
+
 def test_dask_local_cluster_rows_equal_serial(serial_rows):
     distributed = pytest.importorskip("distributed", reason="dask.distributed not installed (pip install 'pld[dask]')")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
