@@ -68,6 +68,21 @@ def parallel_capacity(workers: int) -> float:
     return workers * alone / together
 
 
+def _cpu_seconds(pool) -> float:
+    """User + system CPU seconds the pool's worker processes have used (Linux
+    /proc; NaN elsewhere): the work a sweep costs whatever the machine's load,
+    so 1 and W workers can be compared on a busy machine."""
+    total = 0.0
+    try:
+        for pid in list(pool._processes):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):
+        return float("nan")
+    return total
+
+
 def _timed(label: str, fn) -> tuple[float, object]:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -95,12 +110,18 @@ def main(argv=None) -> int:
     sweeps.sweep(subset[:2], executor="serial")  # this process's first kernel loads, not timed
     t_serial, serial = _timed("serial, this process", lambda: sweeps.sweep(subset, executor="serial"))
 
+    cpu: dict = {}
+
     def pooled(n):
         with sweeps.process_pool(n) as pool:
-            return sweeps.sweep(subset, executor=pool)
+            out = sweeps.sweep(subset, executor=pool)
+            cpu[n] = _cpu_seconds(pool)
+            return out
 
     t_one, one = _timed("pool of 1 worker (with its start)", lambda: pooled(1))
     t_pool, rows = _timed(f"pool of {args.workers} workers (with their start)", lambda: pooled(args.workers))
+    print(f"  CPU seconds of the workers: 1 worker {cpu[1]:.1f}, {args.workers} workers {cpu[args.workers]:.1f}",
+          flush=True)
     assert _strip(rows) == _strip(serial) == _strip(one), "pool rows differ from the serial rows"
 
     def noop_run(executor):
@@ -123,6 +144,7 @@ def main(argv=None) -> int:
         "speedup_vs_pool1": t_one / t_pool,
         "work_s_serial": work, "work_s_pool1": sum(r["seconds"] for r in one),
         "work_s_pool": sum(r["seconds"] for r in rows), "parallel_capacity": capacity,
+        "cpu_s_pool1": cpu[1], "cpu_s_pool": cpu[args.workers],
         "mean_config_s": work / len(subset), "median_config_s": float(np.median([r["seconds"] for r in serial])),
         "slowest_config": {k: worst[k] for k in ("noise_multiplier", "sampling_rate", "steps", "seconds")},
         "overhead_ms_per_config_serial": 1e3 * t_noop_serial / len(every),
