@@ -38,6 +38,8 @@ from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampli
 from pld.io import load, save  # noqa: E402
 from pld.fft_plans import tune_fft  # noqa: E402
 from pld._jit_warm import warm  # noqa: E402
+from pld.sweeps import iter_sweep, sweep  # noqa: E402
+from pld.search import search_cost  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -78,6 +80,9 @@ __all__ = [
     "load",
     "tune_fft",
     "warm",
+    "sweep",
+    "iter_sweep",
+    "search_cost",
     "__version__",
 ]
 
