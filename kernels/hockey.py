@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, f64, called_with
+from ._signatures import F64, called_with, f64
 
 
 @called_with(F64, f64, f64)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._signatures import C128, F64, i64, called_with
+from ._signatures import C128, F64, called_with, i64
 
 
 @called_with(C128, i64, i64, C128, C128)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, f64, i64, called_with
+from ._signatures import F64, called_with, f64, i64
 
 
 @njit(cache=True, nogil=True, inline="always")

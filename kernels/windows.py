@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, f64, called_with
+from ._signatures import F64, called_with, f64
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -15,6 +15,14 @@ import time as _time
 #: when ``import pld`` started (the command line counts the import in its wall time)
 _IMPORT_STARTED = _time.perf_counter()
 
+from pld._jit_warm import warm  # noqa: E402
+from pld.accountant import Accountant  # noqa: E402
+from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
+from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
+from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
+from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
+from pld.fft_plans import tune_fft  # noqa: E402
+from pld.io import load, save  # noqa: E402
 from pld.mechanisms import (  # noqa: E402
     ApproxDP,
     DiscreteLaplace,
@@ -30,16 +38,8 @@ from pld.mechanisms import (  # noqa: E402
     SampledWithoutReplacement,
     TruncatedPoissonGaussian,
 )
-from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
-from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
-from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
-from pld.accountant import Accountant  # noqa: E402
-from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
-from pld.io import load, save  # noqa: E402
-from pld.fft_plans import tune_fft  # noqa: E402
-from pld._jit_warm import warm  # noqa: E402
-from pld.sweeps import iter_sweep, sweep  # noqa: E402
 from pld.search import search_cost  # noqa: E402
+from pld.sweeps import iter_sweep, sweep  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -7,6 +7,8 @@ import difflib
 import math
 import re
 
+from pld import sampling as sampling_registry
+
 EXAMPLES = """\
 examples:
   pld dpsgd                                   # MNIST example: sigma=1.1, q=256/60000, T=14063, delta=1e-5
@@ -171,7 +173,7 @@ def _count(low: int, high: int):
             if not math.isfinite(f) or not f.is_integer():
                 raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
             if f > high:  # (before int(): no 300-digit integers in messages)
-                raise argparse.ArgumentTypeError(f"must be at most {_limit(high)}, got {text!r}")
+                raise argparse.ArgumentTypeError(f"must be at most {_limit(high)}, got {text!r}") from None
             x = int(f)
         if x < low:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
@@ -189,6 +191,15 @@ def _limit(n: int) -> str:
 
 
 _int = _count(1, 10**12)
+
+
+def _sampling_help() -> str:
+    """``--sampling``'s help, from the registry (pld.sampling)."""
+    schemes = [f"{s.name} ({s.description}; {s.adjacency.replace('_', '-')} neighbouring)"
+               for s in map(sampling_registry.get, sampling_registry.names())]
+    extra = sorted({a.replace("_", "-") for n in sampling_registry.names()
+                    for a in sampling_registry.get(n).aliases[:2]})
+    return "batch sampling, default poisson: " + "; ".join(schemes) + "; also accepted: " + ", ".join(extra)
 
 
 def _sampling(text: str) -> str:
@@ -229,8 +240,5 @@ def _add_config(p: argparse.ArgumentParser, *, delta_default: float | None = 1e-
                    help="number of training examples (also checks delta < 1/N)")
     g.add_argument("--batch-size", "-b", type=_int, metavar="B",
                    help="instead of --sampling-rate: q = B / N (needs --dataset-size)")
-    g.add_argument("--sampling", type=_sampling, default="poisson", metavar="{poisson,without_replacement}",
-                   help="batch sampling: poisson (add-or-remove neighbouring, default) or "
-                        "without_replacement (fixed-size batches, substitute neighbouring: a replaced "
-                        "record moves the clipped sum by 2C, so epsilon is much larger); "
-                        "also accepted: without-replacement, wor, fixed-batch")
+    g.add_argument("--sampling", type=_sampling, default="poisson",
+                   metavar="{" + ",".join(sampling_registry.names()) + "}", help=_sampling_help())

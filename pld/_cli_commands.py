@@ -8,8 +8,18 @@ import os
 import sys
 
 from pld._cli_args import MAX_CURVE_POINTS, CLIError
-from pld._cli_util import (_check_outputs, _config, _emit_json, _optional, _per_epoch, _timing, _title,
-                           _write_outputs, _wrote)
+from pld._cli_util import (
+    _check_outputs,
+    _config,
+    _emit_json,
+    _optional,
+    _per_epoch,
+    _timing,
+    _title,
+    _write_outputs,
+    _wrote,
+)
+
 
 def cmd_dpsgd(args) -> int:
     import time
@@ -69,16 +79,7 @@ def _calibration_call(solve: str, cfg, info: dict):
     fname = {"noise_multiplier": "calibrate_noise", "steps": "calibrate_steps",
              "sampling_rate": "calibrate_sampling_rate"}[solve]
     (fn,) = _optional("pld.calibrate", (fname,), "calibration")
-    kwargs = {}
-    if cfg.sampling != "poisson":
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):  # pragma: no cover
-            params = {}
-        if "sampling" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            raise CLIError(f"solving for {solve.replace('_', ' ')} with --sampling without_replacement "
-                           f"is not supported by this installation's pld.calibrate.{fname}")
-        kwargs["sampling"] = cfg.sampling
+    kwargs: dict = {"sampling": cfg.sampling}
     try:
         if "info" in inspect.signature(fn).parameters:
             kwargs["info"] = info
@@ -91,8 +92,7 @@ def cmd_calibrate(args) -> int:
     import time
 
     from pld import __version__
-    from pld.report import (ACCOUNTANT, dpsgd_pld, dpsgd_warnings, format_calibrate, neighbouring,
-                            sensitivity_convention)
+    from pld.report import ACCOUNTANT, dpsgd_pld, dpsgd_warnings, format_calibrate, neighbouring, sensitivity_convention
 
     solve, cfg = _calibrate_target(args)
     info: dict = {}
@@ -182,8 +182,16 @@ def cmd_curve(args) -> int:
     import numpy as np
 
     from pld import __version__
-    from pld.report import (ACCOUNTANT, curve_csv, curve_rows, delta_profile, dpsgd_pld, format_curve,
-                            jsonable, neighbouring)
+    from pld.report import (
+        ACCOUNTANT,
+        curve_csv,
+        curve_rows,
+        delta_profile,
+        dpsgd_pld,
+        format_curve,
+        jsonable,
+        neighbouring,
+    )
 
     _check_outputs(args.output, plot=args.plot)
     t0 = time.perf_counter()
@@ -263,8 +271,9 @@ def cmd_lab(args) -> int:
     _check_outputs(plot=args.plot)
     result = fns[0](sigma=args.sigma, steps=args.steps, delta=args.delta, probe_epsilon=args.probe_epsilon)
     if args.plot:
-        from pld.io import write_atomic
         import tempfile
+
+        from pld.io import write_atomic
 
         # plot_lab writes to a path: render into a temporary file, then move it into place
         ext = os.path.splitext(args.plot)[1]
@@ -294,7 +303,7 @@ def cmd_lab(args) -> int:
 def cmd_compare(args) -> int:
     compare, format_compare = _optional("pld.lab", ("compare", "format_compare"), "pld compare")
     cfg = _config(args)
-    kwargs = {} if cfg.sampling == "poisson" else {"sampling": cfg.sampling}
+    kwargs: dict = {"sampling": cfg.sampling}
     if args.no_peers:
         kwargs["peers"] = False
     result = compare(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, cfg.delta, **kwargs)

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from pld._cli_args import (COMPOSE_EPILOG, EXAMPLES, MAX_CURVE_POINTS, MAX_REPORT_CURVE_POINTS, _add_config,
-                           _count, _float, _float_list, _int, _Parser)
-from pld._cli_commands import (cmd_calibrate, cmd_compare, cmd_compose, cmd_curve, cmd_dpsgd, cmd_lab,
-                               cmd_tune_fft)
+from pld._cli_args import (
+    COMPOSE_EPILOG,
+    EXAMPLES,
+    MAX_CURVE_POINTS,
+    MAX_REPORT_CURVE_POINTS,
+    _add_config,
+    _count,
+    _float,
+    _float_list,
+    _int,
+    _Parser,
+)
+from pld._cli_commands import cmd_calibrate, cmd_compare, cmd_compose, cmd_curve, cmd_dpsgd, cmd_lab, cmd_tune_fft
 from pld._cli_sweep import add_sweep
 
 

@@ -8,7 +8,9 @@ import os
 import sys
 from fractions import Fraction
 
+from pld import sampling as sampling_registry
 from pld._cli_args import CLIError
+
 
 def _frac(x: float) -> Fraction:
     return Fraction(repr(float(x)))
@@ -164,8 +166,8 @@ def _title(cfg, delta: float) -> str:
     """What a plot shows: sigma, q, T (and runs), delta."""
     t = (f"DP-SGD sigma={cfg.noise_multiplier:g} q={cfg.sampling_rate:.4g} T={cfg.steps}"
          + (f" x {cfg.runs} runs" if cfg.runs > 1 else ""))
-    if cfg.sampling != "poisson":
-        t += " (without replacement)"
+    if cfg.sampling != sampling_registry.POISSON.name:
+        t += f" ({cfg.sampling.replace('_', ' ')})"
     return t + f" delta={delta:g}"
 
 

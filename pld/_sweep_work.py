@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pld import _validate as v
 

@@ -25,12 +25,12 @@ import math
 import threading
 
 from pld import _validate as v
+from pld.distribution import PLD
 from pld.dpsgd import dpsgd_mechanism, sampling_scheme
 
 # one encoding for saved PLDs and accountant state: {"type": class, "fields": {...}}
 from pld.io import mechanism_from_dict, mechanism_to_dict
 from pld.mechanisms import Mechanism
-from pld.distribution import PLD
 
 STATE_FORMAT = "pld.Accountant"
 STATE_VERSION = 1

@@ -23,9 +23,9 @@ import numpy as np
 
 from pld import _validate as v
 from pld._rounding import bracket, round_up
+from pld.distribution import PLD
 from pld.dpsgd import MAX_STEPS, dpsgd_mechanism, sampling_scheme
 from pld.mechanisms import Mechanism
-from pld.distribution import PLD
 
 __all__ = ["EpsilonTable", "epsilon_over_steps", "epsilon_per_epoch", "epoch_steps"]
 

@@ -253,7 +253,8 @@ def _check_sampling(path: str, value) -> None:
     scheme = sampling_registry.get(sampling)
     if scheme.adjacency != adjacency.ADD_OR_REMOVE or not scheme.per_step:
         # a spec composes its entries under add-or-remove adjacency, step by step
-        raise SpecError(f"{path}.sampling: {scheme.name!r} ({scheme.adjacency.replace('_', '-')} neighbouring) cannot be "
+        relation = scheme.adjacency.replace("_", "-")
+        raise SpecError(f"{path}.sampling: {scheme.name!r} ({relation} neighbouring) cannot be "
                         "composed in a spec, whose entries are accounted under add-or-remove "
                         f"neighbouring; account it with pld dpsgd --sampling {scheme.name} or "
                         f"pld.dpsgd(..., sampling={scheme.name!r})")

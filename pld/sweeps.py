@@ -30,8 +30,8 @@ import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pld import _sweep_work
 from pld._sweep_work import COLUMNS, TIMING_FIELDS, normalize
@@ -277,7 +277,7 @@ class SweepRun:
         self._timed_seconds = 0.0
         self._gen = self._generate()
 
-    def __iter__(self) -> "SweepRun":
+    def __iter__(self) -> SweepRun:
         return self
 
     def __next__(self) -> dict:
