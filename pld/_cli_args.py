@@ -56,6 +56,8 @@ class CLIError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    #: the subcommands' parsers by name (set by the parser builder)
+    _commands: dict
     def error(self, message):  # one line, no usage dump
         m = re.match(r"argument (COMMAND|command): invalid choice: '([^']*)'", message)
         if m:
@@ -95,7 +97,7 @@ def _unrecognized(extras: list, parser: argparse.ArgumentParser, command: str | 
     message = f"unrecognized arguments: {' '.join(extras)}"
     for flag in flags:
         name = flag.split("=", 1)[0]
-        where = _ELSEWHERE.get((command, name))
+        where = _ELSEWHERE.get((command or "", name))
         if where is None and command == "dpsgd" and name.startswith("--eps") and name != "--epochs":
             where = _ELSEWHERE[("dpsgd", "--epsilon")]
         if where:

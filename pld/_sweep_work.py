@@ -143,7 +143,7 @@ def account(config: dict) -> dict:
     cost a sweep its other rows.  Warnings raised while accounting (such as
     :class:`pld.TargetMissedWarning`) go into ``note``.
     """
-    row = {k: None for k in COLUMNS if k != "index"}
+    row: dict[str, Any] = {k: None for k in COLUMNS if k != "index"}
     row.update({k: (json.dumps(val, sort_keys=True) if k == "spec" and not isinstance(val, str) else val)
                 for k, val in config.items()})
     t0 = time.perf_counter()
@@ -162,7 +162,7 @@ def account(config: dict) -> dict:
     notes = sorted({f"{type(w.message).__name__}: {' '.join(str(w.message).split())}" for w in caught
                     if issubclass(w.category, RuntimeWarning) and not _numpy_chatter(w)})
     if notes:
-        row["note"] = "; ".join(filter(None, [row.get("note")] + notes))
+        row["note"] = "; ".join(filter(None, [row.get("note"), *notes]))
         if any(n.startswith("TargetMissedWarning") for n in notes) and config["kind"] != "calibrate":
             row["target_met"] = False
     row["seconds"] = time.perf_counter() - t0

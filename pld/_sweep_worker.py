@@ -21,7 +21,7 @@ def _load_kernels() -> None:
         from pld import _jit_warm
 
         for _, dispatcher, sig in _jit_warm.find_kernels():
-            dispatcher.compile(sig)
+            dispatcher.compile(sig)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - an optimisation only: workers load what they need on first use
         pass
 

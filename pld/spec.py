@@ -103,7 +103,7 @@ _MAX_COUNT = 10**12
 class Spec:
     """A parsed spec: the composed PLD plus the queries the file asks for."""
 
-    pld: object
+    pld: PLD
     deltas: list = field(default_factory=list)
     epsilons: list = field(default_factory=list)
     runs: int = 1

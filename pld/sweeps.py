@@ -30,7 +30,7 @@ import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pld import _sweep_work
@@ -172,6 +172,7 @@ def process_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
     import multiprocessing as mp
 
     n = local_workers() if workers is None else _positive_int("workers", workers)
+    ctx: Any
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["pld._sweep_worker"])
@@ -202,8 +203,8 @@ def _resolve(executor) -> tuple[cf.Executor, int, Callable[[], None]]:
     if _is_dask_client(executor):
         return executor.get_executor(), _dask_workers(executor), lambda: None
     if isinstance(executor, cf.Executor):
-        n = getattr(executor, "_max_workers", None)
-        return executor, int(n) if isinstance(n, int) and n > 0 else local_workers(), lambda: None
+        workers = getattr(executor, "_max_workers", None)
+        return executor, workers if isinstance(workers, int) and workers > 0 else local_workers(), lambda: None
     raise TypeError("executor must be None (a local process pool), 'serial', a concurrent.futures.Executor, "
                     f"a dask.distributed Client or a scheduler address string, got {type(executor).__name__}")
 
@@ -302,7 +303,7 @@ class SweepRun:
             size = min(size, max(1, math.ceil(left / (2 * self.workers))))
         return min(size, MAX_BUFFERED_ROWS // (2 * INFLIGHT_PER_WORKER * self.workers) or 1)
 
-    def _generate(self) -> Iterator[dict]:
+    def _generate(self) -> Generator[dict, None, None]:
         ex, self.workers, close = _resolve(self._executor_arg)
         bar = _progress_bar(self._progress_arg, self._total)
         source = zip(self._indices, self._configs)
