@@ -198,10 +198,11 @@ def _in(value, lo, hi) -> str:
     width = hi - lo
     if lo <= value <= hi:
         return "in pld's bracket"
-    if lo - width <= value <= hi + width:
-        return "within one width"
+    # (a value below pld's certified lower end under-reports epsilon, however close)
+    side = "above pld's upper end" if value > hi else "**below pld's certified lower end**"
     rel = (value - hi) / hi if value > hi else (value - lo) / lo
-    return f"{rel:+.2g} outside"
+    within = ", within one width" if lo - width <= value <= hi + width else ""
+    return f"{rel:+.2g} {side}{within}"
 
 
 def table(results: list) -> str:
