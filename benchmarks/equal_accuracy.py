@@ -227,8 +227,9 @@ def table(results: list) -> str:
             vs = "[%.8g, %.8g]" % (lo, hi) if st is base else _in(st.value, lo, hi)
             val = "" if st.value is None else f"{st.value:.8g}"
             h = "" if st.h is None else f"{st.h:.3g}"
-            rows.append(f"| {w.name} | {st.library} | {st.grid} | {h} | {val} | {vs} | {timing} | {cpu} | {ratio} | {cratio} "
-                        f"| {res['load'][0][0]:.2f}→{res['load'][1][0]:.2f} |")
+            load = f"{res['load'][0][0]:.2f}→{res['load'][1][0]:.2f}"
+            rows.append(f"| {w.name} | {st.library} | {st.grid} | {h} | {val} | {vs} | {timing} | {cpu} | {ratio} "
+                        f"| {cratio} | {load} |")
     return "\n".join(rows)
 
 
