@@ -193,6 +193,12 @@ def warm(processes: int | None = None, *, kernels=None, ahead_of_time: bool = Fa
     if processes is not None:
         processes = v.integer("processes", processes, low=1, high=64)
     t0 = time.perf_counter()
+    from pld import kernels as _kernels
+
+    if not ahead_of_time and kernels is None and len(_kernels.AHEAD_OF_TIME) == len(_kernels.__all__):
+        # every kernel is served ahead of time: nothing to compile, and
+        # walking the JIT modules would import numba for nothing
+        return {"compiled": [], "processes": 0, "seconds": 0.0, "kernels": len(_kernels.__all__)}
     found = find_kernels()
     names = None
     if kernels is not None:
@@ -209,8 +215,9 @@ def warm(processes: int | None = None, *, kernels=None, ahead_of_time: bool = Fa
         _compile_in_parallel(out, cold, processes, names, announce)
     if ahead_of_time:
         out["ahead_of_time"] = _build_ahead_of_time(found, names, announce)
-    out["seconds"] = time.perf_counter() - t0
-    compile_seconds += out["seconds"]
+    if cold or out.get("ahead_of_time", {}).get("built"):
+        out["seconds"] = time.perf_counter() - t0
+        compile_seconds += out["seconds"]
     return out
 
 
