@@ -41,8 +41,13 @@ _ARRAY_KINDS = {"f8[::1]": "float64", "i8[::1]": "int64", "c16[::1]": "complex12
 
 def _cpu() -> str:
     try:
+        lines = []
         with open("/proc/cpuinfo") as f:
-            lines = [line for line in f if line.startswith(("model name", "flags"))][:2]
+            for line in f:  # (the first CPU's entry: the file grows with the core count)
+                if line.startswith(("model name", "flags")):
+                    lines.append(line)
+                    if len(lines) == 2:
+                        break
         return "".join(lines)
     except OSError:
         return platform.processor()
