@@ -2,14 +2,26 @@
 
 Kernels take and return numpy arrays only; every function is compiled with
 ``cache=True`` so a fresh process pays the JIT cost once per installation.
+When ``pld.warm(ahead_of_time=True)`` has built them into an extension module
+for this machine (:mod:`pld.kernels._aot`), they are served from it and numba
+is not imported unless a call needs the JIT.
 """
 
-from .discretize import cell_points, log_diff_exp, optimistic_merge_centred, pessimistic_spread
-from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
-from .power import complex_powers, rotate_left
-from .regrid import coarsen_dominated, coarsen_dominating
-from .windows import window_exponents
+from . import _aot
 
 __all__ = ["cell_points", "log_diff_exp", "optimistic_merge_centred", "pessimistic_spread", "hockey_stick_suffix",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents"]
+
+_ahead_of_time = _aot.load(__all__)
+if len(_ahead_of_time) < len(__all__):
+    from .discretize import cell_points, log_diff_exp, optimistic_merge_centred, pessimistic_spread
+    from .hockey import (dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points,
+                         tilted_moments)
+    from .power import complex_powers, rotate_left
+    from .regrid import coarsen_dominated, coarsen_dominating
+    from .windows import window_exponents
+globals().update(_ahead_of_time)
+
+#: names of the kernels served from the ahead-of-time module (the rest: JIT)
+AHEAD_OF_TIME = sorted(_ahead_of_time)

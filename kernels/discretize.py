@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, I64, called_with, f64, i64
+from ._signatures import F64, I64, f64, i64, called_with
 
 # Relative slack (in units of the cell's P-mass) shifted to the upper end point
 # on the pessimistic side.  It absorbs floating-point error in the log-CDF
@@ -209,11 +209,11 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     ``[l_i, l_{i+1}]`` greedily, each bucket aimed at the first grid point
     above it, needs two cells per bucket, ``h^2/3``: four times as much, and
     twice the ``h^2/6`` the connect-the-dots spread adds on the dominating
-    side, so the dominated side would dominate the bracket width.  Rounding a
-    bucket down to ``l_i`` instead of lowering it
-    costs ``L_i - l_i`` per step, of order ``s h^2 / 12`` with ``s`` the
-    log-density slope: far too much for the narrow per-step laws of
-    subsampled mechanisms, hence the lowering pass.  Near the bottom of a
+    side, so the dominated side would dominate the bracket width.  Rounding
+    a bucket down to ``l_i`` instead of lowering it costs ``L_i - l_i`` per
+    step, of order ``s h^2 / 12`` with ``s`` the log-density slope: far too
+    much for the narrow per-step laws of subsampled mechanisms, hence the
+    lowering pass.  Near the bottom of a
     steeply rising support, where the lowering pass would run out of mass,
     cells are merged upwards instead (see ``bottom`` below).
     """

@@ -8,6 +8,10 @@ added on the safe side.
 >>> import pld
 >>> d = pld.Gaussian(sigma=8.0).pld().self_compose(120)
 >>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
+
+The numba kernels compile once per machine (numba's on-disk cache), on their
+first call; :func:`warm` compiles them ahead, in parallel processes (the
+``pld`` command calls it).  Importing pld compiles nothing and starts no process.
 """
 
 import time as _time

@@ -58,7 +58,7 @@ print(json.dumps({"started": started, "children": children, "compiled": compiled
 
 def test_import_starts_no_process_and_compiles_nothing(tmp_path):
     cache = tmp_path / "numba"
-    out = json.loads(_run(_SPY, NUMBA_CACHE_DIR=str(cache)).splitlines()[-1])
+    out = json.loads(_run(_SPY, NUMBA_CACHE_DIR=str(cache), PLD_KERNELS_AOT="off").splitlines()[-1])
     assert out["started"] == [] and out["children"] == []
     # an empty cache stays empty: nothing was compiled (nor loaded) at import
     assert set(out["compiled"]) == set(kernels.__all__)
@@ -70,7 +70,7 @@ def test_every_kernel_is_found_with_its_declared_types():
     found = {name: sig for name, _, sig in J.find_kernels()}
     assert sorted(found) == sorted(kernels.__all__)
     # no public kernel without a declaration (it would be left out of warm())
-    for module in {getattr(kernels, n).py_func.__module__ for n in kernels.__all__}:
+    for module in {d.py_func.__module__ for _, d, _ in J.find_kernels()}:
         for name, obj in vars(sys.modules[module]).items():
             if isinstance(obj, CPUDispatcher) and not name.startswith("_"):
                 assert name in found, f"{module}.{name} lacks @called_with(...)"
@@ -87,7 +87,7 @@ def test_declared_types_are_those_queries_compile():
             "pld.RandomizedResponse(1.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
             "for name, d, sig in J.find_kernels():\n"
             "    print(name, [tuple(s) for s in d.signatures] == [tuple(sig)], d.signatures)\n")
-    for line in _run(code).splitlines():
+    for line in _run(code, PLD_KERNELS_AOT="off").splitlines():  # (the JIT kernels, even after `pld warm`)
         name, ok, compiled = line.split(" ", 2)
         assert ok == "True", (name, compiled)
 
@@ -123,6 +123,7 @@ def test_warm_compiles_here_when_no_helper_can_start(monkeypatch, capsys):
     log: list = []
     fakes = [(n, _FakeDispatcher(log, n), ()) for n in ("a", "b", "c")]
     monkeypatch.setattr(J, "find_kernels", lambda: fakes)
+    monkeypatch.setattr(kernels, "AHEAD_OF_TIME", [])  # (as without `pld warm`'s module)
     monkeypatch.setattr(J, "_cached", lambda d: d.name in log)
 
     def broken(*a, **k):
@@ -145,3 +146,35 @@ def test_warm_compiles_here_when_no_helper_can_start(monkeypatch, capsys):
 def test_warm_rejects_bad_arguments(kwargs, exc, word):
     with pytest.raises(exc, match=word):
         pld.warm(**kwargs)
+
+
+def test_ahead_of_time_kernels_serve_declared_types_and_hand_the_rest_to_the_jit(tmp_path):
+    # two small kernels built ahead of time (all of them take ~10 s of CPU)
+    env = {"PLD_KERNELS_AOT": str(tmp_path / "aot")}
+    built = json.loads(_run("import json, warnings, pld\n"
+                            "warnings.simplefilter('error')\n"
+                            f"print(json.dumps(pld.warm(kernels={SMALL[:2]}, ahead_of_time=True)))", **env))
+    aot = built["ahead_of_time"]
+    assert aot["error"] is None and aot["built"] is True, aot
+    code = ("import json, numpy as np, pld\n"
+            "from pld import kernels\n"
+            "from pld.kernels import hockey\n"
+            "x = np.random.default_rng(1).random(1001); y = np.random.default_rng(2).random(1001)\n"
+            "ro = x.copy(); ro.flags.writeable = False\n"
+            "cases = [(x,), (x[::2],), (ro,)]\n"
+            "same = [kernels.l1_l2_norms(*c) == hockey.l1_l2_norms(*c) for c in cases]\n"
+            "same.append(kernels.dot_compensated(x, y) == hockey.dot_compensated(x, y))\n"
+            "jit = [len(hockey.l1_l2_norms.signatures), len(hockey.dot_compensated.signatures)]\n"
+            "print(json.dumps({'aot': kernels.AHEAD_OF_TIME, 'same': same, 'jit': jit,\n"
+            "                  'served': kernels.l1_l2_norms is not hockey.l1_l2_norms}))\n")
+    out = json.loads(_run(code, **env))
+    assert out["aot"] == sorted(SMALL[:2]) and out["served"]
+    assert out["same"] == [True] * 4  # bit for bit, through the guard or not
+    # the strided and the read-only array went to the JIT kernel (2 signatures
+    # compiled there, plus the comparison's own contiguous call); the
+    # declared types never reached it from the ahead-of-time path
+    assert out["jit"] == [3, 1]
+    # another source, numba or CPU has another key: nothing is loaded
+    off = json.loads(_run("import json, pld; print(json.dumps(pld.kernels.AHEAD_OF_TIME))",
+                          PLD_KERNELS_AOT="off"))
+    assert off == []

@@ -1,0 +1,215 @@
+"""The kernels compiled ahead of time, for processes that should not start numba.
+
+A process that finds its kernels in numba's on-disk cache still imports numba
+and initialises its JIT before loading them: about half a second of CPU, most
+of a fresh ``pld dpsgd``.  ``pld.warm(ahead_of_time=True)`` (``pld warm``)
+therefore also builds every kernel into one extension module with
+``numba.pycc``; ``pld.kernels`` then serves each kernel from it, and numba is
+imported only if a call needs the JIT.
+
+- The module is keyed on what its code depends on: the kernels' source, the
+  numba and Python versions and this CPU (it is built for the host CPU, as
+  the JIT compiles).  Another key finds nothing and the JIT serves.
+- Each kernel keeps its own compile options (``fastmath``, ``error_model``):
+  the exported function is a one-line wrapper calling the kernel's numba
+  dispatcher; the exports release the GIL like the JIT kernels (``nogil``).
+- pycc's wrappers do not check argument types, so every call goes through a
+  guard that passes on exactly the declared types (``kernels/_signatures.py``:
+  contiguous, writeable 1-d arrays of the declared dtype; Python or numpy
+  floats and integers) and hands anything else to the JIT kernel, which
+  specialises as it always did.
+
+``PLD_KERNELS_AOT=off`` ignores built modules; ``PLD_KERNELS_AOT=DIR`` keeps
+them in ``DIR`` instead of ``$XDG_CACHE_HOME/pld`` (default ``~/.cache/pld``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+
+MODULE = "pld_kernels_aot"
+_ENV = "PLD_KERNELS_AOT"
+#: argument kinds of the sidecar file: dtype of an array, or a scalar type
+_ARRAY_KINDS = {"f8[::1]": "float64", "i8[::1]": "int64", "c16[::1]": "complex128"}
+
+
+def _cpu() -> str:
+    try:
+        lines = []
+        with open("/proc/cpuinfo") as f:
+            for line in f:  # (the first CPU's entry: the file grows with the core count)
+                if line.startswith(("model name", "flags")):
+                    lines.append(line)
+                    if len(lines) == 2:
+                        break
+        return "".join(lines)
+    except OSError:
+        return platform.processor()
+
+
+def key() -> str:
+    """What the built module's code depends on, hashed."""
+    from importlib.metadata import version
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    try:
+        numba_version = version("numba")
+    except Exception:
+        numba_version = "?"
+    h.update("|".join((numba_version, sys.version, platform.machine(), _cpu())).encode())
+    return h.hexdigest()[:20]
+
+
+def directory() -> str | None:
+    """Where this key's module is kept, or None when turned off."""
+    setting = os.environ.get(_ENV, "").strip()
+    if setting.lower() in ("0", "off", "no"):
+        return None
+    if setting:
+        base = setting
+    else:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pld")
+    return os.path.join(base, f"kernels-aot-{key()}")
+
+
+def _kind(t) -> str:
+    """Sidecar name of a numba argument type."""
+    from numba import types as nt
+
+    if isinstance(t, nt.Array):
+        return f"{t.dtype}[::1]".replace("float64", "f8").replace("int64", "i8").replace("complex128", "c16")
+    return {"float64": "f8", "int64": "i8"}[str(t)]
+
+
+def build(kernels: list, out_dir: str | None = None) -> str:
+    """Compile ``(name, dispatcher, argument types)`` into the extension module
+    under :func:`directory` (or ``out_dir``); returns its directory.
+
+    Needs ``numba.pycc`` and a C compiler; raises whatever they raise.
+    """
+    import tempfile
+    import warnings
+
+    from numba.core.compiler import Flags
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (pycc's pending-deprecation notice)
+        import numba.pycc.compiler as pycc_compiler
+        from numba.pycc import CC
+
+    target = out_dir or directory()
+    if target is None:
+        raise ValueError(f"{_ENV}=off: ahead-of-time kernels are turned off")
+
+    class _GilFreeFlags(Flags):
+        # pycc compiles its exports with default flags: release the GIL as the
+        # JIT kernels (nogil=True) do, so that both sides of a query overlap
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.release_gil = True
+
+    os.makedirs(os.path.dirname(os.path.abspath(target)) or ".", exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(os.path.abspath(target)))
+    sidecar = {}
+    saved = pycc_compiler.Flags
+    pycc_compiler.Flags = _GilFreeFlags
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (pycc's deprecation notice)
+            cc = CC(MODULE)
+            cc.output_dir = work
+            cc.target_cpu = "host"
+            for name, dispatcher, sig in kernels:
+                dispatcher.compile(sig)  # (its return type)
+                signature = dispatcher.overloads[tuple(sig)].signature
+                args = ", ".join(f"a{i}" for i in range(len(sig)))
+                namespace = {"_kernel": dispatcher}
+                exec(f"def {name}({args}):\n    return _kernel({args})\n", namespace)
+                cc.export(name, signature)(namespace[name])
+                sidecar[name] = {"module": dispatcher.py_func.__module__.rsplit(".", 1)[-1],
+                                 "args": [_kind(t) for t in sig]}
+            cc.compile()
+        with open(os.path.join(work, "kernels.json"), "w") as f:
+            json.dump(sidecar, f)
+        try:
+            os.rename(work, target)  # (atomic: a reader sees all of it or nothing)
+        except OSError:  # built by another process meanwhile: keep that one
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        pycc_compiler.Flags = saved
+        if os.path.isdir(work):
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _accepts(kinds: list):
+    """A check of arguments against the declared kinds (exact types only)."""
+    import numpy as np
+
+    dtypes = [np.dtype(_ARRAY_KINDS[k]) if k in _ARRAY_KINDS else None for k in kinds]
+    scalar = {"f8": (float, np.float64), "i8": (int, np.int64)}
+    n = len(kinds)
+
+    def ok(args: tuple) -> bool:
+        if len(args) != n:
+            return False
+        for a, k, dt in zip(args, kinds, dtypes):
+            if dt is not None:
+                if (type(a) is not np.ndarray or a.dtype != dt or a.ndim != 1 or not a.flags.c_contiguous
+                        or not a.flags.writeable):
+                    return False
+            elif type(a) not in scalar[k]:
+                return False
+        return True
+    return ok
+
+
+def _guarded(name: str, fast, kinds: list, module: str):
+    ok = _accepts(kinds)
+    jit: list = []
+
+    def kernel(*args):
+        if ok(args):
+            return fast(*args)
+        if not jit:  # other types: the JIT kernel, as without this module
+            jit.append(getattr(importlib.import_module(f"{__package__}.{module}"), name))
+        return jit[0](*args)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = f"``{name}`` compiled ahead of time (pld.kernels._aot); other argument types go to the JIT."
+    return kernel
+
+
+def load(names: list) -> dict:
+    """``{name: guarded kernel}`` for those of ``names`` that this key's module
+    holds; empty when there is none (not built, turned off, damaged: the JIT
+    kernels serve)."""
+    try:
+        where = directory()
+        if where is None or not os.path.isdir(where):
+            return {}
+        with open(os.path.join(where, "kernels.json")) as f:
+            sidecar = json.load(f)
+        path = next(os.path.join(where, f) for f in os.listdir(where) if f.startswith(MODULE + "."))
+        spec = importlib.util.spec_from_file_location(MODULE, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return {name: _guarded(name, getattr(module, name), sidecar[name]["args"], sidecar[name]["module"])
+                for name in names if name in sidecar}
+    except Exception:  # a damaged or foreign build: the JIT serves
+        return {}
