@@ -16,8 +16,7 @@ __all__ = ["cell_points", "log_diff_exp", "optimistic_merge_centred", "pessimist
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
     from .discretize import cell_points, log_diff_exp, optimistic_merge_centred, pessimistic_spread
-    from .hockey import (dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points,
-                         tilted_moments)
+    from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating
     from .windows import window_exponents

@@ -117,13 +117,13 @@ def build(kernels: list, out_dir: str | None = None) -> str:
         # JIT kernels (nogil=True) do, so that both sides of a query overlap
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            self.release_gil = True
+            self.release_gil = True  # type: ignore[assignment]
 
     os.makedirs(os.path.dirname(os.path.abspath(target)) or ".", exist_ok=True)
     work = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(os.path.abspath(target)))
     sidecar = {}
     saved = pycc_compiler.Flags
-    pycc_compiler.Flags = _GilFreeFlags
+    pycc_compiler.Flags = _GilFreeFlags  # type: ignore[misc]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (pycc's deprecation notice)
@@ -149,7 +149,7 @@ def build(kernels: list, out_dir: str | None = None) -> str:
 
             shutil.rmtree(work, ignore_errors=True)
     finally:
-        pycc_compiler.Flags = saved
+        pycc_compiler.Flags = saved  # type: ignore[misc]
         if os.path.isdir(work):
             import shutil
 
@@ -207,6 +207,8 @@ def load(names: list) -> dict:
             sidecar = json.load(f)
         path = next(os.path.join(where, f) for f in os.listdir(where) if f.startswith(MODULE + "."))
         spec = importlib.util.spec_from_file_location(MODULE, path)
+        if spec is None or spec.loader is None:
+            return {}
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return {name: _guarded(name, getattr(module, name), sidecar[name]["args"], sidecar[name]["module"])

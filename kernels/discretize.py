@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, I64, f64, i64, called_with
+from ._signatures import F64, I64, called_with, f64, i64
 
 # Relative slack (in units of the cell's P-mass) shifted to the upper end point
 # on the pessimistic side.  It absorbs floating-point error in the log-CDF

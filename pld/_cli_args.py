@@ -77,7 +77,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: subcommands (for "did you mean")
-_COMMANDS = ("dpsgd", "calibrate", "compose", "curve", "lab", "compare", "tune-fft", "sweep")
+_COMMANDS = ("dpsgd", "calibrate", "compose", "curve", "lab", "compare", "tune-fft", "sweep", "warm")
 
 #: flags of one subcommand that belong to another, and where to go instead
 _ELSEWHERE = {

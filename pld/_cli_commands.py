@@ -336,3 +336,19 @@ def cmd_tune_fft(args) -> int:
     else:
         print(f"saved to {result['path']}")
     return 0
+
+
+def cmd_warm(args) -> int:
+    import pld
+
+    res = pld.warm(args.processes, ahead_of_time=not args.jit_only, announce=not args.json)
+    if args.json:
+        _emit_json(res)
+        return 0
+    print(f"pld: {len(res['compiled'])} of {res['kernels']} kernels compiled ({res['processes']} processes, "
+          f"{res['seconds']:.1f} s in all); the rest were cached")
+    aot = res.get("ahead_of_time")
+    if aot is not None:
+        state = f"not built: {aot['error']}" if aot["error"] else "built" if aot["built"] else "already built"
+        print(f"pld: kernels ahead of time ({aot['path']}): {state}")
+    return 0

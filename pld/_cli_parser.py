@@ -16,7 +16,16 @@ from pld._cli_args import (
     _int,
     _Parser,
 )
-from pld._cli_commands import cmd_calibrate, cmd_compare, cmd_compose, cmd_curve, cmd_dpsgd, cmd_lab, cmd_tune_fft
+from pld._cli_commands import (
+    cmd_calibrate,
+    cmd_compare,
+    cmd_compose,
+    cmd_curve,
+    cmd_dpsgd,
+    cmd_lab,
+    cmd_tune_fft,
+    cmd_warm,
+)
 from pld._cli_sweep import add_sweep
 
 
@@ -38,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub, fmt)
     _add_tune_fft(sub, fmt)
     add_sweep(sub, fmt)
+    _add_warm(sub, fmt)
     top._commands = dict(sub.choices)
     return top
 
@@ -139,6 +149,21 @@ def _add_compare(sub, fmt) -> None:
     p.add_argument("--no-peers", action="store_true", help="skip the peer libraries (faster)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare)
+
+
+def _add_warm(sub, fmt) -> None:
+    p = sub.add_parser("warm", help="compile the numba kernels now (once per machine): faster later starts",
+                       description="Compile every numba kernel that the on-disk cache lacks, in parallel "
+                                   "processes, and build them ahead of time into an extension module for this "
+                                   "machine, from which later processes load them without numba "
+                                   "(pld.warm(ahead_of_time=True); about 10 s of CPU once, needs a C compiler). "
+                                   "Other commands compile what is missing first anyway.",
+                       formatter_class=fmt)
+    p.add_argument("--processes", type=_int, default=None, metavar="N",
+                   help="processes compiling at once (default: CPU count, at most 4)")
+    p.add_argument("--jit-only", action="store_true", help="skip the ahead-of-time build")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_warm)
 
 
 def _add_tune_fft(sub, fmt) -> None:

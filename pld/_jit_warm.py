@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 #: longest wait for a helper (compiling takes seconds; a stuck one is left behind)
 _WAIT_S = 120.0
@@ -210,7 +211,7 @@ def warm(processes: int | None = None, *, kernels=None, ahead_of_time: bool = Fa
             raise ValueError(f"kernels: no kernel named {', '.join(map(repr, unknown))}; "
                              f"known: {', '.join(sorted(name for name, _, _ in found))}")
     cold = [name for name, d, _ in found if (names is None or name in names) and not _cached(d)]
-    out = {"compiled": cold, "processes": 0, "seconds": 0.0, "kernels": len(found)}
+    out: dict[str, Any] = {"compiled": cold, "processes": 0, "seconds": 0.0, "kernels": len(found)}
     if cold:
         _compile_in_parallel(out, cold, processes, names, announce)
     if ahead_of_time:

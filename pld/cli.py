@@ -46,6 +46,12 @@ def main(argv=None) -> int:
             if not getattr(args, "command", None):
                 raise CLIError("choose a command: dpsgd, calibrate, compose, curve, lab, compare, sweep "
                                "(see 'pld --help')")
+            if args.command not in ("warm", "tune-fft"):
+                import pld
+
+                # a cold kernel cache compiles in parallel processes, said in one line on
+                # stderr (about 1 ms when the cache is warm)
+                pld.warm(announce=True)
             return args.func(args)
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else 0

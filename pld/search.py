@@ -310,6 +310,9 @@ def search_cost(runs: Sequence, delta: float, *, chosen: int | None = None, tria
         If the number of trials was random with this law and only the best
         trial is released: also the private-selection bound of Papernot &
         Steinke 2022 over these runs as candidates (DP-SGD, Poisson sampling).
+    orders : array-like, optional
+        Renyi orders the selection bound is minimised over (default
+        :data:`pld.rdp.DEFAULT_ORDERS`); all > 1.
 
     Returns
     -------

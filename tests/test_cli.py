@@ -401,3 +401,25 @@ def test_curve_for_a_spec(capsys, tmp_path):
     # 16 releases of sigma 4 = one release of sigma 1: delta(1) = Phi(-0.5) - e Phi(-1.5) = 0.1269
     lo, hi = res["curve"][0]["delta_lower"], res["curve"][0]["delta_upper"]
     assert lo <= 0.12693673 <= hi and hi - lo < 1e-4
+
+
+def test_first_command_line_run_compiles_in_parallel_and_says_so_once(tmp_path):
+    """A cold kernel cache: the first `pld dpsgd` compiles (pld.warm, parallel
+    processes), says so in one line on stderr and counts it in its last line;
+    the second run compiles nothing and says nothing."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PLD_KERNELS_AOT="off")
+    cmd = [sys.executable, "-m", "pld", "dpsgd", "--noise-multiplier", "2", "--sampling-rate", "0.5",
+           "--steps", "3"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert re.match(r"^pld: first run on this machine: compiling \d+ numba kernels in \d+ process",
+                    first.stderr), first.stderr
+    assert len(first.stderr.strip().splitlines()) == 1, first.stderr
+    assert "s compiling the numba kernels, once)" in first.stdout.strip().splitlines()[-1]
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert second.returncode == 0 and second.stderr == "", second.stderr

@@ -16,7 +16,8 @@ import pytest
 import pld
 
 FUNCTIONS = ["dpsgd", "dpsgd_schedule", "epsilon_per_epoch", "epsilon_over_steps", "calibrate_noise",
-             "calibrate_steps", "calibrate_sampling_rate", "calibrate_parameter", "save", "load", "tune_fft"]
+             "calibrate_steps", "calibrate_sampling_rate", "calibrate_parameter", "save", "load", "tune_fft", "warm",
+             "sweep", "search_cost"]
 ACCOUNTANT = ["step", "record", "epsilon_bounds", "epsilon", "delta_bounds", "delta", "state_dict",
               "from_state_dict", "pld"]
 MODULES = ["pld.dpsgd", "pld.epochs", "pld.calibrate", "pld.accountant", "pld.io", "pld.lab"]
