@@ -54,23 +54,27 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     Directions are taken in order of their Chernoff estimates; ``lo`` is the
     largest lower end found so far: a direction whose upper end stays below it
     cannot move either end of the maximum, so it needs no refining and no
-    dominated side.  One that the Chernoff estimate puts clearly below the
-    leader is first tried on a coarse probe grid; that grid does not depend on
-    the leader's answer, so on two cores it is built while the leader is.
+    dominated side.  Every other direction is first tried on a coarse probe
+    grid (``PROBE_COARSENING`` times coarser): that grid does not depend on
+    the leader's answer, so on two cores it is built while the leader is, and
+    it usually shows the direction below the leader's lower end, even when
+    the Chernoff estimates are within a few percent (tiny per-step losses:
+    the add direction's fine grid cost as much as both of the leader's sides).
+    The answer does not depend on it: a probe only settles a direction whose
+    upper end it puts below the floor.
     """
     planner, composer = engine.planner, engine.composer
     dirs = sorted(((d, planner.chernoff(d, delta)[1]) for d in engine.directions), key=lambda de: -de[1])
-    lead = dirs[0][1]
     query = Query("delta", delta, rtol)
-    probes = {d: planner.probe_settings(d, query) for d, est in dirs[1:] if est < 0.95 * lead}
+    probes = {d: planner.probe_settings(d, query) for d, _ in dirs[1:]}
     for d, probe in probes.items():
         if probe is not None:
             composer.speculate(d, *probe)
-    # a direction close to the leader starts on its first grid, whose
-    # dominating side alone often shows it below the leader's lower end: that
-    # side too is built while the leader is
+    # a direction without a probe (a remembered spacing, a probe above the
+    # memory cap) starts on its first grid, whose dominating side alone often
+    # shows it below the leader's lower end: that side too is built meanwhile
     for d, _ in dirs[1:]:
-        if d not in probes:
+        if probes[d] is None:
             first = planner.first_settings(d, query)
             if first is not None:
                 composer.speculate(d, *first)
