@@ -2,8 +2,16 @@
 
 Run it from two checkouts alternately (python -m benchmarks.spot_check N) and compare the
 medians; each line of output is JSON: workload -> (median ms over N fresh PLDs, bracket).
-import json, sys, time, statistics, warnings
+"""
+
+import json
+import statistics
+import sys
+import time
+import warnings
+
 import pld
+
 warnings.simplefilter("ignore")
 W = {"mnist": (1.1, 256/60000, 14063, 1e-5), "sgd-1e4": (1.0, 0.01, 10**4, 1e-5), "huge-1e6": (2.0, 1e-3, 10**6, 1e-6),
      "tiny-loss": (4.0, 3.3e-4, 10**4, 1e-12), "long-1e5": (0.8, 0.004, 10**5, 1e-5),
