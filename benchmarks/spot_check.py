@@ -23,6 +23,8 @@ out = {}
 for name, (s, q, T, d) in W.items():
     ts = []
     for _ in range(n):
-        t = time.perf_counter(); r = pld.dpsgd(s, q, T).epsilon_bounds(d); ts.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        r = pld.dpsgd(s, q, T).epsilon_bounds(d)
+        ts.append(time.perf_counter() - t)
     out[name] = (statistics.median(ts) * 1e3, r)
 print(json.dumps(out))
