@@ -34,14 +34,12 @@ from pld.mechanisms import (  # noqa: E402
     Gaussian,
     Laplace,
     Mechanism,
-    MixtureOfGaussians,
     PoissonSampled,
-    PoissonSampledSubstitute,
     PureDP,
     RandomizedResponse,
     SampledWithoutReplacement,
-    TruncatedPoissonGaussian,
 )
+from pld.mixture_mechanisms import MixtureOfGaussians, PoissonSampledSubstitute, TruncatedPoissonGaussian  # noqa: E402
 from pld.search import search_cost  # noqa: E402
 from pld.sweeps import iter_sweep, sweep  # noqa: E402
 
