@@ -46,7 +46,8 @@ from fractions import Fraction
 import numpy as np
 
 from pld import _fft
-from pld.grid import THETA, GridPLD, _chernoff
+from pld._mgf_bounds import THETA, _chernoff
+from pld.grid import GridPLD
 from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, rotate_left
 
 _U = _fft._U
