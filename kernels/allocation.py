@@ -104,8 +104,10 @@ def _solve_edge(e0, g, m, a, top):
     hi = top
     e = min(max(2.0 * g - e0, g * (1.0 + 1e-15)), top)
     for _ in range(100):
-        qm, _, gm, _ = _cell(e0, e, m, a)
+        qm, eq, gm, eg = _cell(e0, e, m, a)
         h = gm - g * qm
+        if abs(h) <= 4.0 * (eg + g * eq):
+            return e  # as close as rounding lets h get
         if h < 0.0:
             lo = e
         else:

@@ -72,7 +72,7 @@ from pld.kernels import l1_l2_norms
 #: relative residual allowed for a merged cell's conditional mean
 _RHO_CAP = 1e-9
 #: tail probability left beyond the window (sizing only: what is left is bounded)
-_TAIL = 1e-15
+_TAIL = 1e-13
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +95,7 @@ class SumLaw:
     inf_add: float
 
 
-def _window(a: float, t: int) -> float:
+def window(a: float, t: int) -> float:
     """Right end ``W`` of the window: the bulk of ``S`` and the tail of one large ``Y``."""
     z = float(-ndtri(_TAIL))
     z_t = float(-ndtri(_TAIL / t))
@@ -155,7 +155,7 @@ def sum_laws(sigma: float, t: int, points: int) -> tuple[SumLaw, SumLaw, dict]:
 
     a = 1.0 / sigma
     m = -0.5 * a * a
-    W = _window(a, t)
+    W = window(a, t)
     d = W / points
     n = points
     g = np.arange(n + 1) * d
@@ -181,7 +181,7 @@ def sum_laws(sigma: float, t: int, points: int) -> tuple[SumLaw, SumLaw, dict]:
                    inf_remove * (1 + 1e-9), inf_add * (1 + 1e-9))
     lower = SumLaw(d, t, (1.0 - rho) * np.maximum(p_lo - ep_lo, 0.0), np.maximum(q_lo - eq_lo, 0.0),
                    1.0 - rho, 1.0 + rho, 0.0, 0.0)
-    info = {"window": W, "spacing": d, "points": n, "rho": rho, "merge_top": top,
+    info = {"lower_mass": float(np.sum(lower.q)), "window": W, "spacing": d, "points": n, "rho": rho, "merge_top": top,
             "roundoff_upper": max(ep_up, eq_up), "roundoff_lower": max(ep_lo, eq_lo),
             "inf_mass_upper_remove": upper.inf_remove, "inf_mass_upper_add": upper.inf_add}
     return upper, lower, info
