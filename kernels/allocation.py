@@ -161,3 +161,59 @@ def merged_law(m, a, d, n, rho_cap):
                 rho = max(rho, r)
         e0 = e
     return mass, rho, e0
+
+
+@njit(cache=True)
+def merge_half(q, p):
+    """Merge a law on ``i d`` onto ``2 j d`` with exact conditional means.
+
+    A left-to-right sweep fills one bucket per coarse point ``c``: atoms below
+    ``c`` pull the bucket's mean down, atoms above push it up, and the atom
+    that would overshoot is split so that the bucket's mean is ``c`` (a
+    randomised post-processing: each atom goes to one or two buckets, with
+    the same split for ``q`` and ``p``).  Returns ``(q', p', rho)`` with ``rho``
+    a bound on ``|mean - c| / c`` over the buckets (rounding of the running
+    sums).  A last bucket that cannot close (its mean stays below its point,
+    at the window's end) is dropped: a dominated pair may drop outputs.
+    """
+    n = q.size
+    m = (n + 1) // 2 + 1
+    qo = np.zeros(m)
+    po = np.zeros(m)
+    rho = 0.0
+    i = 0
+    rq = q[0]
+    rp = p[0]
+    while i < n:
+        c = (i + 1) // 2 * 2  # first coarse point at or above atom i
+        mq = 0.0
+        mp = 0.0
+        h = 0.0  # sum of mass * (v - c), v in units of d
+        habs = 0.0
+        closed = False
+        while i < n:
+            dv = float(i - c)
+            if dv > 0.0 and h + rq * dv >= 0.0:
+                f = -h / (rq * dv) if h < 0.0 else 0.0
+                f = min(max(f, 0.0), 1.0)
+                mq += f * rq
+                mp += f * rp
+                habs += f * rq * dv
+                rq -= f * rq
+                rp -= f * rp
+                closed = True
+                break
+            mq += rq
+            mp += rp
+            h += rq * dv
+            habs += rq * abs(dv)
+            i += 1
+            if i < n:
+                rq = q[i]
+                rp = p[i]
+        if closed and mq > 0.0:
+            qo[c // 2] += mq
+            po[c // 2] += mp
+            if c > 0:
+                rho = max(rho, 16.0 * _U * (habs + mq * c) / (mq * c))
+    return qo, po, rho

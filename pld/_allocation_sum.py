@@ -95,12 +95,14 @@ class SumLaw:
     inf_add: float
 
 
-def window(a: float, t: int) -> float:
-    """Right end ``W`` of the window: the bulk of ``S`` and the tail of one large ``Y``."""
+def window(a: float, m: int, t: int | None = None) -> float:
+    """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
+    its bulk and the tail of one large ``Y`` (sizing only)."""
+    t = m if t is None else t
     z = float(-ndtri(_TAIL))
     z_t = float(-ndtri(_TAIL / t))
     var = math.expm1(min(a * a, 700.0))
-    bulk = t + z * math.sqrt(t * var)
+    bulk = m + z * math.sqrt(m * var)
     # the marked coordinate (log Y ~ N(a^2/2, a^2) under P) and any of the t under Q
     tail = math.exp(min(a * a / 2 + z * a, 700.0)) + math.exp(min(-a * a / 2 + z_t * a, 700.0))
     return bulk + tail
@@ -115,74 +117,194 @@ def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float, keep: int) -> tupl
     return c[:keep].copy(), err * (1.0 + 1e-9)
 
 
-def _power(x: np.ndarray, ex: float, t: int) -> tuple[np.ndarray, float]:
-    """``x^{*t}`` truncated to ``len(x)`` entries, by repeated squaring (``t >= 0``)."""
-    keep = x.size
-    result, er = np.ones(1), 0.0
-    cur, ec = x, ex
-    k = t
-    while k:
-        if k & 1:
-            result, er = (cur, ec) if result.size == 1 else _conv(result, er, cur, ec, keep)
-        k >>= 1
-        if k:
-            cur, ec = _conv(cur, ec, cur, ec, keep)
-    return result, er
+_U = 2.0 ** -53
 
 
-def _p_and_q(x: np.ndarray, ex: float, g: np.ndarray, t: int) -> tuple[np.ndarray, float, np.ndarray, float]:
-    """Q-law ``x^{*t}`` and P-law ``(g x) * x^{*(t-1)}`` of the sum, with l2 error bounds.
+@dataclass(eq=False)
+class _Level:
+    """Laws of a partial sum of ``m`` coordinates on the grid ``k (step d)``.
 
-    The P-law of the sum is ``E[Y_1; S = v] = (v/t) Q(S = v)`` (symmetry), computed
-    as its own convolution so that its round-off is relative to its own norm,
-    not multiplied by ``v/t`` (which reaches ``W/t`` at the window's end).
+    ``q``: its Q-law; ``p``: its law when one of its coordinates is the
+    marked one (P-mass ``E[Y_marked; A = v]``); ``eq``, ``ep``: l2 bounds on
+    their round-off; ``step``: spacing in units of the first grid's.
     """
-    a, ea = _power(x, ex, t - 1)
-    q, eq = _conv(a, ea, x, ex, x.size)
-    gx = g * x
-    p, ep = _conv(a, ea, gx, ex * float(g[-1]) + float(l1_l2_norms(gx)[1]) * 2.0 ** -52, x.size)
-    return p, ep, q, eq
+
+    q: np.ndarray
+    p: np.ndarray
+    eq: float
+    ep: float
+    m: int
+    step: int
+
+
+def _spread_half(q: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-preserving spread of a law on ``i d`` onto ``2 j d``.
+
+    The atom at ``(2j+1) d`` sends half its Q-mass to each neighbour and its
+    P-mass in the ratio of the neighbours' values (``(j+1)/(2j+1)`` up), so
+    both masses and the mean are preserved and every atom keeps the
+    likelihood ratio of its grid value: a spread of a pair whose likelihood
+    ratio is its value, which dominates it (convex order).
+    """
+    n = q.size
+    m = (n + 1) // 2 + 1
+    qo = np.zeros(m)
+    po = np.zeros(m)
+    qo[: (n + 1) // 2] += q[0::2]
+    po[: (n + 1) // 2] += p[0::2]
+    qd = q[1::2]
+    pd = p[1::2]
+    j = np.arange(qd.size, dtype=float)
+    up_p = pd * ((j + 1.0) / (2.0 * j + 1.0))
+    half = 0.5 * qd
+    qo[: qd.size] += half
+    qo[1: qd.size + 1] += half
+    po[1: qd.size + 1] += up_p
+    po[: qd.size] += pd - up_p  # (exact: the larger share is at least half)
+    return qo, po
+
+
+def _coarsen(lv: _Level, upper: bool) -> tuple[_Level, float]:
+    """The level re-gridded to twice its spacing (spread above, merge below); returns its residual."""
+    from pld.kernels.allocation import merge_half
+
+    if upper:
+        q, p = _spread_half(lv.q, lv.p)
+        rho = 0.0
+    else:
+        q, p, rho = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p))
+    # the maps have l2 norm at most 2 (column sums 1, row sums <= 4); the
+    # additions round each entry by an ulp
+    eq = 2.0 * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+    ep = 2.0 * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step), rho
+
+
+def _combine(a: _Level, b: _Level, keep: int) -> _Level:
+    """Laws of the sum of two independent partial sums (same spacing).
+
+    The marked coordinate is in the first part with probability ``m_a / m``:
+    ``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b`` (one convolution for a square).
+    """
+    q, eq = _conv(a.q, a.eq, b.q, b.eq, keep)
+    m = a.m + b.m
+    if a is b:
+        p, ep = _conv(a.p, a.ep, b.q, b.eq, keep)
+    else:
+        p1, e1 = _conv(a.p, a.ep, b.q, b.eq, keep)
+        p2, e2 = _conv(a.q, a.eq, b.p, b.ep, keep)
+        n = max(p1.size, p2.size)
+        p = np.zeros(n)
+        p[: p1.size] += (a.m / m) * p1
+        p[: p2.size] += (b.m / m) * p2
+        ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+    return _Level(q, p, eq, ep, m, a.step)
+
+
+def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: float) -> tuple[_Level, float]:
+    """The ``t``-fold sum by repeated squaring, each level on its own window and spacing.
+
+    A level of ``m`` coordinates is cut to ``[0, window(a, m, t)]`` (what is cut
+    is accounted for by the caller through the totals) and re-gridded to twice
+    its spacing while that spacing stays below ``coarse_sd`` standard
+    deviations of the partial sum (evolving discretisation: each re-grid adds
+    at most ``(2 step d)^2 / 4`` to the variance of a partial sum, a fixed
+    small fraction of it).  Returns the level and the merges' accumulated
+    relative residual.
+    """
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    rho = 0.0
+
+    def fit(lv: _Level) -> _Level:
+        nonlocal rho
+        while 2 * lv.step * d <= coarse_sd * sd1 * math.sqrt(lv.m) and lv.q.size > 64:
+            lv, r = _coarsen(lv, upper)
+            rho = (1 + rho) * (1 + r) - 1
+        return lv
+
+    def to_step(lv: _Level, step: int) -> _Level:
+        nonlocal rho
+        while lv.step < step:
+            lv, r = _coarsen(lv, upper)
+            rho = (1 + rho) * (1 + r) - 1
+        return lv
+
+    def keep(m: int, step: int) -> int:
+        return int(window(a, m, t) / (step * d)) + 2
+
+    result = None
+    cur = x
+    k = t
+    while True:
+        if k & 1:
+            if result is None:
+                result = cur
+            else:
+                r = to_step(result, cur.step)
+                c = to_step(cur, r.step)
+                result = fit(_combine(r, c, keep(r.m + c.m, c.step)))
+        k >>= 1
+        if not k:
+            return result, rho
+        cur = fit(_combine(cur, cur, keep(2 * cur.m, cur.step)))
+
+
+#: re-grid a level while its spacing stays below this many standard deviations of it
+_COARSE_SD = 0.02
+#: most cells of the first grid
+MAX_CELLS = 1 << 22
 
 
 @functools.lru_cache(maxsize=16)
-def sum_laws(sigma: float, t: int, points: int) -> tuple[SumLaw, SumLaw, dict]:
+def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SumLaw, SumLaw, dict]:
     """Upper (spread) and lower (merged) laws of ``S`` for noise multiplier ``sigma``.
 
-    ``points`` is the number of grid cells on the window; returns
-    ``(upper, lower, info)`` with ``info`` the grid, window and residuals.
+    ``spacing``: the first grid's spacing in standard deviations of one
+    coordinate (raised if the first window would need more than ``MAX_CELLS``
+    cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
+    lower, info)``.
     """
     from pld.kernels.allocation import merged_law, spread_law
 
     a = 1.0 / sigma
     m = -0.5 * a * a
-    W = window(a, t)
-    d = W / points
-    n = points
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    w1 = window(a, 1, t)
+    d = max(spacing * sd1, w1 / MAX_CELLS)
+    n = int(math.ceil(w1 / d))
     g = np.arange(n + 1) * d
     xs = spread_law(m, a, d, n)
-    xm, rho, top = merged_law(m, a, d, n, _RHO_CAP)
-    p_up, ep_up, q_up, eq_up = _p_and_q(xs, 0.0, g, t)
-    # the merged masses are differences of Phi with rounding bounded in the
-    # kernel's residual; their own rounding is a few ulps of each entry
-    p_lo, ep_lo, q_lo, eq_lo = _p_and_q(xm, float(l1_l2_norms(xm)[1]) * 8.0 * 2.0 ** -53, g, t)
-    # The upper laws are t-fold sums of a per-coordinate measure of total
-    # mass M >= 1 and mean m >= 1 (the exact spread plus rounding slack), so
-    # their parts outside the window have Q-mass M^t - (Q inside) and P-mass
-    # m M^(t-1) - (P inside).  Each computed entry is within the l2 bound of
-    # that measure's: the sums inside are off by at most sqrt(n) e, once for
-    # the sums and once for the entries themselves.
+    xm, rho0, top = merged_law(m, a, d, n, _RHO_CAP)
+    up, _ = _sum_levels(_Level(xs, g * xs, 0.0, 2 * _U * float(l1_l2_norms(g * xs)[1]), 1, 1), t, d, a, True,
+                        _COARSE_SD)
+    # the merged cells' means are g (1 +- rho0): the marked law at the grid
+    # values times (1 - rho0) is below the true one
+    e0 = 8.0 * _U * float(l1_l2_norms(xm)[1])
+    lo, rho = _sum_levels(_Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1), t, d, a,
+                          False, _COARSE_SD)
+    rho = (1.0 + rho) * (1.0 + rho0) - 1.0
+    # The upper laws are t-fold sums of a per-coordinate measure of total mass
+    # M >= 1 and marked mass (mean) m >= 1 (the exact spread plus rounding
+    # slack); spreads and convolutions keep totals, so the parts cut off have
+    # Q-mass M^t - (Q inside) and P-mass m M^(t-1) - (P inside).  Each
+    # computed entry is within the l2 bound of that measure's: the sums
+    # inside are off by at most sqrt(n) e, once for the sums and once for the
+    # entries themselves.
     tot = math.fsum(xs.tolist())
-    mean = math.fsum((xs * g).tolist())
-    root_n = math.sqrt(n + 1)
+    mean = math.fsum((g * xs).tolist())
+    root_n = math.sqrt(up.q.size)
     tot_t1 = math.exp((t - 1) * math.log1p(tot - 1.0))
-    inf_add = min(1.0, max(0.0, tot_t1 * tot - math.fsum(q_up.tolist())) + 2.0 * root_n * eq_up)
-    inf_remove = min(1.0, max(0.0, tot_t1 * mean - math.fsum(p_up.tolist())) + 2.0 * root_n * ep_up)
-    upper = SumLaw(d, t, np.maximum(p_up, 0.0), np.maximum(q_up, 0.0), 1.0, 1.0,
+    inf_add = min(1.0, max(0.0, tot_t1 * tot - math.fsum(up.q.tolist())) + 2.0 * root_n * up.eq)
+    inf_remove = min(1.0, max(0.0, tot_t1 * mean - math.fsum(up.p.tolist())) + 2.0 * root_n * up.ep)
+    upper = SumLaw(up.step * d, t, np.maximum(up.p, 0.0), np.maximum(up.q, 0.0), 1.0, 1.0,
                    inf_remove * (1 + 1e-9), inf_add * (1 + 1e-9))
-    lower = SumLaw(d, t, (1.0 - rho) * np.maximum(p_lo - ep_lo, 0.0), np.maximum(q_lo - eq_lo, 0.0),
+    lower = SumLaw(lo.step * d, t, np.maximum(lo.p - lo.ep, 0.0), np.maximum(lo.q - lo.eq, 0.0),
                    1.0 - rho, 1.0 + rho, 0.0, 0.0)
-    info = {"lower_mass": float(np.sum(lower.q)), "window": W, "spacing": d, "points": n, "rho": rho, "merge_top": top,
-            "roundoff_upper": max(ep_up, eq_up), "roundoff_lower": max(ep_lo, eq_lo),
+    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
+            "final_spacing_upper": upper.d, "final_cells_upper": int(up.q.size),
+            "final_spacing_lower": lower.d, "final_cells_lower": int(lo.q.size),
+            "rho": rho, "lower_mass": float(np.sum(lower.q)),
+            "roundoff_upper": max(up.ep, up.eq), "roundoff_lower": max(lo.ep, lo.eq),
             "inf_mass_upper_remove": upper.inf_remove, "inf_mass_upper_add": upper.inf_add}
     return upper, lower, info
 

@@ -37,21 +37,16 @@ import numpy as np
 
 from pld import _validate as v
 from pld._allocation_sum import atoms as _atoms
-from pld._allocation_sum import sum_laws, window
+from pld._allocation_sum import sum_laws
 from pld.mechanisms import Gaussian, Mechanism
 
 __all__ = ["RandomAllocation", "AllocationAccuracyWarning"]
 
-#: default grid spacing of one log-normal coordinate, in units of its standard
-#: deviation: the spread adds ``d^2/4`` to its variance and the merge takes
+#: default first-grid spacing, in standard deviations of one log-normal
+#: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
 #: about ``d^2/12`` off, a relative error of ``~2e-4`` in the variance of the
 #: likelihood ratio per round
 SPACING_PER_SD = 0.03
-#: fewest and most grid cells of the window of ``S``
-MIN_POINTS = 1 << 12
-MAX_POINTS = 1 << 22
-#: most cells chosen automatically
-AUTO_POINTS = 1 << 20
 #: largest steps per round
 MAX_STEPS = 10**7
 
@@ -109,8 +104,8 @@ class _SidedModel(_AtomsModel):
         return self if pessimistic or self.lower is None else self.lower
 
 
-def _model(sigma: float, t: int, points: int, direction: str) -> _SidedModel:
-    upper, lower, _ = sum_laws(sigma, t, points)
+def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
+    upper, lower, _ = sum_laws(sigma, t, spacing)
     lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
     return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
 
@@ -134,10 +129,11 @@ class RandomAllocation(Mechanism):
         ``t``, the steps per round (1 .. 1e7).
     participations : int
         ``k``, the steps each record takes part in (1 .. steps).
-    points : int, optional
-        Grid cells of the window of ``S`` (accuracy against time).  By default
-        the spacing is ``0.03`` standard deviations of one log-normal
-        coordinate, capped at ``2^20`` cells (with a warning).
+    spacing : float, optional
+        Spacing of the first grid in standard deviations of one log-normal
+        coordinate (accuracy against time; default 0.03).  It is raised, with
+        an :class:`AllocationAccuracyWarning`, where the heavy tail of a small
+        ``sigma`` would need more than ``2^22`` cells.
 
     Notes
     -----
@@ -153,7 +149,7 @@ class RandomAllocation(Mechanism):
     mechanism: Gaussian
     steps: int
     participations: int = 1
-    points: int | None = None
+    spacing: float = SPACING_PER_SD
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -163,8 +159,7 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
-        if self.points is not None:
-            object.__setattr__(self, "points", v.integer("points", self.points, low=MIN_POINTS, high=MAX_POINTS))
+        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
         if self.participations > 1:
             raise ValueError("participations > 1 is not supported yet (k must be 1), "
                              f"got {self.participations}")
@@ -173,29 +168,18 @@ class RandomAllocation(Mechanism):
     def noise_multiplier(self) -> float:
         return self.mechanism.sigma / self.mechanism.sensitivity
 
-    def grid_points(self) -> int:
-        """Grid cells of the window of ``S`` (``points``, or the automatic choice)."""
-        if self.points is not None:
-            return self.points
-        a = 1.0 / self.noise_multiplier
-        sd = math.sqrt(math.expm1(min(a * a, 700.0)))
-        want = window(a, self.steps) / (SPACING_PER_SD * sd)
-        return int(min(max(want, MIN_POINTS), AUTO_POINTS))
-
     def grid_info(self) -> dict:
         """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
         ``S``, the merge's residual ``rho``, round-off bounds and the upper
         pair's mass at ``+inf`` in each direction."""
-        return dict(sum_laws(self.noise_multiplier, self.steps, self.grid_points())[2])
+        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing)[2])
 
     def _coarse(self, info: dict) -> str | None:
-        a = 1.0 / self.noise_multiplier
-        sd = math.sqrt(math.expm1(min(a * a, 700.0)))
-        if info["spacing"] > 0.3 * sd or info["lower_mass"] < 0.999:
-            return (f"the window of the sum reaches {info['window']:.3g} for the heavy log-normal tail at "
-                    f"sigma = {self.noise_multiplier:g}, so its grid spacing {info['spacing']:.3g} is "
-                    f"{info['spacing'] / sd:.2g} standard deviations of one coordinate "
-                    f"({info['points']} cells); the bracket stays certified but will be wide")
+        if info["spacing_sd"] > 0.3 or info["lower_mass"] < 0.999:
+            return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
+                    f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
+                    f"deviations of one coordinate ({info['first_cells']} cells; the dominated pair keeps "
+                    f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
         return None
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
@@ -204,4 +188,4 @@ class RandomAllocation(Mechanism):
         why = self._coarse(info)
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
-        return _model(self.noise_multiplier, self.steps, self.grid_points(), direction)
+        return _model(self.noise_multiplier, self.steps, self.spacing, direction)

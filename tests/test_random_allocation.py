@@ -28,8 +28,8 @@ from scipy.stats import norm
 import pld
 from pld.allocation import AllocationAccuracyWarning, RandomAllocation
 
-def _alloc(sigma: float, t: int, points: int | None = None) -> RandomAllocation:
-    return RandomAllocation(pld.Gaussian(sigma), t, points=points)
+def _alloc(sigma: float, t: int, spacing: float = 0.03) -> RandomAllocation:
+    return RandomAllocation(pld.Gaussian(sigma), t, spacing=spacing)
 
 
 def _round_hs(mech: RandomAllocation, direction: str, eps: float) -> tuple[float, float]:
@@ -168,7 +168,7 @@ def test_amplification_and_epochs():
 @settings(max_examples=6)
 @given(sigma=st.floats(0.6, 3.0), t=st.integers(1, 40), eps=st.floats(0.0, 3.0))
 def test_bracket_properties(sigma, t, eps):
-    mech = _alloc(sigma, t, points=1 << 12)
+    mech = _alloc(sigma, t, spacing=0.1)
     for direction in ("remove", "add"):
         lo, hi = _round_hs(mech, direction, eps)
         lo2, hi2 = _round_hs(mech, direction, eps + 0.25)
@@ -184,7 +184,7 @@ def test_bad_input():
         RandomAllocation(g, 0)
     with pytest.raises(ValueError, match="participations"):
         RandomAllocation(g, 4, participations=5)
-    with pytest.raises(ValueError, match="points"):
-        RandomAllocation(g, 4, points=3)
+    with pytest.raises(ValueError, match="spacing"):
+        RandomAllocation(g, 4, spacing=0.0)
     with pytest.raises(TypeError, match="steps"):
         RandomAllocation(g, 2.5)
