@@ -164,27 +164,31 @@ def merged_law(m, a, d, n, rho_cap):
 
 
 @njit(cache=True)
-def merge_half(q, p):
+def merge_half(q, p, rho_cap, width_cap):
     """Merge a law on ``i d`` onto ``2 j d`` with exact conditional means.
 
     A left-to-right sweep fills one bucket per coarse point ``c``: atoms below
     ``c`` pull the bucket's mean down, atoms above push it up, and the atom
     that would overshoot is split so that the bucket's mean is ``c`` (a
     randomised post-processing: each atom goes to one or two buckets, with
-    the same split for ``q`` and ``p``).  Returns ``(q', p', rho)`` with ``rho``
-    a bound on ``|mean - c| / c`` over the buckets (rounding of the running
-    sums).  A last bucket that cannot close (its mean stays below its point,
-    at the window's end) is dropped: a dominated pair may drop outputs.
+    the same split for ``q`` and ``p``).  Returns ``(q', p', rho, widest)`` with
+    ``rho`` a bound on ``|mean - c| / c`` over the buckets (rounding of the
+    running sums) and ``widest`` the most atoms any bucket took from.  A last bucket that cannot close (its mean stays below its point,
+    at the window's end) is dropped, and so is a bucket whose residual bound
+    exceeds ``rho_cap`` or that takes from more than ``width_cap`` atoms (where
+    the law is sparse): a dominated pair may drop outputs.
     """
     n = q.size
     m = (n + 1) // 2 + 1
     qo = np.zeros(m)
     po = np.zeros(m)
     rho = 0.0
+    widest = 1
     i = 0
     rq = q[0]
     rp = p[0]
     while i < n:
+        first = i
         c = (i + 1) // 2 * 2  # first coarse point at or above atom i
         mq = 0.0
         mp = 0.0
@@ -211,9 +215,12 @@ def merge_half(q, p):
             if i < n:
                 rq = q[i]
                 rp = p[i]
-        if closed and mq > 0.0:
-            qo[c // 2] += mq
-            po[c // 2] += mp
-            if c > 0:
-                rho = max(rho, 16.0 * _U * (habs + mq * c) / (mq * c))
-    return qo, po, rho
+        width = i - first + 1
+        if closed and mq > 0.0 and width <= width_cap:
+            r = 16.0 * _U * (habs + mq * c) / (mq * c) if c > 0 else 0.0
+            if r <= rho_cap:
+                qo[c // 2] += mq
+                po[c // 2] += mp
+                rho = max(rho, r)
+                widest = max(widest, width)
+    return qo, po, rho, widest

@@ -71,6 +71,8 @@ from pld.kernels import l1_l2_norms
 
 #: relative residual allowed for a merged cell's conditional mean
 _RHO_CAP = 1e-9
+#: most fine atoms one merged bucket may take from (its error grows like the root of it)
+_WIDTH_CAP = 3
 #: tail probability left beyond the window (sizing only: what is left is bounded)
 _TAIL = 1e-13
 
@@ -168,15 +170,18 @@ def _coarsen(lv: _Level, upper: bool) -> tuple[_Level, float]:
     """The level re-gridded to twice its spacing (spread above, merge below); returns its residual."""
     from pld.kernels.allocation import merge_half
 
+    # A linear map with column sums <= 1 and row sums <= r has l2 norm at most
+    # sqrt(r): the spread's Q rows take 1 + 1/2 + 1/2, its P rows at most
+    # 1 + 1 + 1/3 (j = 1); a merge bucket's row takes at most its atoms.
     if upper:
         q, p = _spread_half(lv.q, lv.p)
-        rho = 0.0
+        rho, kq, kp = 0.0, math.sqrt(2.0), math.sqrt(7.0 / 3.0)
     else:
-        q, p, rho = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p))
-    # the maps have l2 norm at most 2 (column sums 1, row sums <= 4); the
-    # additions round each entry by an ulp
-    eq = 2.0 * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
-    ep = 2.0 * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+        q, p, rho, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p), _RHO_CAP, _WIDTH_CAP)
+        kq = kp = math.sqrt(widest)
+    # (the additions round each entry by an ulp)
+    eq = kq * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+    ep = kp * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step), rho
 
 
