@@ -177,7 +177,10 @@ def _coarsen(lv: _Level, upper: bool) -> tuple[_Level, float]:
         q, p = _spread_half(lv.q, lv.p)
         rho, kq, kp = 0.0, math.sqrt(2.0), math.sqrt(7.0 / 3.0)
     else:
-        q, p, rho, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p), _RHO_CAP, _WIDTH_CAP)
+        # the sums of a few coordinates keep the comb of the first merge (grid
+        # points it skipped), so their buckets need more atoms
+        cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
+        q, p, rho, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p), _RHO_CAP, cap)
         kq = kp = math.sqrt(widest)
     # (the additions round each entry by an ulp)
     eq = kq * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])

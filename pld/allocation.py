@@ -38,9 +38,11 @@ import numpy as np
 from pld import _validate as v
 from pld._allocation_sum import atoms as _atoms
 from pld._allocation_sum import sum_laws
+from pld import mechanisms as pld_mechanisms
+from pld._allocation_parts import OneSided
 from pld.mechanisms import Gaussian, Mechanism
 
-__all__ = ["RandomAllocation", "AllocationAccuracyWarning"]
+__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
 
 #: default first-grid spacing, in standard deviations of one log-normal
 #: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
@@ -137,13 +139,11 @@ class RandomAllocation(Mechanism):
 
     Notes
     -----
-    ``k = 1``: the exact pair (see :mod:`pld._allocation_sum`).  ``k > 1``:
-    no tight construction is used.  The upper end is the composition of
-    ``k`` rounds of 1-of-``t_j`` allocation (``t_j`` = ``floor(t/k)`` or
-    ``ceil(t/k)``, summing to ``t``): the true k-of-t scheme is a mixture, over
-    the uniformly random assignment of steps to ``k`` blocks of those sizes,
-    of block schemes... (conditioning on the k chosen steps being in
-    different blocks is not exact), see :meth:`bounds_used`.
+    ``k = 1``: the exact pair (see :mod:`pld._allocation_sum`).  ``k > 1``: the
+    upper end is the composition of ``k`` rounds of 1-of-``t_j`` allocation
+    (``t_j`` = ``floor(t/k)`` or ``ceil(t/k)``, summing to ``t``), the lower end
+    the Gaussian mechanism of the sum statistic; :meth:`explain` gives the
+    argument and, for a ``delta``, the gap between the two.
     """
 
     mechanism: Gaussian
@@ -160,9 +160,6 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
         object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
-        if self.participations > 1:
-            raise ValueError("participations > 1 is not supported yet (k must be 1), "
-                             f"got {self.participations}")
 
     @property
     def noise_multiplier(self) -> float:
@@ -182,10 +179,136 @@ class RandomAllocation(Mechanism):
                     f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
         return None
 
+    # ------------------------------------------------------------ k > 1
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """``((steps, count), ...)``: the block rounds of the upper end (``k > 1``)."""
+        t, k = self.steps, self.participations
+        lo, extra = divmod(t, k)
+        parts = [(lo + 1, extra), (lo, k - extra)]
+        return tuple((s, c) for s, c in parts if c > 0)
+
+    def _sum_mu(self) -> float:
+        return self.participations / (self.noise_multiplier * math.sqrt(self.steps))
+
+    def pld(self, *, value_discretization_interval: float | None = None):
+        """The PLD of one round.  ``k = 1``: the exact pair (both ends).  ``k > 1``:
+        the upper end from the block rounds, the lower end from the sum
+        statistic (see :meth:`explain`)."""
+        from pld.pld import PLD
+
+        if self.participations == 1:
+            return PLD(((self, 1),), value_discretization_interval=value_discretization_interval)
+        parts = [(OneSided(RandomAllocation(self.mechanism, s, 1, self.spacing), "upper"), c)
+                 for s, c in self.blocks()]
+        lower = pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
+        parts.append((OneSided(lower, "lower"), 1))
+        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.
+
+        ``k = 1``: both ends bound the exact pair (a mean-preserving spread and
+        a conditional-mean merge of each log-normal coordinate).  ``k > 1``:
+
+        * upper: the block argument.  Cut the steps into ``k`` blocks of
+          ``floor(t/k)`` or ``ceil(t/k)`` steps at random and take one step per
+          block: averaged over the random cut, the chosen set is a uniform
+          ``k``-subset (its law is exchangeable), so the true remove pair is
+          ``(E_pi P_pi, Q)``, and by the joint convexity of the hockey-stick
+          divergence ``H(E_pi P_pi || Q) <= E_pi H(P_pi || Q)``, likewise for the
+          add direction; each ``P_pi`` is a product over blocks of 1-of-``t_j``
+          allocations, i.e. a composition of ``k`` rounds.  Exact for ``k = 1``
+          only.
+        * lower: the sum of the ``t`` outputs, a post-processing of the true
+          pair, is ``N(k, t s^2)`` against ``N(0, t s^2)``: a Gaussian mechanism
+          with ``mu = k / (s sqrt(t))``.  Far from tight when ``k << t``.
+        """
+        out: dict = {"steps": self.steps, "participations": self.participations,
+                     "noise_multiplier": self.noise_multiplier}
+        if self.participations == 1:
+            out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
+            out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
+            out["grid"] = self.grid_info()
+        else:
+            out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
+                            + " (joint convexity of the hockey-stick divergence)")
+            out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = {self._sum_mu():.6g} "
+                            "(a post-processing of the true pair; not tight)")
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
+        return out
+
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
+        if self.participations > 1:
+            raise ValueError("a RandomAllocation with participations > 1 is a composition of several parts: "
+                             "use its .pld() (not PLD((mechanism, count)) or loss_model)")
         info = self.grid_info()
         why = self._coarse(info)
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
         return _model(self.noise_multiplier, self.steps, self.spacing, direction)
+
+
+@dataclass(frozen=True)
+class Shuffling(Mechanism):
+    """One epoch of ``steps`` runs of ``mechanism`` over a shuffled dataset cut into ``steps`` batches.
+
+    No tight analysis of shuffling is known; this gives what is certified and
+    is not tight:
+
+    * upper end: no amplification.  Each record is in exactly one batch per
+      epoch, so one epoch is at most one run of ``mechanism`` on the record
+      (the batch it lands in is then a free choice of the adversary).  This
+      assumes removing the record changes only its own batch (batches as
+      fixed slots, e.g. the record's slot left empty), not the batches after
+      it.
+    * lower end: 1-of-``steps`` random allocation.  On a dataset whose other
+      records contribute nothing (zero clipped gradients), the outputs are
+      ``N(e_J, s^2 I)`` against ``N(0, s^2 I)`` with ``J``, the record's batch,
+      uniform: exactly the random-allocation pair, so its dominated side is a
+      lower bound for shuffling (Chua et al., "How Private are DP-SGD
+      Implementations?", ICML 2024, build lower bounds for shuffling in this
+      spirit).
+
+    The gap between the two ends is the price of not knowing how much
+    shuffling amplifies; :meth:`explain` reports it.
+    """
+
+    mechanism: Gaussian
+    steps: int
+    spacing: float = SPACING_PER_SD
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Gaussian):
+            raise TypeError("mechanism must be a pld.Gaussian (shuffling is implemented for the Gaussian base "
+                            f"only), got {type(self.mechanism).__name__}")
+        object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
+        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
+
+    def pld(self, *, value_discretization_interval: float | None = None):
+        from pld.pld import PLD
+
+        alloc = RandomAllocation(self.mechanism, self.steps, 1, self.spacing)
+        return PLD(((OneSided(self.mechanism, "upper"), 1), (OneSided(alloc, "lower"), 1)),
+                   value_discretization_interval=value_discretization_interval)
+
+    def loss_model(self, direction: str = "remove"):
+        raise ValueError("Shuffling is a composition of an upper-only and a lower-only part: use its .pld()")
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """The constructions of both ends and (with ``delta``) the bracket and its gap."""
+        out: dict = {"steps": self.steps, "noise_multiplier": self.mechanism.sigma / self.mechanism.sensitivity,
+                     "upper": "no amplification: one run of the mechanism per epoch",
+                     "lower": f"1-of-{self.steps} random allocation (a dataset whose other records contribute 0)",
+                     "tight": False}
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo})
+        return out

@@ -188,3 +188,52 @@ def test_bad_input():
         RandomAllocation(g, 4, spacing=0.0)
     with pytest.raises(TypeError, match="steps"):
         RandomAllocation(g, 2.5)
+
+
+def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int = 100_000,
+               seed: int = 3) -> tuple[float, float]:
+    """delta of the true k-of-t pair by Monte Carlo under P (all k-subsets enumerated)."""
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    a = 1.0 / sigma
+    logy = -a * a / 2 + a * rng.standard_normal((n, t))
+    if direction == "remove":
+        logy[:, :k] += a * a  # the chosen set, by symmetry the first k steps
+    subsets = list(itertools.combinations(range(t), k))
+    terms = np.stack([logy[:, list(s)].sum(axis=1) for s in subsets], axis=1)
+    loss = np.logaddexp.reduce(terms, axis=1) - math.log(len(subsets))
+    loss = loss if direction == "remove" else -loss
+    f = np.maximum(1.0 - np.exp(eps - loss), 0.0)
+    return float(f.mean()), float(f.std() / math.sqrt(n))
+
+
+def test_k_of_t_brackets_the_true_pair():
+    sigma, t, k = 1.0, 6, 2
+    mech = RandomAllocation(pld.Gaussian(sigma), t, participations=k)
+    info = mech.explain()
+    assert "block" in info["upper"] and "sum statistic" in info["lower"]
+    d = mech.pld()
+    for eps in (0.3, 1.0):
+        lo, hi = d.delta_bounds(eps)
+        est = [_mc_k_of_t(sigma, t, k, eps, direction) for direction in ("remove", "add")]
+        worst = max(est, key=lambda e: e[0])
+        assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
+    # the upper end is the block composition (2 rounds of 1-of-3) exactly
+    block = _alloc(sigma, 3).pld().self_compose(2).delta_bounds(1.0)
+    assert abs(d.delta_bounds(1.0)[1] - block[1]) <= 1e-3 * block[1]
+    # the lower end is at least the sum statistic's Gaussian (mu = k / (sigma sqrt(t)))
+    assert d.delta_bounds(1.0)[0] >= _gaussian_delta(k / (sigma * math.sqrt(t)), 1.0) * (1 - 1e-6)
+
+
+def test_shuffling_between_allocation_and_no_amplification():
+    from pld.allocation import Shuffling
+
+    sh = Shuffling(pld.Gaussian(1.0), 50)
+    lo, hi = sh.pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
+    gauss = pld.Gaussian(1.0).pld().self_compose(4).epsilon_bounds(1e-5)
+    alloc = _alloc(1.0, 50).pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
+    assert hi >= gauss[0] * (1 - 1e-9) and hi <= gauss[1] * (1 + 1e-3)
+    # (both are certified lower ends of the same pair on different grids)
+    assert alloc[0] * (1 - 1e-3) <= lo <= alloc[1]
+    assert sh.explain()["tight"] is False
