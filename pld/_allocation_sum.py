@@ -258,7 +258,7 @@ def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: f
 
 
 #: re-grid a level while its spacing stays below this many standard deviations of it
-_COARSE_SD = 0.02
+_COARSE_SD = 0.01
 #: most cells of the first grid
 MAX_CELLS = 1 << 22
 

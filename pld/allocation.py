@@ -46,9 +46,9 @@ __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
 
 #: default first-grid spacing, in standard deviations of one log-normal
 #: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
-#: about ``d^2/12`` off, a relative error of ``~2e-4`` in the variance of the
+#: about ``d^2/12`` off, a relative error of ``~1e-4`` in the variance of the
 #: likelihood ratio per round
-SPACING_PER_SD = 0.03
+SPACING_PER_SD = 0.02
 #: largest steps per round
 MAX_STEPS = 10**7
 
@@ -133,7 +133,7 @@ class RandomAllocation(Mechanism):
         ``k``, the steps each record takes part in (1 .. steps).
     spacing : float, optional
         Spacing of the first grid in standard deviations of one log-normal
-        coordinate (accuracy against time; default 0.03).  It is raised, with
+        coordinate (accuracy against time; default 0.02).  It is raised, with
         an :class:`AllocationAccuracyWarning`, where the heavy tail of a small
         ``sigma`` would need more than ``2^22`` cells.
 
