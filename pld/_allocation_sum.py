@@ -64,7 +64,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from pld import _fft
 from pld.kernels import l1_l2_norms
@@ -257,8 +257,9 @@ def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: f
         cur = fit(_combine(cur, cur, keep(2 * cur.m, cur.step)))
 
 
-#: re-grid a level while its spacing stays below this many standard deviations of it
-_COARSE_SD = 0.01
+#: re-grid a level while its spacing stays below this fraction of the first
+#: grid's spacing in standard deviations (of the partial sum, of one coordinate)
+_COARSE_RATIO = 0.5
 #: most cells of the first grid
 MAX_CELLS = 1 << 22
 
@@ -284,26 +285,29 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SumLaw, SumLaw, dict
     xs = spread_law(m, a, d, n)
     xm, rho0, top = merged_law(m, a, d, n, _RHO_CAP)
     up, _ = _sum_levels(_Level(xs, g * xs, 0.0, 2 * _U * float(l1_l2_norms(g * xs)[1]), 1, 1), t, d, a, True,
-                        _COARSE_SD)
+                        _COARSE_RATIO * spacing)
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
     e0 = 8.0 * _U * float(l1_l2_norms(xm)[1])
     lo, rho = _sum_levels(_Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1), t, d, a,
-                          False, _COARSE_SD)
+                          False, _COARSE_RATIO * spacing)
     rho = (1.0 + rho) * (1.0 + rho0) - 1.0
     # The upper laws are t-fold sums of a per-coordinate measure of total mass
     # M >= 1 and marked mass (mean) m >= 1 (the exact spread plus rounding
-    # slack); spreads and convolutions keep totals, so the parts cut off have
+    # slack, plus the tail beyond the first window, which counts as cut); spreads and convolutions keep totals, so the parts cut off have
     # Q-mass M^t - (Q inside) and P-mass m M^(t-1) - (P inside).  Each
     # computed entry is within the l2 bound of that measure's: the sums
     # inside are off by at most sqrt(n) e, once for the sums and once for the
     # entries themselves.
-    tot = math.fsum(xs.tolist())
-    mean = math.fsum((g * xs).tolist())
+    # (plus each coordinate's tail beyond the first window, Y > n d, which the
+    # spread leaves out: its Q-mass 1 - F and P-mass 1 - G, bounded above)
+    z_top = (math.log(n * d) - m) / a
+    tot = math.fsum(xs.tolist()) + float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
+    mean = math.fsum((g * xs).tolist()) + float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
     root_n = math.sqrt(up.q.size)
     tot_t1 = math.exp((t - 1) * math.log1p(tot - 1.0))
-    inf_add = min(1.0, max(0.0, tot_t1 * tot - math.fsum(up.q.tolist())) + 2.0 * root_n * up.eq)
-    inf_remove = min(1.0, max(0.0, tot_t1 * mean - math.fsum(up.p.tolist())) + 2.0 * root_n * up.ep)
+    inf_add = min(1.0, max(0.0, tot_t1 * tot - math.fsum(up.q.tolist())) + 2.0 * root_n * up.eq + 8 * _U)
+    inf_remove = min(1.0, max(0.0, tot_t1 * mean - math.fsum(up.p.tolist())) + 2.0 * root_n * up.ep + 8 * _U)
     upper = SumLaw(up.step * d, t, np.maximum(up.p, 0.0), np.maximum(up.q, 0.0), 1.0, 1.0,
                    inf_remove * (1 + 1e-9), inf_add * (1 + 1e-9))
     lower = SumLaw(lo.step * d, t, np.maximum(lo.p - lo.ep, 0.0), np.maximum(lo.q - lo.eq, 0.0),
