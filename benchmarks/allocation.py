@@ -92,7 +92,10 @@ def main() -> None:
     print("| workload | pld bracket | width/eps | pld s | warnings | peer |")
     print("|---|---|---|---|---|---|")
     for name, build, delta, rtol, peer_spec in workloads(args.quick):
-        lo, hi, sec, notes = _pld_bracket(build, delta, rtol)
+        try:
+            lo, hi, sec, notes = _pld_bracket(build, delta, rtol)
+        except ValueError as exc:  # a refusal is a result
+            lo, hi, sec, notes = 0.0, math.inf, 0.0, [f"refused: {str(exc)[:70]}"]
         peer = ""
         if opake is not None and peer_spec is not None:
             _, sigma, t, k, epochs = peer_spec

@@ -126,6 +126,26 @@ def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
     return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
 
 
+#: coarsest first grid (standard deviations of one coordinate) worth computing
+_COARSEST_SD = 0.3
+
+
+def _check_tail(sigma: float, t: int, k: int) -> None:
+    """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
+    cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
+    after minutes): below about 0.55 at any number of steps."""
+    from pld._allocation_sum import MAX_CELLS, window
+
+    a = 1.0 / sigma
+    steps = -(-t // k)  # the longest block
+    cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
+    if cells > MAX_CELLS:
+        raise ValueError(
+            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation here, "
+            f"got {sigma:g}: the heavy log-normal tail of one step's likelihood ratio reaches "
+            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve")
+
+
 @dataclass(frozen=True)
 class RandomAllocation(Mechanism):
     """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
@@ -196,6 +216,7 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
         object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
+        _check_tail(self.noise_multiplier, self.steps, self.participations)
 
     @property
     def noise_multiplier(self) -> float:
@@ -343,9 +364,12 @@ class Shuffling(Mechanism):
     def pld(self, *, value_discretization_interval: float | None = None):
         from pld.pld import PLD
 
-        alloc = RandomAllocation(self.mechanism, self.steps, 1, self.spacing)
-        return PLD(((OneSided(self.mechanism, "upper"), 1), (OneSided(alloc, "lower"), 1)),
-                   value_discretization_interval=value_discretization_interval)
+        parts = [(OneSided(self.mechanism, "upper"), 1)]
+        try:
+            parts.append((OneSided(RandomAllocation(self.mechanism, self.steps, 1, self.spacing), "lower"), 1))
+        except ValueError as exc:
+            warnings.warn(f"Shuffling: no lower end beyond 0 ({exc})", AllocationAccuracyWarning, stacklevel=2)
+        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
 
     def loss_model(self, direction: str = "remove"):
         raise ValueError("Shuffling is a composition of an upper-only and a lower-only part: use its .pld()")

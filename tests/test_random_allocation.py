@@ -188,6 +188,9 @@ def test_bad_input():
         RandomAllocation(g, 4, spacing=0.0)
     with pytest.raises(TypeError, match="steps"):
         RandomAllocation(g, 2.5)
+    # a tail no grid resolves is refused at once, not after minutes of [0, inf]
+    with pytest.raises(ValueError, match="noise multiplier"):
+        RandomAllocation(pld.Gaussian(0.5), 100)
 
 
 def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int = 100_000,
