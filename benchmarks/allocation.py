@@ -109,6 +109,19 @@ def main() -> None:
             except Exception as exc:  # a peer's failure is a result, not a crash
                 peer = f"opake: {type(exc).__name__}: {str(exc)[:60]}"
         print(_row(name, lo, hi, sec, notes, peer), flush=True)
+    if args.peers:
+        try:
+            import PLD_accounting as P
+        except ImportError:
+            P = None
+        for sigma, t, epochs in ((1.0, 10, 10), (1.0, 100, 1)) if P is not None else ():
+            t0 = time.perf_counter()
+            up, low = P.gaussian_allocation_epsilon_range(delta=1e-5, sigma=sigma, num_steps=t, num_epochs=epochs)
+            t1 = time.perf_counter()
+            lo, hi, sec, notes = _pld_bracket(
+                lambda: RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(epochs), 1e-5, None)
+            print(_row(f"sigma {sigma}, 1-of-{t}, {epochs} epochs, delta 1e-5 (default target)", lo, hi, sec,
+                       notes, f"PLD_accounting [{low:.5f}, {up:.5f}] in {t1 - t0:.1f} s"))
     if args.pld_accounting:
         import PLD_accounting as P
 
