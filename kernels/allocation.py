@@ -84,7 +84,8 @@ def spread_law(m, a, d, n):
         e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / d + 2.0 * _U * abs(up)
         up = min(max(up, 0.0), qm)
         low = max(qm - up, 0.0)
-        mass[k + 1] += (up + e_up) * (1.0 + 4.0 * _U)
+        # (+ eq: a share clamped at the cell's computed mass is still covered)
+        mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
         mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
     return mass
 
@@ -129,16 +130,17 @@ def _solve_edge(e0, g, m, a, top):
 def merged_law(m, a, d, n, rho_cap):
     """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
 
-    Returns ``(mass, rho, top)``: ``mass[k]`` the Q-mass of the cell whose
+    Returns ``(mass, rho, top, err)``: ``mass[k]`` the Q-mass of the cell whose
     conditional mean is ``g_k`` (to rounding), ``rho`` a bound on
-    ``|E[Y | cell] - g_k|`` over the kept cells and ``top`` the last edge (the
-    mass above it is left out).  A cell whose residual bound exceeds
+    ``|E[Y | cell] - g_k|`` over the kept cells, ``top`` the last edge (the
+    mass above it is left out) and ``err`` an l2 bound on the masses' rounding.  A cell whose residual bound exceeds
     ``rho_cap`` is left out too (a dominated pair may drop outputs).  The
     residual is relative, ``|E[Y | cell] - g_k| <= rho g_k``, so that the sum's
     conditional mean is within a factor ``1 +- rho`` of the grid sum.
     """
     mass = np.zeros(n + 1)
     rho = 0.0
+    err2 = 0.0
     e0 = 0.0
     top = n * d
     for k in range(1, n + 1):
@@ -159,8 +161,9 @@ def merged_law(m, a, d, n, rho_cap):
             if r <= rho_cap:
                 mass[k] = qm
                 rho = max(rho, r)
+                err2 += eq * eq
         e0 = e
-    return mass, rho, e0
+    return mass, rho, e0, math.sqrt(err2)
 
 
 @njit(cache=True)

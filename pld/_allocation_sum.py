@@ -283,12 +283,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SumLaw, SumLaw, dict
     n = int(math.ceil(w1 / d))
     g = np.arange(n + 1) * d
     xs = spread_law(m, a, d, n)
-    xm, rho0, top = merged_law(m, a, d, n, _RHO_CAP)
+    xm, rho0, top, e_xm = merged_law(m, a, d, n, _RHO_CAP)
     up, _ = _sum_levels(_Level(xs, g * xs, 0.0, 2 * _U * float(l1_l2_norms(g * xs)[1]), 1, 1), t, d, a, True,
                         _COARSE_RATIO * spacing)
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
-    e0 = 8.0 * _U * float(l1_l2_norms(xm)[1])
+    e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
     lo, rho = _sum_levels(_Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1), t, d, a,
                           False, _COARSE_RATIO * spacing)
     rho = (1.0 + rho) * (1.0 + rho0) - 1.0
