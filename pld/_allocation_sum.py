@@ -36,17 +36,33 @@ expectations of convex functions of ``Lambda``, and they determine the pair).
   each epoch's factor).  Cells the residual bound cannot certify are dropped
   (a sub-pair: lower hockey sticks).
 
-Both sums are ``t``-fold convolutions on the linear grid ``[0, W]`` (FFT,
-repeated squaring).  Truncation is exact bookkeeping: the terms are
-non-negative, so ``S <= W`` forces every partial sum ``<= W``, and the computed
-window is the exact law of ``S`` on ``{S <= W}``.  The event ``{S^s > W}`` is
-made fully distinguishing in the upper pair (its P-mass ``1 - E[S^s/t; S^s <= W]``
-to loss ``+inf`` in the remove direction, its Q-mass ``1 - Q(S^s <= W)`` in the
-add direction): a union of a sub-pair with a fully revealing one dominates.
-The lower pair drops it.  FFT round-off is tracked as an l2 bound ``E`` on the
-error of each entry (Young's inequality per convolution); the upper law adds
-``sqrt(n) E`` (an l1 bound) to the mass at ``+inf``, the lower law subtracts
-``E`` from every entry before clipping.
+Both sums are ``t``-fold convolutions on linear grids (FFT, repeated
+squaring).  A partial sum of ``m`` coordinates is re-gridded to twice its
+spacing while that spacing stays below a fixed fraction of its standard
+deviation (evolving discretisation): by a mean-preserving spread above
+(:func:`_spread_half`, which keeps the likelihood ratio of every atom equal to
+its value, so the pair stays of the form above) and by a merge into buckets
+whose conditional means are exactly the coarse points below
+(:func:`pld.kernels.allocation.merge_half`, a randomised post-processing).
+Spreads and merges of partial sums compose with the sums (convex order and
+post-processing are both preserved by adding independent terms).
+
+Truncation is exact bookkeeping: each level is cut to its own window and
+each coordinate to the first window.  On the upper side everything cut is
+made fully distinguishing (a union of a sub-pair with a fully revealing one
+dominates): the per-coordinate measure has total mass ``M`` and marked mass
+``m`` (computed, including the tail beyond the first window), convolutions
+and spreads keep totals, so the cut part of the ``t``-fold sum has Q-mass
+``M^t - (Q inside)`` (to loss ``+inf`` in the add direction) and P-mass
+``m M^(t-1) - (P inside)`` (to ``+inf`` in the remove direction).  The lower
+side drops what is cut.  Round-off: each array carries an l2 bound ``E`` on
+its error (Young's inequality per convolution, the l2 norm of each re-grid
+map); the upper side adds ``2 sqrt(n) E`` to the masses at ``+inf`` (the sums
+inside and the entries themselves), the lower side subtracts ``E`` from every
+entry before clipping.  Per-coordinate masses come from differences of
+``Phi`` with bounded rounding; the spread's shares are rounded up (extra mass
+only raises both hockey sticks), the merge's residual ``rho`` is bounded per
+cell and cells it cannot certify are dropped.
 
 The bias is second order: a spread adds at most ``d^2/4`` to the variance of
 each ``Y``, so ``d^2/(4t)`` to that of ``Lambda``; the merge removes about

@@ -229,10 +229,15 @@ class RandomAllocation(Mechanism):
         return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing)[2])
 
     def _coarse(self, info: dict) -> str | None:
-        if info["spacing_sd"] > 0.3 or info["lower_mass"] < 0.999:
+        # the grid must resolve the bulk of one coordinate, not only its
+        # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
+        # below the standard deviation the heavy tail makes
+        median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
             return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
                     f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
-                    f"deviations of one coordinate ({info['first_cells']} cells; the dominated pair keeps "
+                    f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
+                    f"({info['first_cells']} cells; the dominated pair keeps "
                     f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
         return None
 
