@@ -237,7 +237,7 @@ class RandomAllocation(Mechanism):
             return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
                     f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
                     f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
-                    f"({info['first_cells']} cells; the dominated pair keeps "
+                    f"({info['first_cells']} cells, spacing parameter {self.spacing:g}; the dominated pair keeps "
                     f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
         return None
 

@@ -213,7 +213,7 @@ def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int 
 
 def test_k_of_t_brackets_the_true_pair():
     sigma, t, k = 1.0, 6, 2
-    mech = RandomAllocation(pld.Gaussian(sigma), t, participations=k, spacing=0.05)
+    mech = RandomAllocation(pld.Gaussian(sigma), t, participations=k, spacing=0.04)
     info = mech.explain()
     assert "block" in info["upper"] and "sum statistic" in info["lower"]
     d = mech.pld()
@@ -223,7 +223,7 @@ def test_k_of_t_brackets_the_true_pair():
         worst = max(est, key=lambda e: e[0])
         assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
     # the upper end is the block composition (2 rounds of 1-of-3) exactly
-    block = _alloc(sigma, 3, spacing=0.05).pld().self_compose(2).delta_bounds(1.0)
+    block = _alloc(sigma, 3, spacing=0.04).pld().self_compose(2).delta_bounds(1.0)
     assert abs(d.delta_bounds(1.0)[1] - block[1]) <= 1e-3 * block[1]
     # the lower end is at least the sum statistic's Gaussian (mu = k / (sigma sqrt(t)))
     assert d.delta_bounds(1.0)[0] >= _gaussian_delta(k / (sigma * math.sqrt(t)), 1.0) * (1 - 1e-6)
@@ -232,11 +232,11 @@ def test_k_of_t_brackets_the_true_pair():
 def test_shuffling_between_allocation_and_no_amplification():
     from pld.allocation import Shuffling
 
-    sh = Shuffling(pld.Gaussian(1.0), 50, spacing=0.05)
+    sh = Shuffling(pld.Gaussian(1.0), 50, spacing=0.04)
     with pytest.warns(pld.TargetMissedWarning):  # the gap is told, not hidden
         lo, hi = sh.pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
     gauss = pld.Gaussian(1.0).pld().self_compose(4).epsilon_bounds(1e-5)
-    alloc = _alloc(1.0, 50, spacing=0.05).pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
+    alloc = _alloc(1.0, 50, spacing=0.04).pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
     assert hi >= gauss[0] * (1 - 1e-9) and hi <= gauss[1] * (1 + 1e-3)
     # (both are certified lower ends of the same pair on different grids)
     assert alloc[0] * (1 - 1e-3) <= lo <= alloc[1]
