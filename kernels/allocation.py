@@ -176,7 +176,8 @@ def merge_half(q, p, rho_cap, width_cap):
     randomised post-processing: each atom goes to one or two buckets, with
     the same split for ``q`` and ``p``).  Returns ``(q', p', rho, widest)`` with
     ``rho`` a bound on ``|mean - c| / c`` over the buckets (rounding of the
-    running sums) and ``widest`` the most atoms any bucket took from.  A last bucket that cannot close (its mean stays below its point,
+    running sums) and ``widest`` the most atoms any bucket took from.  A last
+    bucket that cannot close (its mean stays below its point,
     at the window's end) is dropped, and so is a bucket whose residual bound
     exceeds ``rho_cap`` or that takes from more than ``width_cap`` atoms (where
     the law is sparse): a dominated pair may drop outputs.

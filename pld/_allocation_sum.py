@@ -310,7 +310,8 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SumLaw, SumLaw, dict
     rho = (1.0 + rho) * (1.0 + rho0) - 1.0
     # The upper laws are t-fold sums of a per-coordinate measure of total mass
     # M >= 1 and marked mass (mean) m >= 1 (the exact spread plus rounding
-    # slack, plus the tail beyond the first window, which counts as cut); spreads and convolutions keep totals, so the parts cut off have
+    # slack, plus the tail beyond the first window, which counts as cut);
+    # spreads and convolutions keep totals, so the parts cut off have
     # Q-mass M^t - (Q inside) and P-mass m M^(t-1) - (P inside).  Each
     # computed entry is within the l2 bound of that measure's: the sums
     # inside are off by at most sqrt(n) e, once for the sums and once for the
