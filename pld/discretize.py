@@ -47,6 +47,11 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
         valid on any partition) and a cost in accuracy of its mass times its
         width squared (see :func:`pld._windows.cell_points`).
     """
+    side = getattr(model, "side_model", None)
+    if side is not None:
+        # a model known only through a dominating and a dominated pair
+        # (pld.allocation) hands each side its own atoms
+        model, cells = side(pessimistic), None
     n = int(k_hi - k_lo + 1)
     if n < 2:
         raise ValueError("a grid window needs at least two points")

@@ -1,0 +1,230 @@
+"""Per-coordinate laws of random allocation (imported lazily as ``pld.kernels.allocation``).
+
+The coordinate is ``Y = exp(X / s^2 - 1 / (2 s^2))`` with ``X ~ N(0, s^2)``,
+i.e. ``log Y ~ N(m, a^2)`` with ``a = 1/s`` and ``m = -a^2/2`` (so ``E[Y] = 1``).
+With ``F(y) = Phi((log y - m)/a)`` its CDF, the partial mean is
+``G(y) = E[Y; Y <= y] = Phi((log y - m)/a - a)``.  Interval masses are taken
+as differences of ``Phi`` on the lower side of the median and of ``Phi(-.)``
+on the upper side, so both tails keep their relative accuracy.
+
+Two laws on the grid ``g_k = k d`` are built:
+
+* :func:`spread_law`: each cell ``[g_k, g_{k+1}]`` split between its two ends
+  preserving its mass and its mean (a mean-preserving spread: larger in the
+  convex order);
+* :func:`merged_law`: cells ``(e_{k-1}, e_k]`` chosen left to right so that
+  each cell's conditional mean is the grid point ``g_k`` (a conditional
+  expectation: smaller in the convex order, and a post-processing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_U = 2.0 ** -53
+_SQRT2 = math.sqrt(2.0)
+
+
+@njit(cache=True)
+def _phi(x):
+    return 0.5 * math.erfc(-x / _SQRT2)
+
+
+@njit(cache=True)
+def _z(y, m, a):
+    if y <= 0.0:
+        return -math.inf
+    return (math.log(y) - m) / a
+
+
+@njit(cache=True)
+def _interval(za, zb):
+    """``Phi(zb) - Phi(za)`` for ``za <= zb``, and a bound on its rounding error."""
+    if zb <= 0.0:
+        hi, lo = _phi(zb), _phi(za)
+    elif za >= 0.0:
+        hi, lo = _phi(-za), _phi(-zb)
+    else:
+        hi, lo = 1.0 - _phi(-zb), _phi(za)
+        return hi - lo, 8.0 * _U * (1.0 + hi + lo)
+    return hi - lo, 8.0 * _U * (hi + lo)
+
+
+@njit(cache=True)
+def _cell(ya, yb, m, a):
+    """Q-mass and partial mean of ``(ya, yb]`` with rounding bounds."""
+    za, zb = _z(ya, m, a), _z(yb, m, a)
+    qm, eq = _interval(za, zb)
+    gm, eg = _interval(za - a, zb - a)
+    return qm, eq, gm, eg
+
+
+@njit(cache=True)
+def spread_law(m, a, d, n):
+    """Mean-preserving spread of ``Y`` restricted to ``[0, n d]`` onto ``g_k = k d``, rounded up.
+
+    The cell ``[g_k, g_{k+1}]`` with mass ``Q`` and partial mean ``M`` sends
+    ``(M - g_k Q)/d`` to ``g_{k+1}`` and the rest to ``g_k`` (both shares
+    ``>= 0``; mass and mean preserved).  Each share is returned rounded *up*
+    by a bound on its rounding error, so the returned masses are the exact
+    spread plus non-negative extra mass at every point: an upper bound for
+    every non-negative functional that is convex in ``Y`` (the extra mass is
+    accounted for by the caller through the returned total and mean).
+    """
+    mass = np.zeros(n + 1)
+    for k in range(n):
+        ya = k * d
+        yb = (k + 1) * d
+        qm, eq, gm, eg = _cell(ya, yb, m, a)
+        up = (gm - ya * qm) / d
+        # the rounding of the product and of the subtraction, relative to the terms
+        e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / d + 2.0 * _U * abs(up)
+        up = min(max(up, 0.0), qm)
+        low = max(qm - up, 0.0)
+        # (+ eq: a share clamped at the cell's computed mass is still covered)
+        mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
+        mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
+    return mass
+
+
+@njit(cache=True)
+def _solve_edge(e0, g, m, a, top):
+    """Right edge ``e`` of the cell ``(e0, e]`` whose conditional mean is ``g``.
+
+    ``h(e) = E[Y - g; e0 < Y <= e]`` is negative on ``(e0, g]`` and increasing
+    beyond ``g`` (``h' = (e - g) f(e)``), so the root above ``g`` is unique.
+    Returns ``-1`` when ``h(top) < 0`` (the cell cannot close below ``top``).
+    """
+    qm, _, gm, _ = _cell(e0, top, m, a)
+    if gm - g * qm < 0.0:
+        return -1.0
+    lo = g
+    hi = top
+    e = min(max(2.0 * g - e0, g * (1.0 + 1e-15)), top)
+    for _ in range(100):
+        qm, eq, gm, eg = _cell(e0, e, m, a)
+        h = gm - g * qm
+        if abs(h) <= 4.0 * (eg + g * eq):
+            return e  # as close as rounding lets h get
+        if h < 0.0:
+            lo = e
+        else:
+            hi = e
+        z = _z(e, m, a)
+        dens = math.exp(-0.5 * z * z) / (a * e * math.sqrt(2.0 * math.pi))
+        slope = (e - g) * dens
+        nxt = e - h / slope if slope > 0.0 else 0.5 * (lo + hi)
+        if not (lo < nxt < hi):
+            nxt = 0.5 * (lo + hi)
+        # (any edge is valid: the caller measures the residual of the one returned)
+        if abs(nxt - e) <= 4.0 * _U * e or hi - lo <= 4.0 * _U * hi:
+            return nxt
+        e = nxt
+    return e
+
+
+@njit(cache=True)
+def merged_law(m, a, d, n, rho_cap):
+    """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
+
+    Returns ``(mass, rho, top, err)``: ``mass[k]`` the Q-mass of the cell whose
+    conditional mean is ``g_k`` (to rounding), ``rho`` a bound on
+    ``|E[Y | cell] - g_k|`` over the kept cells, ``top`` the last edge (the
+    mass above it is left out) and ``err`` an l2 bound on the masses' rounding.  A cell whose residual bound exceeds
+    ``rho_cap`` is left out too (a dominated pair may drop outputs).  The
+    residual is relative, ``|E[Y | cell] - g_k| <= rho g_k``, so that the sum's
+    conditional mean is within a factor ``1 +- rho`` of the grid sum.
+    """
+    mass = np.zeros(n + 1)
+    rho = 0.0
+    err2 = 0.0
+    e0 = 0.0
+    top = n * d
+    for k in range(1, n + 1):
+        g = k * d
+        # a cell whose grid point lies just above its left edge would close
+        # just above it too (a tiny cell, badly resolved); the next point
+        # then gets a wide one.  Aiming only at points at least d/4 above the
+        # left edge keeps every half-width in [d/4, 5d/4) where the density
+        # is smooth on the scale d.
+        if g - e0 < 0.25 * d:
+            continue
+        e = _solve_edge(e0, g, m, a, top)
+        if e < 0.0:
+            break
+        qm, eq, gm, eg = _cell(e0, e, m, a)
+        if qm > 0.0:
+            r = (abs(gm - g * qm) + eg + g * eq + 4.0 * _U * (abs(gm) + g * qm)) / (qm * g)
+            if r <= rho_cap:
+                mass[k] = qm
+                rho = max(rho, r)
+                err2 += eq * eq
+        e0 = e
+    return mass, rho, e0, math.sqrt(err2)
+
+
+@njit(cache=True)
+def merge_half(q, p, rho_cap, width_cap):
+    """Merge a law on ``i d`` onto ``2 j d`` with exact conditional means.
+
+    A left-to-right sweep fills one bucket per coarse point ``c``: atoms below
+    ``c`` pull the bucket's mean down, atoms above push it up, and the atom
+    that would overshoot is split so that the bucket's mean is ``c`` (a
+    randomised post-processing: each atom goes to one or two buckets, with
+    the same split for ``q`` and ``p``).  Returns ``(q', p', rho, widest)`` with
+    ``rho`` a bound on ``|mean - c| / c`` over the buckets (rounding of the
+    running sums) and ``widest`` the most atoms any bucket took from.  A last
+    bucket that cannot close (its mean stays below its point,
+    at the window's end) is dropped, and so is a bucket whose residual bound
+    exceeds ``rho_cap`` or that takes from more than ``width_cap`` atoms (where
+    the law is sparse): a dominated pair may drop outputs.
+    """
+    n = q.size
+    m = (n + 1) // 2 + 1
+    qo = np.zeros(m)
+    po = np.zeros(m)
+    rho = 0.0
+    widest = 1
+    i = 0
+    rq = q[0]
+    rp = p[0]
+    while i < n:
+        first = i
+        c = (i + 1) // 2 * 2  # first coarse point at or above atom i
+        mq = 0.0
+        mp = 0.0
+        h = 0.0  # sum of mass * (v - c), v in units of d
+        habs = 0.0
+        closed = False
+        while i < n:
+            dv = float(i - c)
+            if dv > 0.0 and h + rq * dv >= 0.0:
+                f = -h / (rq * dv) if h < 0.0 else 0.0
+                f = min(max(f, 0.0), 1.0)
+                mq += f * rq
+                mp += f * rp
+                habs += f * rq * dv
+                rq -= f * rq
+                rp -= f * rp
+                closed = True
+                break
+            mq += rq
+            mp += rp
+            h += rq * dv
+            habs += rq * abs(dv)
+            i += 1
+            if i < n:
+                rq = q[i]
+                rp = p[i]
+        width = i - first + 1
+        if closed and mq > 0.0 and width <= width_cap:
+            r = 16.0 * _U * (habs + mq * c) / (mq * c) if c > 0 else 0.0
+            if r <= rho_cap:
+                qo[c // 2] += mq
+                po[c // 2] += mp
+                rho = max(rho, r)
+                widest = max(widest, width)
+    return qo, po, rho, widest

@@ -1,0 +1,393 @@
+"""Random allocation: each record takes part in exactly ``k`` of ``t`` steps.
+
+:class:`RandomAllocation` describes one round (an epoch) of ``t`` steps of a
+base mechanism in which every record is used in ``participations`` steps
+chosen uniformly at random.  Rounds compose like any other mechanism
+(``RandomAllocation(...).pld().self_compose(epochs)``), and every answer is a
+certified bracket.
+
+Gaussian base, one participation (the exact pair, add-or-remove adjacency):
+
+* remove: ``P = (1/t) sum_i N(e_i, s^2 I_t)`` against ``Q = N(0, s^2 I_t)``;
+* add: the pair swapped.
+
+Its likelihood ratio is ``S/t`` with ``S`` a sum of ``t`` iid log-normals; the
+dominating and dominated discrete pairs come from a mean-preserving spread and
+a conditional-mean merge of each log-normal onto a linear grid, summed by FFT
+(:mod:`pld._allocation_sum`, which holds the proof sketch).  The bias is second
+order in the grid spacing: a spacing of 0.02 standard deviations of one
+coordinate changes the variance of the likelihood ratio by ~1e-4 of itself,
+and the partial sums are re-gridded as they widen (evolving discretisation),
+so every FFT stays short.  That is why a linear grid works where the peers
+convolve on geometric grids in O(n^2).
+
+Limits (each told by a warning, never silent): the window of one coordinate
+must reach its heavy log-normal tail (``exp(1/(2 s^2) + 7.4/s)``), so below
+``sigma ~ 0.7`` the first grid needs more than ``2^22`` cells, its spacing is
+raised and :class:`AllocationAccuracyWarning` says the bracket will be wide;
+the certified round-off of the ``t``-fold sum grows like ``t`` (Young's
+inequality), and the upper pair carries it as mass at ``+inf`` (about 1e-6
+at ``t = 1e5``, 1e-10 at ``t = 100`` per round), so a single round of very
+many steps cannot certify a ``delta`` below that (``TargetMissedWarning``).
+For ``t <= 2`` the add direction's upper end also carries the probability
+that every coordinate falls in the first grid cell.
+
+``k > 1`` participations: the upper end uses the block argument (the ``t``
+steps cut into ``k`` blocks of ``floor(t/k)`` or ``ceil(t/k)`` steps, one
+participation in each; see :class:`RandomAllocation`), the lower end a
+post-processing of the true pair; ``explain()`` says which bounds are used.
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation"
+(2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pld import _validate as v
+from pld._allocation_sum import atoms as _atoms
+from pld._allocation_sum import sum_laws
+from pld import mechanisms as pld_mechanisms
+from pld._allocation_parts import OneSided
+from pld.mechanisms import Gaussian, Mechanism
+
+__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
+
+#: default first-grid spacing, in standard deviations of one log-normal
+#: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
+#: about ``d^2/12`` off, a relative error of ``~1e-4`` in the variance of the
+#: likelihood ratio per round
+SPACING_PER_SD = 0.02
+#: largest steps per round
+MAX_STEPS = 10**7
+
+
+class AllocationAccuracyWarning(RuntimeWarning):
+    """The certified construction is valid but its grid is coarse: the bracket will be wide."""
+
+
+@dataclass(frozen=True, eq=False)
+class _AtomsModel:
+    """One direction of a discrete pair, in the engine's loss-model interface."""
+
+    loss: np.ndarray
+    log_p: np.ndarray
+    log_q: np.ndarray
+    base: None = None
+    sampling_rate: float = 1.0
+    direction: str = "remove"
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.loss, self.log_p, self.log_q
+
+    def cells(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        empty = np.full(len(grid) + 1, -np.inf)
+        return empty, empty.copy()
+
+    def loss_range(self) -> tuple[float, float]:
+        fin = np.isfinite(self.loss) & (self.log_p > -np.inf)
+        if not np.any(fin):
+            return 0.0, 0.0
+        return float(self.loss[fin].min()), float(self.loss[fin].max())
+
+    def inf_log_mass(self) -> float:
+        sel = self.loss == np.inf
+        return float(np.logaddexp.reduce(self.log_p[sel])) if np.any(sel) else -np.inf
+
+    def sup_loss(self) -> float:
+        # the true pair's loss is unbounded in both directions (a Gaussian
+        # coordinate can make S/t as large or as small as one likes)
+        return math.inf
+
+
+@dataclass(frozen=True, eq=False)
+class _SidedModel(_AtomsModel):
+    """The dominating pair, with the dominated pair the engine's lower side uses.
+
+    :func:`pld.discretize.discretize` asks ``side_model(pessimistic)``: the
+    dominating side discretises ``upper`` (this model's own atoms) and the
+    dominated side ``lower``.
+    """
+
+    lower: _AtomsModel | None = None
+
+    def side_model(self, pessimistic: bool) -> _AtomsModel:
+        return self if pessimistic or self.lower is None else self.lower
+
+
+def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
+    upper, lower, _ = sum_laws(sigma, t, spacing)
+    lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
+    return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
+
+
+#: coarsest first grid (standard deviations of one coordinate) worth computing
+_COARSEST_SD = 0.3
+
+
+def _check_tail(sigma: float, t: int, k: int) -> None:
+    """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
+    cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
+    after minutes): below about 0.55 at any number of steps."""
+    from pld._allocation_sum import MAX_CELLS, window
+
+    a = 1.0 / sigma
+    steps = -(-t // k)  # the longest block
+    cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
+    if cells > MAX_CELLS:
+        raise ValueError(
+            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation here, "
+            f"got {sigma:g}: the heavy log-normal tail of one step's likelihood ratio reaches "
+            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve")
+
+
+@dataclass(frozen=True)
+class RandomAllocation(Mechanism):
+    """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
+
+    The steps a record takes part in are chosen uniformly at random among the
+    ``C(steps, participations)`` subsets, independently of the other records
+    (balls-in-bins batching: shuffle-free, every example in exactly one batch
+    per epoch when ``participations = 1``).  Add-or-remove adjacency; both
+    directions are accounted.
+
+    Parameters
+    ----------
+    mechanism : Gaussian
+        The base mechanism of one step (a Gaussian of noise ``sigma`` and
+        sensitivity ``sensitivity``; the pair depends on ``sigma/sensitivity``).
+    steps : int
+        ``t``, the steps per round (1 .. 1e7).
+    participations : int
+        ``k``, the steps each record takes part in (1 .. steps).
+    spacing : float, optional
+        Spacing of the first grid in standard deviations of one log-normal
+        coordinate (accuracy against time; default 0.02).  It is raised, with
+        an :class:`AllocationAccuracyWarning`, where the heavy tail of a small
+        ``sigma`` would need more than ``2^22`` cells.
+
+    Raises
+    ------
+    TypeError
+        ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
+    ValueError
+        ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
+        ``spacing`` outside [1e-4, 1].
+
+    Warns
+    -----
+    AllocationAccuracyWarning
+        When the heavy tail of a small ``sigma`` forces a coarse grid.
+
+    Examples
+    --------
+    >>> import pld
+    >>> from pld.allocation import RandomAllocation
+    >>> epoch = RandomAllocation(pld.Gaussian(1.0), steps=100)
+    >>> lo, hi = epoch.pld().self_compose(100).epsilon_bounds(1e-5, rtol=1e-3)
+    >>> 6.0 < lo <= hi < 6.1
+    True
+
+    Notes
+    -----
+    ``k = 1``: the exact pair (see :mod:`pld._allocation_sum`).  ``k > 1``: the
+    upper end is the composition of ``k`` rounds of 1-of-``t_j`` allocation
+    (``t_j`` = ``floor(t/k)`` or ``ceil(t/k)``, summing to ``t``), the lower end
+    the Gaussian mechanism of the sum statistic; :meth:`explain` gives the
+    argument and, for a ``delta``, the gap between the two.
+    """
+
+    mechanism: Gaussian
+    steps: int
+    participations: int = 1
+    spacing: float = SPACING_PER_SD
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Gaussian):
+            raise TypeError("mechanism must be a pld.Gaussian (random allocation is implemented for the "
+                            f"Gaussian base only), got {type(self.mechanism).__name__}")
+        object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
+        object.__setattr__(self, "participations",
+                           v.integer("participations", self.participations, low=1, high=self.steps))
+        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
+        _check_tail(self.noise_multiplier, self.steps, self.participations)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.mechanism.sigma / self.mechanism.sensitivity
+
+    def grid_info(self) -> dict:
+        """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
+        ``S``, the merge's residual ``rho``, round-off bounds and the upper
+        pair's mass at ``+inf`` in each direction."""
+        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing)[2])
+
+    def _coarse(self, info: dict) -> str | None:
+        # the grid must resolve the bulk of one coordinate, not only its
+        # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
+        # below the standard deviation the heavy tail makes
+        median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
+            return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
+                    f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
+                    f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
+                    f"({info['first_cells']} cells, spacing parameter {self.spacing:g}; the dominated pair keeps "
+                    f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
+        return None
+
+    # ------------------------------------------------------------ k > 1
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """``((steps, count), ...)``: the block rounds of the upper end (``k > 1``)."""
+        t, k = self.steps, self.participations
+        lo, extra = divmod(t, k)
+        parts = [(lo + 1, extra), (lo, k - extra)]
+        return tuple((s, c) for s, c in parts if c > 0)
+
+    def _sum_mu(self) -> float:
+        return self.participations / (self.noise_multiplier * math.sqrt(self.steps))
+
+    def pld(self, *, value_discretization_interval: float | None = None):
+        """The PLD of one round.  ``k = 1``: the exact pair (both ends).  ``k > 1``:
+        the upper end from the block rounds, the lower end from the sum
+        statistic (see :meth:`explain`)."""
+        from pld.pld import PLD
+
+        if self.participations == 1:
+            return PLD(((self, 1),), value_discretization_interval=value_discretization_interval)
+        parts = [(OneSided(RandomAllocation(self.mechanism, s, 1, self.spacing), "upper"), c)
+                 for s, c in self.blocks()]
+        lower = pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
+        parts.append((OneSided(lower, "lower"), 1))
+        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.
+
+        ``k = 1``: both ends bound the exact pair (a mean-preserving spread and
+        a conditional-mean merge of each log-normal coordinate).  ``k > 1``:
+
+        * upper: the block argument.  Cut the steps into ``k`` blocks of
+          ``floor(t/k)`` or ``ceil(t/k)`` steps at random and take one step per
+          block: averaged over the random cut, the chosen set is a uniform
+          ``k``-subset (its law is exchangeable), so the true remove pair is
+          ``(E_pi P_pi, Q)``, and by the joint convexity of the hockey-stick
+          divergence ``H(E_pi P_pi || Q) <= E_pi H(P_pi || Q)``, likewise for the
+          add direction; each ``P_pi`` is a product over blocks of 1-of-``t_j``
+          allocations, i.e. a composition of ``k`` rounds.  Exact for ``k = 1``
+          only.
+        * lower: the sum of the ``t`` outputs, a post-processing of the true
+          pair, is ``N(k, t s^2)`` against ``N(0, t s^2)``: a Gaussian mechanism
+          with ``mu = k / (s sqrt(t))``.  Far from tight when ``k << t``.
+
+        Parameters
+        ----------
+        delta : float, optional
+            With it, the epsilon bracket of ``epochs`` rounds is computed.
+        epochs : int
+            Rounds composed for that bracket.
+
+        Returns
+        -------
+        dict
+            ``upper`` and ``lower`` (the constructions in words), and with
+            ``delta``: ``epsilon_lower``, ``epsilon_upper``, ``gap`` and
+            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`).
+        """
+        out: dict = {"steps": self.steps, "participations": self.participations,
+                     "noise_multiplier": self.noise_multiplier}
+        if self.participations == 1:
+            out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
+            out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
+            out["grid"] = self.grid_info()
+        else:
+            out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
+                            + " (joint convexity of the hockey-stick divergence)")
+            out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = {self._sum_mu():.6g} "
+                            "(a post-processing of the true pair; not tight)")
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
+        return out
+
+    def loss_model(self, direction: str = "remove") -> _SidedModel:
+        self._check_direction(direction)
+        if self.participations > 1:
+            raise ValueError("a RandomAllocation with participations > 1 is a composition of several parts: "
+                             "use its .pld() (not PLD((mechanism, count)) or loss_model)")
+        info = self.grid_info()
+        why = self._coarse(info)
+        if why is not None:
+            warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
+        return _model(self.noise_multiplier, self.steps, self.spacing, direction)
+
+
+@dataclass(frozen=True)
+class Shuffling(Mechanism):
+    """One epoch of ``steps`` runs of ``mechanism`` over a shuffled dataset cut into ``steps`` batches.
+
+    No tight analysis of shuffling is known; this gives what is certified and
+    is not tight:
+
+    * upper end: no amplification.  Each record is in exactly one batch per
+      epoch, so one epoch is at most one run of ``mechanism`` on the record
+      (the batch it lands in is then a free choice of the adversary).  This
+      assumes removing the record changes only its own batch (batches as
+      fixed slots, e.g. the record's slot left empty), not the batches after
+      it.
+    * lower end: 1-of-``steps`` random allocation.  On a dataset whose other
+      records contribute nothing (zero clipped gradients), the outputs are
+      ``N(e_J, s^2 I)`` against ``N(0, s^2 I)`` with ``J``, the record's batch,
+      uniform: exactly the random-allocation pair, so its dominated side is a
+      lower bound for shuffling (Chua et al., "How Private are DP-SGD
+      Implementations?", ICML 2024, build lower bounds for shuffling in this
+      spirit).
+
+    The gap between the two ends is the price of not knowing how much
+    shuffling amplifies; :meth:`explain` reports it.
+    """
+
+    mechanism: Gaussian
+    steps: int
+    spacing: float = SPACING_PER_SD
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Gaussian):
+            raise TypeError("mechanism must be a pld.Gaussian (shuffling is implemented for the Gaussian base "
+                            f"only), got {type(self.mechanism).__name__}")
+        object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
+        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
+
+    def pld(self, *, value_discretization_interval: float | None = None):
+        from pld.pld import PLD
+
+        parts = [(OneSided(self.mechanism, "upper"), 1)]
+        try:
+            parts.append((OneSided(RandomAllocation(self.mechanism, self.steps, 1, self.spacing), "lower"), 1))
+        except ValueError as exc:
+            warnings.warn(f"Shuffling: no lower end beyond 0 ({exc})", AllocationAccuracyWarning, stacklevel=2)
+        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
+
+    def loss_model(self, direction: str = "remove"):
+        raise ValueError("Shuffling is a composition of an upper-only and a lower-only part: use its .pld()")
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """The constructions of both ends and (with ``delta``) the bracket and its gap."""
+        out: dict = {"steps": self.steps, "noise_multiplier": self.mechanism.sigma / self.mechanism.sensitivity,
+                     "upper": "no amplification: one run of the mechanism per epoch",
+                     "lower": f"1-of-{self.steps} random allocation (a dataset whose other records contribute 0)",
+                     "tight": False}
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo})
+        return out
