@@ -21,6 +21,7 @@ _IMPORT_STARTED = _time.perf_counter()
 
 from pld._jit_warm import warm  # noqa: E402
 from pld.accountant import Accountant  # noqa: E402
+from pld.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
 from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
 from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
 from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
@@ -68,6 +69,9 @@ __all__ = [
     "PoissonSampledSubstitute",
     "TruncatedPoissonGaussian",
     "MixtureOfGaussians",
+    "RandomAllocation",
+    "Shuffling",
+    "AllocationAccuracyWarning",
     "dpsgd",
     "dpsgd_schedule",
     "epsilon_per_epoch",

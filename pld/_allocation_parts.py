@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pld import adjacency as adj
 from pld.mechanisms import Mechanism
 
 
@@ -87,11 +88,19 @@ class OneSided(Mechanism):
 
     mechanism: Mechanism
     side: str
+    #: the neighbouring relation the part is accounted under (None: the mechanism's own)
+    relation: str | None = None
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if self.side not in ("upper", "lower"):
             raise ValueError(f"side must be 'upper' or 'lower', got {self.side!r}")
+        if self.relation is not None and self.relation not in adj.RELATIONS:
+            raise ValueError(f"relation must be one of {adj.RELATIONS} or None, got {self.relation!r}")
+
+    @property
+    def adjacency(self) -> str:  # type: ignore[override]
+        return self.relation if self.relation is not None else self.mechanism.adjacency
 
     def loss_model(self, direction: str = "remove"):
         self._check_direction(direction)

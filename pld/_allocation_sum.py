@@ -269,6 +269,7 @@ def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: f
                 result = fit(_combine(r, c, keep(r.m + c.m, c.step)))
         k >>= 1
         if not k:
+            assert result is not None  # (t >= 1: the lowest set bit set it)
             return result, rho
         cur = fit(_combine(cur, cur, keep(2 * cur.m, cur.step)))
 

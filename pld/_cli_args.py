@@ -244,3 +244,6 @@ def _add_config(p: argparse.ArgumentParser, *, delta_default: float | None = 1e-
                    help="instead of --sampling-rate: q = B / N (needs --dataset-size)")
     g.add_argument("--sampling", type=_sampling, default="poisson",
                    metavar="{" + ",".join(sampling_registry.names()) + "}", help=_sampling_help())
+    g.add_argument("--participations", "-k", type=_int, default=None, metavar="K",
+                   help="--sampling random_allocation: steps of an epoch each record takes part in "
+                        "(steps per epoch = K / q; default 1)")

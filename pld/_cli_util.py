@@ -30,7 +30,8 @@ def _config(args, *, need_sigma: bool = True, need_q: bool = True, need_t: bool 
         ex = MNIST_EXAMPLE
         return DPSGDConfig(noise_multiplier=ex.noise_multiplier if sigma is None else sigma,
                            sampling_rate=ex.sampling_rate, steps=ex.steps, delta=args.delta,
-                           sampling=args.sampling, runs=runs, dataset_size=ex.dataset_size,
+                           sampling=args.sampling, participations=getattr(args, "participations", None),
+                           runs=runs, dataset_size=ex.dataset_size,
                            batch_size=ex.batch_size, epochs=ex.epochs, batch_size_given=False,
                            example=ex.example)
     if T is not None and E is not None:
@@ -63,7 +64,8 @@ def _config(args, *, need_sigma: bool = True, need_q: bool = True, need_t: bool 
     if need_sigma and sigma is None:
         sigma = MNIST_EXAMPLE.noise_multiplier
     return DPSGDConfig(noise_multiplier=sigma, sampling_rate=q, steps=T, delta=args.delta,
-                       sampling=args.sampling, runs=runs, dataset_size=n, batch_size=b, epochs=E,
+                       sampling=args.sampling, participations=getattr(args, "participations", None),
+                       runs=runs, dataset_size=n, batch_size=b, epochs=E,
                        batch_size_given=b is not None, sampling_rate_given=args.sampling_rate is not None)
 
 

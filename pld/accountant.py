@@ -25,6 +25,7 @@ import math
 import threading
 
 from pld import _validate as v
+from pld import sampling as sampling_registry
 from pld.distribution import PLD
 from pld.dpsgd import dpsgd_mechanism, sampling_scheme
 
@@ -41,9 +42,12 @@ class Accountant:
 
     Parameters
     ----------
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme used by :meth:`step` (and with it the adjacency; any
-        spelling :func:`pld.dpsgd` accepts).
+    sampling : str
+        Sampling scheme used by :meth:`step` (and with it the adjacency): any
+        scheme and spelling :func:`pld.dpsgd` accepts.  Run-level schemes
+        (``"balls_in_bins"``, ``"random_allocation"`` with one participation,
+        ``"shuffle"``) are recorded epoch by epoch; an epoch still running is
+        accounted as a whole one.
     value_discretization_interval : float, optional
         Fixed grid spacing of the composed PLD, for experts (see
         :class:`pld.PLD`); by default the engine picks it per query.
@@ -70,6 +74,9 @@ class Accountant:
         self._interval = value_discretization_interval
         self._lock = threading.RLock()
         self._history: list[tuple[Mechanism, int]] = []
+        #: run-level sampling schemes (random allocation, shuffling): steps of an
+        #: epoch not yet complete, by (noise_multiplier, sampling_rate)
+        self._pending: dict[tuple[float, float], int] = {}
         self._steps = 0
         self._version = 0
         self._pld: PLD | None = None
@@ -97,8 +104,33 @@ class Accountant:
         TypeError, ValueError
             For an invalid parameter (named in the message).
         """
-        mech = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=self._sampling)
-        self.record(mech, count)
+        scheme = sampling_registry.get(self._sampling)
+        if scheme.per_step:
+            self.record(dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=self._sampling), count)
+            return
+        self._step_epochs(scheme, noise_multiplier, sampling_rate, count)
+
+    def _step_epochs(self, scheme, noise_multiplier: float, sampling_rate: float, count: int) -> None:
+        """Steps of a run-level scheme: every completed epoch is recorded as the
+        components of one epoch's PLD; the steps of an epoch still running are
+        kept and accounted as a whole epoch at query time (a post-processing of it)."""
+        noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
+        sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+        count = v.integer("count", count, low=1, high=10**12)
+        assert scheme.epoch_steps is not None
+        per_epoch = scheme.epoch_steps(sampling_rate)
+        epoch = scheme.pld(noise_multiplier, sampling_rate, per_epoch)
+        key = (noise_multiplier, sampling_rate)
+        with self._lock:
+            done, rest = divmod(self._pending.get(key, 0) + count, per_epoch)
+            for mechanism, k in epoch.components if done else ():
+                self._append(mechanism, k * done)
+            if rest:
+                self._pending[key] = rest
+            else:
+                self._pending.pop(key, None)
+            self._steps += count
+            self._changed()
 
     def record(self, mechanism: Mechanism, count: int = 1) -> None:
         """Record ``count`` runs of ``mechanism`` on the same data.
@@ -121,14 +153,20 @@ class Accountant:
             raise TypeError(f"mechanism must be a pld mechanism, got {type(mechanism).__name__}")
         count = v.integer("count", count, low=1, high=10**12)
         with self._lock:
-            if self._history and self._history[-1][0] == mechanism:
-                self._history[-1] = (mechanism, self._history[-1][1] + count)
-            else:
-                self._history.append((mechanism, count))
+            self._append(mechanism, count)
             self._steps += count
-            self._version += 1
-            self._pld = None
-            self._cache = {}
+            self._changed()
+
+    def _append(self, mechanism: Mechanism, count: int) -> None:
+        if self._history and self._history[-1][0] == mechanism:
+            self._history[-1] = (mechanism, self._history[-1][1] + count)
+        else:
+            self._history.append((mechanism, count))
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._pld = None
+        self._cache = {}
 
     @property
     def steps(self) -> int:
@@ -155,10 +193,15 @@ class Accountant:
             If nothing has been recorded yet.
         """
         with self._lock:
-            if not self._history:
+            if not self._history and not self._pending:
                 raise ValueError("nothing has been recorded yet: call step() or record() first")
             if self._pld is None:
-                self._pld = PLD(tuple(self._history), value_discretization_interval=self._interval)
+                parts = list(self._history)
+                scheme = sampling_registry.get(self._sampling)
+                for (sigma, q), _ in self._pending.items():  # (an epoch still running: a whole one)
+                    assert scheme.epoch_steps is not None
+                    parts += scheme.pld(sigma, q, scheme.epoch_steps(q)).components
+                self._pld = PLD(tuple(parts), value_discretization_interval=self._interval)
             return self._pld
 
     # ------------------------------------------------------------ queries
@@ -166,14 +209,14 @@ class Accountant:
     def empty(self) -> bool:
         """True until something is recorded (queries then answer for identical laws)."""
         with self._lock:
-            return not self._history
+            return not self._history and not self._pending
 
     def _query(self, key: tuple, compute):
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
             version = self._version
-            d = self.pld() if self._history else None
+            d = self.pld() if self._history or self._pending else None
         value = compute(d)  # outside the lock: PLD is thread-safe, recording may go on
         with self._lock:
             if self._version == version:
@@ -288,6 +331,9 @@ class Accountant:
                 "sampling": self._sampling,
                 "steps": self._steps,
                 "history": [{"mechanism": mechanism_to_dict(m), "count": int(k)} for m, k in self._history],
+                # steps of an epoch still running (run-level sampling schemes only)
+                **({"pending": [{"noise_multiplier": s, "sampling_rate": q, "steps": k}
+                                for (s, q), k in self._pending.items()]} if self._pending else {}),
                 # written only when set, so that default states read as before
                 **({} if self._interval is None else {"value_discretization_interval": self._interval}),
             }
@@ -326,6 +372,20 @@ class Accountant:
             if not isinstance(entry, dict) or "mechanism" not in entry or "count" not in entry:
                 raise ValueError(f"state['history'][{i}] must be a dict with 'mechanism' and 'count'")
             acc.record(mechanism_from_dict(entry["mechanism"]), entry["count"])
+        pending = state.get("pending", [])
+        if not isinstance(pending, list):
+            raise TypeError("state['pending'] must be a list of {'noise_multiplier', 'sampling_rate', 'steps'}")
+        for i, entry in enumerate(pending):
+            try:
+                key = (v.real("noise_multiplier", entry["noise_multiplier"], low=0.0, low_open=True),
+                       v.real("sampling_rate", entry["sampling_rate"], low=0.0, high=1.0, low_open=True))
+                acc._pending[key] = v.integer("steps", entry["steps"], low=1, high=10**12)
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"state['pending'][{i}] must hold noise_multiplier, sampling_rate and steps "
+                                 f"({exc})") from None
+        if pending or not sampling_registry.get(acc._sampling).per_step:
+            # (run-level schemes record epochs, not steps: the step count is the state's)
+            acc._steps = v.integer("state['steps']", state.get("steps", acc._steps), low=0, high=10**13)
         if "steps" in state and state["steps"] != acc._steps:
             raise ValueError(f"state['steps'] = {state['steps']!r} does not match the history ({acc._steps} steps)")
         return acc

@@ -50,10 +50,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pld import _validate as v
+from pld import adjacency as adj
+from pld import mechanisms as pld_mechanisms
+from pld import sampling
+from pld._allocation_parts import OneSided
 from pld._allocation_sum import atoms as _atoms
 from pld._allocation_sum import sum_laws
-from pld import mechanisms as pld_mechanisms
-from pld._allocation_parts import OneSided
+from pld._models import _PairInBase
+from pld.distribution import PLD
 from pld.mechanisms import Gaussian, Mechanism
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
@@ -72,8 +76,9 @@ class AllocationAccuracyWarning(RuntimeWarning):
 
 
 @dataclass(frozen=True, eq=False)
-class _AtomsModel:
-    """One direction of a discrete pair, in the engine's loss-model interface."""
+class _AtomsModel(_PairInBase):
+    """One direction of a discrete pair, in the engine's loss-model interface
+    (:class:`pld._models.LossModelProtocol`; atoms only, no continuous part)."""
 
     loss: np.ndarray
     log_p: np.ndarray
@@ -84,6 +89,12 @@ class _AtomsModel:
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.loss, self.log_p, self.log_q
+
+    def loss_of_x(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, float).copy()  # (no continuous part: the identity, never asked for)
+
+    def x_of_loss(self, loss: np.ndarray) -> np.ndarray:
+        return np.asarray(loss, float).copy()
 
     def cells(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         empty = np.full(len(grid) + 1, -np.inf)
@@ -202,6 +213,8 @@ class RandomAllocation(Mechanism):
     argument and, for a ``delta``, the gap between the two.
     """
 
+    adjacency = adj.ADD_OR_REMOVE
+
     mechanism: Gaussian
     steps: int
     participations: int = 1
@@ -256,8 +269,6 @@ class RandomAllocation(Mechanism):
         """The PLD of one round.  ``k = 1``: the exact pair (both ends).  ``k > 1``:
         the upper end from the block rounds, the lower end from the sum
         statistic (see :meth:`explain`)."""
-        from pld.pld import PLD
-
         if self.participations == 1:
             return PLD(((self, 1),), value_discretization_interval=value_discretization_interval)
         parts = [(OneSided(RandomAllocation(self.mechanism, s, 1, self.spacing), "upper"), c)
@@ -351,8 +362,13 @@ class Shuffling(Mechanism):
       spirit).
 
     The gap between the two ends is the price of not knowing how much
-    shuffling amplifies; :meth:`explain` reports it.
+    shuffling amplifies; :meth:`explain` reports it.  Neighbouring relation:
+    ``replace_special`` (the record replaced by a zero record in its slot),
+    the one under which the upper end holds; both ends compose only with
+    add-or-remove and replace-special parts (:mod:`pld.adjacency`).
     """
+
+    adjacency = adj.REPLACE_SPECIAL
 
     mechanism: Gaussian
     steps: int
@@ -367,11 +383,11 @@ class Shuffling(Mechanism):
         object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
 
     def pld(self, *, value_discretization_interval: float | None = None):
-        from pld.pld import PLD
-
-        parts = [(OneSided(self.mechanism, "upper"), 1)]
+        special = adj.REPLACE_SPECIAL
+        parts = [(OneSided(self.mechanism, "upper", special), 1)]
         try:
-            parts.append((OneSided(RandomAllocation(self.mechanism, self.steps, 1, self.spacing), "lower"), 1))
+            parts.append((OneSided(RandomAllocation(self.mechanism, self.steps, 1, self.spacing), "lower", special),
+                          1))
         except ValueError as exc:
             warnings.warn(f"Shuffling: no lower end beyond 0 ({exc})", AllocationAccuracyWarning, stacklevel=2)
         return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
@@ -391,3 +407,76 @@ class Shuffling(Mechanism):
             out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
                         "gap": hi - lo})
         return out
+
+
+# ------------------------------------------------------- sampling schemes
+def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
+    """``t = k / q``: the steps of an epoch in which every record takes part ``k`` times."""
+    t = participations / sampling_rate
+    steps = round(t)
+    if steps < 1 or abs(t - steps) > 1e-9 * t:
+        raise ValueError(f"sampling_rate must be participations / (steps per epoch) for random allocation "
+                         f"(every record in exactly {participations} of the steps of an epoch), got "
+                         f"{sampling_rate!r}: {participations} / {sampling_rate!r} = {t:.6g} is not an integer")
+    return steps
+
+
+def _epochs(steps: int, per_epoch: int) -> int:
+    """Epochs accounted for ``steps`` steps: a last partial epoch counts as a whole one
+    (it is the whole epoch with its remaining steps not released: a post-processing)."""
+    return -(-steps // per_epoch)
+
+
+def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, participations: int = 1) -> PLD:
+    participations = v.integer("participations", participations, low=1, high=MAX_STEPS)
+    t = _steps_per_epoch(sampling_rate, participations)
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations).pld()
+    return epoch.self_compose(_epochs(steps, t))
+
+
+def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
+    t = _steps_per_epoch(sampling_rate)
+    return Shuffling(Gaussian(noise_multiplier), t).pld().self_compose(_epochs(steps, t))
+
+
+_WHOLE_EPOCHS = ("epochs composed; a last partial epoch is accounted as a whole one (its remaining steps not "
+                 "released: a post-processing)")
+
+BALLS_IN_BINS = sampling.register(sampling.SamplingScheme(
+    name="balls_in_bins",
+    aliases=("balls_and_bins", "bnb", "random_allocation_1"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="balls-in-bins (every record in exactly one uniformly chosen step of each epoch of 1/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    summary="balls-in-bins (random allocation, 1 of t = 1/q steps per epoch), add-or-remove one record (both "
+            "directions); " + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C",
+    caveat="covers loaders that put every record in exactly one uniformly chosen batch per epoch, "
+           "independently of the other records; a shuffled permutation cut into batches is sampling='shuffle'"))
+
+RANDOM_ALLOCATION = sampling.register(sampling.SamplingScheme(
+    name="random_allocation",
+    aliases=("allocation", "k_of_t"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="random allocation (every record in exactly k uniformly chosen steps of each epoch of k/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    options=("participations",),
+    summary="random allocation (k of t = k/q steps per epoch; for k > 1 the upper end by the block argument, "
+            "the lower end by the sum statistic: see RandomAllocation.explain), add-or-remove one record; "
+            + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C"))
+
+SHUFFLE = sampling.register(sampling.SamplingScheme(
+    name="shuffle",
+    aliases=("shuffling", "shuffled"),
+    adjacency=adj.REPLACE_SPECIAL,
+    description="shuffling (a random permutation cut into 1/q fixed batches each epoch)",
+    batch_name="batch",
+    run_pld=_shuffle_run,
+    epoch_steps=_steps_per_epoch,
+    summary="shuffling, the record's slot replaced by a zero record: certified but NOT tight: the upper end "
+            "assumes no amplification (one Gaussian step per epoch), the lower end is 1-of-t allocation on a "
+            "dataset whose other records contribute zero; " + _WHOLE_EPOCHS,
+    caveat="no tight analysis of shuffling is known: the bracket is wide by construction"))

@@ -20,11 +20,17 @@ from pld import sampling as sampling_registry
 from pld.distribution import PLD
 from pld.mechanisms import Mechanism
 
-#: the sampling schemes, in the one spelling pld uses everywhere (Python, CLI, spec
-#: files, JSON), as registered when pld was imported (pld.sampling is the registry)
-SAMPLING_SCHEMES = sampling_registry.names()
-#: every accepted spelling (lower case, "_" for "-" and spaces) and the scheme it names
-SAMPLING_ALIASES = sampling_registry.aliases()
+
+def __getattr__(name: str):
+    # SAMPLING_SCHEMES (the canonical names) and SAMPLING_ALIASES (every accepted
+    # spelling, lower case with "_" for "-" and spaces, and the scheme it names)
+    # are read from the registry when asked for, so they include schemes
+    # registered after this module was imported (pld.allocation's)
+    if name == "SAMPLING_SCHEMES":
+        return sampling_registry.names()
+    if name == "SAMPLING_ALIASES":
+        return sampling_registry.aliases()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: largest number of steps accepted in one call (the engine composes by repeated squaring)
 MAX_STEPS = 10**12
@@ -90,7 +96,7 @@ def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: 
 
 
 def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
-          sampling: str | sampling_registry.SamplingScheme = "poisson") -> PLD:
+          sampling: str | sampling_registry.SamplingScheme = "poisson", participations: int | None = None) -> PLD:
     """PLD of ``steps`` DP-SGD steps: query it for a certified (epsilon, delta).
 
     Parameters
@@ -107,7 +113,12 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
         composed) or ``"without_replacement"`` (fixed-size batches; substitute
         one record, which moves the clipped sum by up to ``2 C``, so epsilon is
         much larger for the same flags).  Aliases such as
-        ``"without-replacement"`` or ``"wor"`` are accepted.
+        ``"without-replacement"`` or ``"wor"`` are accepted, and every scheme
+        of :mod:`pld.sampling`: ``"balls_in_bins"``, ``"random_allocation"``
+        and ``"shuffle"`` (see :mod:`pld.allocation`).
+    participations : int, optional
+        ``sampling="random_allocation"`` only: the steps of an epoch each
+        record takes part in (``k``; steps per epoch ``t = k / sampling_rate``).
 
     Returns
     -------
@@ -140,7 +151,8 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
     sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
     scheme = sampling_registry.get(sampling)
     steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    return scheme.pld(noise_multiplier, sampling_rate, steps)
+    options = {} if participations is None else {"participations": participations}
+    return scheme.pld(noise_multiplier, sampling_rate, steps, **options)
 
 
 def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:

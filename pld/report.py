@@ -64,7 +64,8 @@ class DPSGDConfig:
     sampling_rate: float
     steps: int
     delta: float
-    sampling: str = "poisson"          # "poisson" | "without_replacement"
+    sampling: str = "poisson"          # a scheme of pld.sampling
+    participations: int | None = None  # random allocation: steps of an epoch each record joins
     runs: int = 1
     dataset_size: int | None = None
     batch_size: int | None = None
@@ -188,7 +189,8 @@ def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"
 # ----------------------------------------------------------------- dpsgd
 def dpsgd_pld(cfg: DPSGDConfig):
     """The PLD of the configured run(s): ``pld.dpsgd`` composed ``runs`` times."""
-    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, sampling=cfg.sampling)
+    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, sampling=cfg.sampling,
+              participations=cfg.participations)
     if cfg.runs > 1:
         d = d.self_compose(cfg.runs)
     return d

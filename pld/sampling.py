@@ -24,10 +24,11 @@ Adding a scheme is one new module plus tests::
         batch_name="expected batch",
         step_mechanism=_step))
 
-and an import of that module where schemes are registered (the end of this
-file).  A scheme whose steps are not independent (random allocation: each
-record in exactly k of t steps) gives ``run_pld`` instead of
-``step_mechanism``: the PLD of a whole run.
+and an import of that module in ``pld/__init__.py`` (registration happens
+when the module is imported; :mod:`pld.allocation` registers its schemes so).
+A scheme whose steps are not independent (random allocation: each record in
+exactly k of t steps) gives ``run_pld`` instead of ``step_mechanism``: the PLD
+of a whole run, and ``epoch_steps`` for the accountant.
 """
 
 from __future__ import annotations
@@ -60,8 +61,15 @@ class SamplingScheme:
         ``(noise_multiplier, sampling_rate) -> Mechanism`` of one step, for
         schemes whose steps are independent given the data.
     run_pld : callable, optional
-        ``(noise_multiplier, sampling_rate, steps) -> PLD`` of a whole run, for
-        schemes whose steps are not (given instead of ``step_mechanism``).
+        ``(noise_multiplier, sampling_rate, steps, **options) -> PLD`` of a
+        whole run, for schemes whose steps are not (given instead of
+        ``step_mechanism``).
+    epoch_steps : callable, optional
+        ``sampling_rate -> steps per epoch`` of a run-level scheme (the
+        :class:`pld.Accountant` records its runs epoch by epoch).
+    options : tuple of str
+        Keyword arguments ``run_pld`` takes besides the three (e.g.
+        ``participations``); :func:`pld.dpsgd` passes them through.
     sensitivity_note : str
         Appended to the report's sensitivity convention ("" if nothing to add).
     caveat : str
@@ -80,7 +88,9 @@ class SamplingScheme:
     description: str
     batch_name: str
     step_mechanism: Callable[[float, float], Mechanism] | None = None
-    run_pld: Callable[[float, float, int], PLD] | None = None
+    run_pld: Callable[..., PLD] | None = None
+    epoch_steps: Callable[[float], int] | None = None
+    options: tuple[str, ...] = ()
     sensitivity_note: str = ""
     caveat: str = ""
     neighbouring_text: str = ""
@@ -103,10 +113,14 @@ class SamplingScheme:
         """The report's neighbouring-relation line."""
         return self.neighbouring_text or adj.DESCRIPTIONS[self.adjacency]
 
-    def pld(self, noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
+    def pld(self, noise_multiplier: float, sampling_rate: float, steps: int, **options) -> PLD:
         """The PLD of ``steps`` steps (arguments already validated)."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"sampling {self.name!r} takes no {', '.join(unknown)} (its options: "
+                             f"{', '.join(self.options) or 'none'})")
         if self.run_pld is not None:
-            return self.run_pld(noise_multiplier, sampling_rate, steps)
+            return self.run_pld(noise_multiplier, sampling_rate, steps, **options)
         assert self.step_mechanism is not None
         return PLD.from_mechanism(self.step_mechanism(noise_multiplier, sampling_rate), count=steps)
 

@@ -119,7 +119,7 @@ def test_validation(call, exc, words):
 
 def test_bad_sampling():
     with pytest.raises(ValueError, match="sampling"):
-        pld.Accountant(sampling="shuffled")
+        pld.Accountant(sampling="sliced")
 
 
 # ------------------------------------------------------------------ state

@@ -70,7 +70,7 @@ def test_a_toy_scheme_is_one_registry_entry():
             sampling.register(dataclasses.replace(toy, name="other", aliases=("toy-full",)))
     finally:
         sampling.unregister("toy_full_batch")
-    with pytest.raises(ValueError, match="must be 'poisson' or 'without_replacement'"):
+    with pytest.raises(ValueError, match="must be 'poisson', 'without_replacement'"):
         pld.dpsgd(2.0, 0.5, 10, sampling="toy_full_batch")
 
 

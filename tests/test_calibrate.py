@@ -95,7 +95,7 @@ def test_sampling_rate_calibration():
     (calibrate_noise, (1.0, 1e-5, 0.01, 0), {}, ValueError, "steps"),
     (calibrate_noise, (1.0, 1e-5, 0.01, 10.5), {}, TypeError, "steps"),
     (calibrate_noise, (1.0, 1e-5, 0.01, 100), {"rtol": 0.0}, ValueError, "rtol"),
-    (calibrate_noise, (1.0, 1e-5, 0.01, 100), {"sampling": "shuffle"}, ValueError, "sampling"),
+    (calibrate_noise, (1.0, 1e-5, 0.01, 100), {"sampling": "sliced"}, ValueError, "sampling"),
     (calibrate_steps, (1.0, 1e-5, 0.0, 0.01), {}, ValueError, "noise_multiplier"),
     (calibrate_steps, (1.0, 1e-5, 1.0, 1.5), {}, ValueError, "sampling_rate"),
     (calibrate_sampling_rate, (1.0, 1e-5, 1.0, -3), {}, ValueError, "steps"),

@@ -187,7 +187,7 @@ def test_config_resolution():
     (["dpsgd", "-q", "0.1", "-T", "0"], "must be an integer >= 1"),
     (["dpsgd", "--delta", "0"], "must be in (0, 1)"),
     (["dpsgd", "--delta", "nan"], "must be finite"),
-    (["dpsgd", "--sampling", "shuffle-ish"], "must be 'poisson' or 'without_replacement'"),
+    (["dpsgd", "--sampling", "shuffle-ish"], "must be 'poisson', 'without_replacement'"),
     (["dpsgd", "--plot", "out.unknown"], "image format"),
     (["dpsgd", "--save", "/no/such/dir/x.pld"], "does not exist"),
     (["calibrate", "--target-epsilon", "1", "-q", "0.1"], "exactly two of"),

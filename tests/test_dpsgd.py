@@ -38,7 +38,7 @@ def test_dpsgd_components():
     (dict(steps=0), ValueError, "steps"),
     (dict(steps=1.5), TypeError, "steps"),
     (dict(steps=10**13), ValueError, "steps"),
-    (dict(sampling="shuffle"), ValueError, "sampling"),
+    (dict(sampling="sliced"), ValueError, "sampling"),
     (dict(sampling=None), TypeError, "sampling"),
 ])
 def test_dpsgd_validation(kwargs, exc, words):

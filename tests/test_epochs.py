@@ -85,7 +85,7 @@ def test_table_text_and_rows():
     (lambda: pld.epsilon_per_epoch(1.0, 0.01, 0, 1e-5), ValueError, "epochs"),
     (lambda: pld.epsilon_per_epoch(1.0, 1.5, 2, 1e-5), ValueError, "sampling_rate"),
     (lambda: pld.epsilon_per_epoch(1.0, 0.01, 20_000, 1e-5), ValueError, "at most 10000"),
-    (lambda: pld.epsilon_per_epoch(1.0, 0.01, 2, 1e-5, sampling="shuffle"), ValueError, "'without_replacement'"),
+    (lambda: pld.epsilon_per_epoch(1.0, 0.01, 2, 1e-5, sampling="sliced"), ValueError, "'without_replacement'"),
 ])
 def test_bad_input_names_the_parameter(call, exc, fragment):
     with pytest.raises(exc) as err:

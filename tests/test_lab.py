@@ -132,6 +132,6 @@ def test_compare_full_batch_has_exact_reference():
 
 def test_compare_refuses_other_sampling_schemes():
     with pytest.raises(ValueError, match="poisson"):
-        L.compare(1.0, 0.01, 10, 1e-5, sampling="shuffle")
+        L.compare(1.0, 0.01, 10, 1e-5, sampling="sliced")
     with pytest.raises(ValueError):
         L.compare(1.0, 1.5, 10, 1e-5)

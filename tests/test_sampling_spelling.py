@@ -36,13 +36,15 @@ def test_python_accepts_every_alias(alias):
     assert pld.Accountant(sampling=alias).sampling == "without_replacement"
 
 
-def test_aliases_map_onto_the_schemes_and_shuffling_is_not_one():
+def test_aliases_map_onto_the_schemes_and_shuffling_is_its_own():
     assert set(SAMPLING_ALIASES.values()) == set(SAMPLING_SCHEMES)
     assert all(sampling_scheme(k) == v for k, v in SAMPLING_ALIASES.items())
-    for wrong in ("shuffle", "shuffling", "replacement", ""):
-        with pytest.raises(ValueError, match="sampling must be 'poisson' or 'without_replacement'"):
+    # shuffled fixed batches are neither Poisson nor without-replacement sampling: their own scheme
+    assert sampling_scheme("Shuffling") == "shuffle" != sampling_scheme("wor")
+    for wrong in ("sliced", "replacement", ""):
+        with pytest.raises(ValueError, match="sampling must be 'poisson', 'without_replacement'"):
             sampling_scheme(wrong)
-    with pytest.raises(TypeError, match="sampling must be a string, 'poisson' or 'without_replacement'"):
+    with pytest.raises(TypeError, match="sampling must be a string, 'poisson', 'without_replacement'"):
         sampling_scheme(None)
 
 
@@ -50,11 +52,11 @@ def test_command_line_takes_aliases_and_reports_the_canonical_name():
     res = json.loads(_pld_cli("dpsgd", "-q", "0.1", "-T", "5", "--noise-multiplier", "2", "--sampling", "wor",
                               "--json").stdout)
     assert res["sampling"] == "without_replacement"
-    bad = _pld_cli("dpsgd", "--sampling", "shuffle")
+    bad = _pld_cli("dpsgd", "--sampling", "sliced")
     assert bad.returncode == 2
-    assert "must be 'poisson' or 'without_replacement'" in bad.stderr
-    helptext = _pld_cli("dpsgd", "--help").stdout
-    assert "{poisson,without_replacement}" in helptext
+    assert "must be 'poisson', 'without_replacement'" in bad.stderr
+    helptext = " ".join(_pld_cli("dpsgd", "--help").stdout.split())
+    assert "{poisson,without_replacement,balls_in_bins,random_allocation,shuffle}" in helptext
 
 
 def test_compare_accepts_without_replacement_on_the_command_line():
@@ -74,5 +76,7 @@ def test_spec_files_take_the_same_spellings():
     assert spec.pld.components == pld.dpsgd(2.0, 0.1, 3).components
     with pytest.raises(SpecError, match=r"mechanisms\[0\].sampling: 'without_replacement' \(substitute"):
         parse_spec({"mechanisms": [dict(base, sampling="fixed-batch")]})
-    with pytest.raises(SpecError, match=r"mechanisms\[0\].sampling: must be 'poisson' or 'without_replacement'"):
-        parse_spec({"mechanisms": [dict(base, sampling="shuffle")]})
+    with pytest.raises(SpecError, match=r"mechanisms\[0\].sampling: must be 'poisson', 'without_replacement'"):
+        parse_spec({"mechanisms": [dict(base, sampling="sliced")]})
+    with pytest.raises(SpecError, match=r"mechanisms\[0\].sampling: 'balls_in_bins' \(add-or-remove"):
+        parse_spec({"mechanisms": [dict(base, sampling="balls_in_bins")]})
