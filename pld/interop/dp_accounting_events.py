@@ -311,6 +311,43 @@ _REFUSED = {
 }
 
 
+#: field names a random-allocation event may use (dp_accounting's RandomAllocationDpEvent is
+#: recent: matched by name, so that the spellings of its releases all map)
+_ALLOCATION_STEPS = ("num_steps", "steps", "num_compositions")
+_ALLOCATION_SELECTED = ("num_selected", "participations", "num_selections", "num_epochs_selected")
+
+
+def _field(event, names: tuple, default=None):
+    for name in names:
+        if hasattr(event, name):
+            return name, getattr(event, name)
+    if default is not None:
+        return names[0], default
+    fields = sorted(k for k in dir(event) if not k.startswith("_"))
+    raise UnsupportedEventError(event, f"a random-allocation event needs one of {', '.join(names)}; "
+                                       f"its fields are {', '.join(fields)}")
+
+
+def _random_allocation(event, relation) -> list:
+    """``RandomAllocationDpEvent``: each record in ``k`` of ``t`` steps of a Gaussian
+    (add-or-remove; :class:`pld.RandomAllocation`).  Returns ``[(mechanism, count), ...]``."""
+    _need(event, relation, (_AOR, _SPECIAL))
+    t_name, t = _field(event, _ALLOCATION_STEPS)
+    k_name, k = _field(event, _ALLOCATION_SELECTED, default=1)
+    t = _int(event, t_name, t, low=1)
+    k = _int(event, k_name, k, low=1, high=t)
+    inner = getattr(event, "event", None)
+    if inner is not None:
+        gauss = _folded_gaussian(inner, event)
+    else:
+        _, s = _field(event, ("noise_multiplier", "sigma"))
+        s = _number(event, "noise_multiplier", s)
+        gauss = "nonprivate" if s == 0 else (None if math.isinf(s) else _pld.Gaussian(sigma=s))
+    if gauss is None or gauss == "nonprivate":
+        return [(gauss, 1)]
+    return list(_pld.RandomAllocation(gauss, t, k).pld().components)
+
+
 def _walk(event, count: int, relation, plan: Plan) -> None:
     """Add ``count`` runs of ``event`` to ``plan`` or raise UnsupportedEventError."""
     mech: Any  # a pld mechanism, None (nothing released) or "nonprivate"
@@ -366,6 +403,13 @@ def _walk(event, count: int, relation, plan: Plan) -> None:
     elif isinstance(event, _ev.SingleEpochTreeAggregationDpEvent):
         _need(event, relation, (_SPECIAL,))
         mech = _tree_aggregation(event)
+    elif type(event).__name__ == "RandomAllocationDpEvent":
+        for part, k in _random_allocation(event, relation):
+            if part == "nonprivate":
+                plan.mark_non_private(event, count)
+            elif part is not None:
+                plan.add(part, k * count)
+        return
     else:
         raise UnsupportedEventError(event, _REFUSED.get(type(event)))
 
