@@ -56,49 +56,64 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
     if n < 2:
         raise ValueError("a grid window needs at least two points")
     pts = np.arange(n, dtype=np.int64) if points is None else np.asarray(points, dtype=np.int64)
-    m = pts.size
-    if m < 2 or pts[0] != 0 or pts[-1] != n - 1 or np.any(np.diff(pts) <= 0):
+    if pts.size < 2 or pts[0] != 0 or pts[-1] != n - 1 or np.any(np.diff(pts) <= 0):
         raise ValueError("points must increase from 0 to k_hi - k_lo")
-    grid = (k_lo + pts) * h
-    l0 = k_lo * h
-    cell_lp, cell_lq = model.cells(grid) if cells is None else cells
     atom_loss, atom_lp, atom_lq = model.atoms()
     inf_sel = atom_loss == np.inf
     inf_lp = atom_lp[inf_sel]
     fin = (atom_lp > -np.inf) & ~inf_sel & (atom_loss > -np.inf)
-    a_loss, a_lp, a_lq = atom_loss[fin], atom_lp[fin], atom_lq[fin]
+    atoms = (atom_loss[fin], atom_lp[fin], atom_lq[fin])
     inf_exact = float(np.exp(inf_lp).sum()) if inf_lp.size else 0.0
-
     if pessimistic:
-        # cells: index -1 below the window, j in [0, m-2] inside, m-1 above
-        cell_idx = np.arange(-1, m, dtype=np.int64)
-        k = np.floor((a_loss - l0) / h).astype(np.int64)
-        top = grid[-1]
-        on_top = np.isclose(a_loss, top, rtol=0, atol=1e-12 * max(1.0, abs(top)))
-        j = np.searchsorted(pts, k, side="right") - 1  # the cell holding fine cell k
-        j = np.where((k >= n - 1) & on_top, m - 2, j)
-        j = np.where(a_loss < l0, -1, j)
-        j = np.where(a_loss > top + 1e-12 * max(1.0, abs(top)), m - 1, j)
-        lp = np.concatenate((cell_lp, a_lp))
-        lq = np.concatenate((cell_lq, a_lq))
-        idx = np.concatenate((cell_idx, j.astype(np.int64)))
-        pt_mass, log_inf = pessimistic_spread(lp, lq, idx, pts, h, int(k_lo))
-        if m == n:
-            log_mass = pt_mass
-        else:
-            log_mass = np.full(n, -np.inf)
-            log_mass[pts] = pt_mass
-        inf_mass = min(1.0, inf_exact * (1 + 1e-12) + math.exp(log_inf))
-        return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
+        return _dominating(model, h, int(k_lo), n, pts, lam, cells, atoms, inf_exact)
+    return _dominated(model, h, int(k_lo), int(k_hi), n, pts, lam, atoms, inf_exact)
 
-    # The dominated side merges cells centred on the points (buckets one
-    # cell wide, see optimistic_merge_centred); each atom off the grid joins
-    # the cell it falls in (merging it with its cell is post-processing; one
-    # on a grid point stays there, exact), mass below the first cell and
-    # above the last is dropped.  The kernel works with
-    # linear masses and depends on P/Q ratios only; the losses are shifted so
-    # the window is centred on 0, or Q = P e^{-loss} would underflow for
-    # losses of several hundred (epsilon ~ 1000).
+
+def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float, cells, atoms: tuple,
+                inf_exact: float) -> GridPLD:
+    """Connect-the-dots: every cell and atom split between the points around it."""
+    m = pts.size
+    grid = (k_lo + pts) * h
+    l0 = k_lo * h
+    cell_lp, cell_lq = model.cells(grid) if cells is None else cells
+    a_loss, a_lp, a_lq = atoms
+    # cells: index -1 below the window, j in [0, m-2] inside, m-1 above
+    cell_idx = np.arange(-1, m, dtype=np.int64)
+    k = np.floor((a_loss - l0) / h).astype(np.int64)
+    top = grid[-1]
+    on_top = np.isclose(a_loss, top, rtol=0, atol=1e-12 * max(1.0, abs(top)))
+    j = np.searchsorted(pts, k, side="right") - 1  # the cell holding fine cell k
+    j = np.where((k >= n - 1) & on_top, m - 2, j)
+    j = np.where(a_loss < l0, -1, j)
+    j = np.where(a_loss > top + 1e-12 * max(1.0, abs(top)), m - 1, j)
+    lp = np.concatenate((cell_lp, a_lp))
+    lq = np.concatenate((cell_lq, a_lq))
+    idx = np.concatenate((cell_idx, j.astype(np.int64)))
+    pt_mass, log_inf = pessimistic_spread(lp, lq, idx, pts, h, k_lo)
+    if m == n:
+        log_mass = pt_mass
+    else:
+        log_mass = np.full(n, -np.inf)
+        log_mass[pts] = pt_mass
+    inf_mass = min(1.0, inf_exact * (1 + 1e-12) + math.exp(log_inf))
+    return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
+
+
+def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, lam: float, atoms: tuple,
+               inf_exact: float) -> GridPLD:
+    """Cells centred on the points, each merged onto its point (a post-processing).
+
+    Buckets are one cell wide (see optimistic_merge_centred); each atom off the
+    grid joins the cell it falls in (merging it with its cell is
+    post-processing; one on a grid point stays there, exact), mass below the
+    first cell and above the last is dropped.  The kernel works with linear
+    masses and depends on P/Q ratios only; the losses are shifted so the window
+    is centred on 0, or Q = P e^{-loss} would underflow for losses of several
+    hundred (epsilon ~ 1000).
+    """
+    m = pts.size
+    l0 = k_lo * h
+    a_loss, a_lp, a_lq = atoms
     k_mid = (k_lo + k_hi) // 2
     shift = k_mid * h
     # cell edges half way between points, in grid units (halves: exact)
