@@ -400,7 +400,10 @@ class GridPLD:
                 g = (n - m).astype(float)
             anchor = float(Fraction(self.log_scale) - Fraction(self.lam) * Fraction(int(self.k0)) * Fraction(self.h))
             gamma = (3.0 * (n - m) + 6.0) * _U
-            cache = (sa, sb, np.sqrt(g) * self.err, anchor, gamma)
+            # (an empty suffix has no error: 0, also when the bound itself is inf)
+            with np.errstate(invalid="ignore"):
+                e = np.where(g > 0, np.sqrt(g) * self.err, 0.0)
+            cache = (sa, sb, e, anchor, gamma)
             object.__setattr__(self, "_suffix_cache", cache)
         return cache
 

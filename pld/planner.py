@@ -439,6 +439,11 @@ class Planner:
             # round-off; try a much weaker tilt once (the best width found is
             # kept either way)
             return h, w.quantize_tilt(lam / 16.0), True
+        if err_part >= target:
+            # the round-off part alone exceeds the target and does not shrink
+            # with h (a finer grid has more points, each with its share of it):
+            # no spacing can meet the target, so none is tried
+            return None
         # the round-off part does not shrink with h: the discretisation part
         # must fit in what it leaves of the target
         points = self.composer.grid_points
