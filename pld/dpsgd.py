@@ -189,11 +189,8 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
     scheme = sampling_registry.get(sampling)
     if isinstance(phases, (str, bytes)) or not hasattr(phases, "__iter__"):
         raise TypeError("phases must be a sequence of (noise_multiplier, sampling_rate, steps) tuples")
-    if not scheme.per_step:
-        return _schedule_of_runs(phases, scheme)
-    sampling = scheme.name
+    # every phase is a pld.dpsgd run; equal mechanisms add up (PLD merges them)
     components: list[tuple[Mechanism, int]] = []
-    index: dict[Mechanism, int] = {}
     for i, phase in enumerate(phases):
         try:
             sigma, q, steps = phase
@@ -201,35 +198,9 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
             raise TypeError(
                 f"phases[{i}] must be a (noise_multiplier, sampling_rate, steps) tuple, got {phase!r}") from None
         try:
-            mech = dpsgd_mechanism(sigma, q, sampling=sampling)
-            steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
+            components.extend(dpsgd(sigma, q, steps, sampling=scheme).components)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"phases[{i}]: {exc}") from None
-        if mech in index:
-            j = index[mech]
-            components[j] = (mech, components[j][1] + steps)
-        else:
-            index[mech] = len(components)
-            components.append((mech, steps))
     if not components:
         raise ValueError("phases must contain at least one (noise_multiplier, sampling_rate, steps) phase")
     return PLD(components)
-
-
-def _schedule_of_runs(phases, scheme: sampling_registry.SamplingScheme) -> PLD:
-    """Phases of a scheme without independent steps: each phase's run, composed."""
-    total = None
-    for i, phase in enumerate(phases):
-        try:
-            sigma, q, steps = phase
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"phases[{i}] must be a (noise_multiplier, sampling_rate, steps) tuple, got {phase!r}") from None
-        try:
-            part = dpsgd(sigma, q, steps, sampling=scheme)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"phases[{i}]: {exc}") from None
-        total = part if total is None else total.compose(part)
-    if total is None:
-        raise ValueError("phases must contain at least one (noise_multiplier, sampling_rate, steps) phase")
-    return total
