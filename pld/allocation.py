@@ -141,6 +141,16 @@ def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
 _COARSEST_SD = 0.3
 
 
+def _check_round(round_, what: str) -> None:
+    """The arguments every round (epoch) description shares: a Gaussian base, the
+    steps of the round, the first grid's spacing (normalised in place)."""
+    if not isinstance(round_.mechanism, Gaussian):
+        raise TypeError(f"mechanism must be a pld.Gaussian ({what} is implemented for the Gaussian base only), "
+                        f"got {type(round_.mechanism).__name__}")
+    object.__setattr__(round_, "steps", v.integer("steps", round_.steps, low=1, high=MAX_STEPS))
+    object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
+
+
 def _check_tail(sigma: float, t: int, k: int) -> None:
     """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
     cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
@@ -222,13 +232,9 @@ class RandomAllocation(Mechanism):
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mechanism, Gaussian):
-            raise TypeError("mechanism must be a pld.Gaussian (random allocation is implemented for the "
-                            f"Gaussian base only), got {type(self.mechanism).__name__}")
-        object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
+        _check_round(self, "random allocation")
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
-        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
         _check_tail(self.noise_multiplier, self.steps, self.participations)
 
     @property
@@ -376,11 +382,7 @@ class Shuffling(Mechanism):
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mechanism, Gaussian):
-            raise TypeError("mechanism must be a pld.Gaussian (shuffling is implemented for the Gaussian base "
-                            f"only), got {type(self.mechanism).__name__}")
-        object.__setattr__(self, "steps", v.integer("steps", self.steps, low=1, high=MAX_STEPS))
-        object.__setattr__(self, "spacing", v.real("spacing", self.spacing, low=1e-4, high=1.0))
+        _check_round(self, "shuffling")
 
     def pld(self, *, value_discretization_interval: float | None = None):
         special = adj.REPLACE_SPECIAL
