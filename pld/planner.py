@@ -439,10 +439,12 @@ class Planner:
             # round-off; try a much weaker tilt once (the best width found is
             # kept either way)
             return h, w.quantize_tilt(lam / 16.0), True
-        if err_part >= target:
-            # the round-off part alone exceeds the target and does not shrink
-            # with h (a finer grid has more points, each with its share of it):
-            # no spacing can meet the target, so none is tried
+        if err_part >= target and err_part > 0.5 * width:
+            # round-off is most of the width and alone exceeds the target; it
+            # does not shrink with h (a finer grid has more points, each with
+            # its share of it), so no spacing meets the target.  (A round-off
+            # part that is a sliver of the width can vanish with a finer grid:
+            # a bracket collapsing onto epsilon = 0 near delta = 1.)
             return None
         # the round-off part does not shrink with h: the discretisation part
         # must fit in what it leaves of the target
