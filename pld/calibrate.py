@@ -94,8 +94,8 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
         In ``(0, 1]``.
     steps : int
         In ``[1, 1e12]``.
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme, as in :func:`pld.dpsgd`.
+    sampling : str
+        Sampling scheme, as in :func:`pld.dpsgd` (any scheme of :mod:`pld.sampling`).
     rtol : float
         Relative tolerance on the noise multiplier, in ``[1e-6, 1)``.
     info : dict, optional
@@ -190,8 +190,8 @@ def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float
         In ``(0, inf)``.
     sampling_rate : float
         In ``(0, 1]``.
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme, as in :func:`pld.dpsgd`.
+    sampling : str
+        Sampling scheme, as in :func:`pld.dpsgd` (any scheme of :mod:`pld.sampling`).
     info : dict, optional
         Filled as in :func:`calibrate_noise`.
 
@@ -261,8 +261,8 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
         In ``(0, inf)``.
     steps : int
         In ``[1, 1e12]``.
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme, as in :func:`pld.dpsgd`.
+    sampling : str
+        Sampling scheme, as in :func:`pld.dpsgd` (any scheme of :mod:`pld.sampling`).
     rtol : float
         Relative tolerance on the rate, in ``[1e-6, 1)``.
     info : dict, optional

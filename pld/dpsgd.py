@@ -77,8 +77,8 @@ def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: 
         Noise standard deviation over the clipping norm, in ``(0, inf)``.
     sampling_rate : float
         Poisson rate, or batch size over dataset size, in ``(0, 1]``.
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme (aliases as in :func:`sampling_scheme`).
+    sampling : str
+        A scheme with independent steps (aliases as in :func:`sampling_scheme`).
 
     Returns
     -------
@@ -107,7 +107,7 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
         Poisson rate, or batch size over dataset size, in ``(0, 1]``.
     steps : int
         Number of steps, in ``[1, 1e12]``.
-    sampling : {"poisson", "without_replacement"}
+    sampling : str
         Sampling scheme, and with it the adjacency: ``"poisson"`` (each record
         joins a batch independently; add-or-remove one record, both directions
         composed) or ``"without_replacement"`` (fixed-size batches; substitute
@@ -164,7 +164,7 @@ def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
         Consecutive phases; phases with the same ``(noise_multiplier,
         sampling_rate)`` are merged (composition is commutative), the rest are
         composed heterogeneously.
-    sampling : {"poisson", "without_replacement"}
+    sampling : str
         Sampling scheme of every phase (see :func:`dpsgd`).
 
     Returns

@@ -197,8 +197,8 @@ def epsilon_per_epoch(noise_multiplier: float, sampling_rate: float, epochs: flo
         Steps in one epoch.  Default: epoch ``e`` ends after
         ``ceil(e / sampling_rate)`` steps, the count ``pld dpsgd --epochs``
         uses; pass ``len(data_loader)`` to follow a training loop's own count.
-    sampling : {"poisson", "without_replacement"}
-        Sampling scheme, as in :func:`pld.dpsgd`.
+    sampling : str
+        A scheme with independent steps, as in :func:`pld.dpsgd` ("poisson", "without_replacement").
     rtol : float, optional
         Bracket target of every row (see :func:`epsilon_over_steps`).
 

@@ -57,6 +57,7 @@ from pld.rdp_conversion import (
     eps_per_order,
     epsilon_from_rdp,
     log_delta_per_order,
+    orders_and_rdp,
     refine_order,
 )
 from pld.rdp_mechanisms import FloatOrArray, rdp_gaussian, rdp_laplace, rdp_randomized_response, rdp_subsampled_gaussian
@@ -151,14 +152,7 @@ class RdpCurve:
     terms: tuple[tuple[int, RdpFunction], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        o = _v.real_array("orders", self.orders, low=1.0, low_open=True)[0].ravel().copy()
-        r = _v.real_array("rdp", self.rdp)[0].ravel().copy()
-        if o.shape != r.shape:
-            raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
-        if o.size == 0:
-            raise ValueError("orders must not be empty")
-        if (r < 0).any():
-            raise ValueError("rdp values must be >= 0")
+        o, r = (x.copy() for x in orders_and_rdp(self.orders, self.rdp))
         o.setflags(write=False)
         r.setflags(write=False)
         object.__setattr__(self, "orders", o)

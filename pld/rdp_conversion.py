@@ -35,6 +35,19 @@ __all__ = ["epsilon_from_rdp", "delta_from_rdp", "eps_per_order", "log_delta_per
 Conversion = Literal["improved", "classic"]
 
 
+
+def orders_and_rdp(orders, rdp) -> tuple[np.ndarray, np.ndarray]:
+    """``(orders, rdp)`` as flat arrays of one length, orders > 1 and rdp >= 0 (else ValueError)."""
+    o = _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
+    r = _v.real_array("rdp", rdp)[0].ravel()
+    if o.shape != r.shape:
+        raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
+    if o.size == 0:
+        raise ValueError("orders must not be empty")
+    if (r < 0).any():
+        raise ValueError("rdp values must be >= 0")
+    return o, r
+
 def eps_per_order(orders: np.ndarray, rdp: np.ndarray, log_delta: float, conversion: str) -> np.ndarray:
     """Per-order epsilon bound (not yet clipped or minimised)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -98,14 +111,7 @@ def epsilon_from_rdp(
         The bound and the order attaining it.
     """
     conv = _v.choice("conversion", conversion, ("improved", "classic"))
-    o = _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
-    r = _v.real_array("rdp", rdp)[0].ravel()
-    if o.shape != r.shape:
-        raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
-    if o.size == 0:
-        raise ValueError("orders must not be empty")
-    if (r < 0).any():
-        raise ValueError("rdp values must be >= 0")
+    o, r = orders_and_rdp(orders, rdp)
     d = _v.real_scalar("delta", delta, low=0.0, high=1.0)
     if d == 0.0:
         if np.all(r == 0.0):
@@ -145,14 +151,7 @@ def delta_from_rdp(
     (delta, order)
     """
     conv = _v.choice("conversion", conversion, ("improved", "classic"))
-    o = _v.real_array("orders", orders, low=1.0, low_open=True)[0].ravel()
-    r = _v.real_array("rdp", rdp)[0].ravel()
-    if o.shape != r.shape:
-        raise ValueError(f"orders and rdp must have the same length, got {o.size} and {r.size}")
-    if o.size == 0:
-        raise ValueError("orders must not be empty")
-    if (r < 0).any():
-        raise ValueError("rdp values must be >= 0")
+    o, r = orders_and_rdp(orders, rdp)
     e = _v.real_scalar("epsilon", epsilon, low=0.0, high=math.inf)
     if math.isinf(e):
         return 0.0, float(o[0])
