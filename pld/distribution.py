@@ -246,6 +246,11 @@ class PLD:
                          f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids",
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
                "target_met": miss is None, "target_missed_because": miss}
+        jumps = engine.cache.get(engine.cache.used, ("jumps", delta, EPS_RTOL))
+        if jumps and mu is None:
+            out["method"] += ("; the remove direction's heavy upper tail split off by a big-jump "
+                              "decomposition (pld._big_jumps)")
+        out["big_jump_decomposition"] = jumps if (jumps and mu is None) else None
         directions: dict[str, dict] = {}
         out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():

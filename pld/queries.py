@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pld import _big_jumps
 from pld import _windows as w
 from pld.composer import MAX_GRID_POINTS, Composer
 from pld.engine_cache import EngineCache
@@ -90,8 +91,54 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
             _, opt = composer.materialize(d, *settings)
             assert opt is not None
             lo = max(lo, opt.epsilon(delta))
+    hi = max(hi, lo)
+    if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
+        lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
     engine.cache.put(engine.cache.used, (delta, rtol), used)
-    return lo, max(hi, lo), used
+    return lo, hi, used
+
+
+def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
+                     used: dict) -> tuple[float, float]:
+    """A bracket the grids left too wide, narrowed by the big-jump decomposition
+    of the remove direction (:mod:`pld._big_jumps`) where it applies.
+
+    Tuned first at the lower end (the grids' upper end is the loose one),
+    then at the middle of what that gives.  Both brackets are certified, so
+    their intersection is; the other directions keep their own upper ends.
+    """
+    model = _big_jumps.applicable(engine.laws.components)
+    if model is None or "remove" not in used:
+        return lo, hi
+    other = 0.0
+    for d, settings in used.items():
+        if d != "remove":
+            other = max(other, engine.composer.materialize(d, *settings, lower=False)[0].epsilon(delta))
+    steps = engine.laws.components[0][1]
+    rem_lo, rem_hi = lo, hi
+    info = []
+    # tuned first where the remove direction's dominating grid puts epsilon
+    # with its round-off bound left out: an estimate only (it picks the grids,
+    # it certifies nothing), usually close, where the bracket's ends are not
+    pess = engine.composer.materialize("remove", *used["remove"], lower=False)[0]
+    est = pess.without_error().epsilon(delta)
+    eps0 = min(max(est, lo), hi) if math.isfinite(est) else lo
+    if not eps0 > 0:
+        eps0 = 0.5 * hi
+    for _ in range(2):
+        terms = _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
+        if terms is None:
+            break
+        rem_lo, rem_hi = _big_jumps.epsilon_bracket(terms, delta, rem_lo, rem_hi)
+        info.append({"tuned_at": eps0, "cut": terms.cut, "terms": len(terms.grids),
+                     "jump_probability": math.exp(terms.log_b), "tail_bound": terms.tail,
+                     "bracket": (rem_lo, rem_hi)})
+        if rem_hi - rem_lo <= rtol * rem_hi + EPS_ATOL or rem_lo <= eps0 <= rem_hi:
+            break  # (tuned inside its own bracket already: a second tuning gains little)
+        eps0 = 0.5 * (rem_lo + rem_hi)
+    if info:
+        engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
+    return max(lo, rem_lo), max(rem_hi, other, lo)
 
 
 def used_settings(engine: Engine, delta: float) -> dict[str, Settings]:
@@ -113,6 +160,12 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
         return None
     if engine.planner.h_fixed is not None:
         return f"the grid spacing is fixed at value_discretization_interval = {engine.planner.h_fixed:g}"
+    jumps = engine.cache.get(engine.cache.used, ("jumps", delta, rtol))
+    if jumps:
+        last = jumps[-1]
+        return (f"the remove direction was split by its large steps (big-jump decomposition at loss "
+                f"{last['cut']:.4g}, {last['terms']} terms, tuned at epsilon {last['tuned_at']:.6g}) and its "
+                "terms' grids still leave this width")
     for d, (h, lam, log_eta) in used.items():
         width, _, _, round_off = engine.planner.width(d, Query("delta", delta, rtol), h, lam, log_eta)
         if round_off > 0.5 * width:

@@ -1,0 +1,280 @@
+"""Big-jump decomposition: a heavy-tailed composition split by its large steps.
+
+Why.  At small sampling rates the remove direction of a subsampled Gaussian
+has a narrow core near 0 and an upper tail that is subexponential on the scale
+that matters (the loss is ``log(1 + q (e^z - 1))`` with ``z`` normal: about
+``q e^z`` below ``log(1/q)``, log-normal).  The engine's exponential tilt
+``e^{lam l}`` cannot lift such a tail without the far end of the window taking
+all of the tilted mass, so the tilt stays weak, the core keeps the tilted law,
+and FFT round-off relative to it swamps a delta of 1e-12 (issue 19: brackets
+such as [0.031, 0.095] where the truth is 0.0503).
+
+Decomposition.  Cut every step's P-law at a loss ``a``: the core ``C`` is the
+pair restricted to ``L <= a`` (P-mass ``1 - b``), the jump ``J`` the pair
+restricted to ``L > a`` (P-mass ``b``).  Which steps fall above ``a`` splits
+the law of the ``T``-step sum exactly:
+
+``law(L_1 + ... + L_T) = sum_k C(T, k) C^{*(T-k)} * J^{*k}``,
+
+and ``delta(eps) = E_P[(1 - e^{eps - L})_+]`` is linear in that law, so
+``delta = sum_k C(T, k) delta_k`` with ``delta_k`` the same functional of the
+term (a sub-probability law).  Terms beyond ``K`` together weigh at most
+``P(more than K steps above a) <= C(T, K + 1) b^{K + 1}`` (union bound over
+sets of ``K + 1`` steps), and their functional is at most their mass.  This
+is the "single big jump" structure of subexponential sums (Foss, Korshunov &
+Zachary, *An Introduction to Heavy-Tailed and Subexponential Distributions*,
+2013), used here as an exact identity, not an asymptotic.
+
+Each term is a two-component composition (the core ``T - k`` times, the jump
+``k`` times, normalised to mass one) which the ordinary engine certifies: the
+connect-the-dots spread and the centred merge act cell by cell, so they
+dominate (are dominated by) a restricted pair as they do the whole one, and a
+pair normalised by one constant on both sides only shifts its loss, so
+Blackwell dominance, and with it composition, carries over.  The core is
+bounded by ``a``: the engine tilts it as hard as the query needs.  The jump
+terms hold their large steps at mass one: they need little tilt.  Upper end:
+the sum of the terms' upper bounds plus the tail bound; lower end: the sum of
+their lower bounds (leaving terms out only lowers it).  Only the weights
+``C(T, k) b^k`` are new arithmetic, bounded with their rounding below.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pld._models import LossModel
+
+#: the cut is placed at this fraction of the epsilon the terms are tuned at:
+#: low enough that the core's own tail at epsilon is reached by several
+#: steps (it is then light), high enough that few steps jump
+CUT_FRACTION = 0.5
+#: the terms left out may weigh this fraction of delta (they add to the upper end only)
+TAIL_SHARE = 1e-7
+#: at most this many jump terms; a cut needing more is raised
+MAX_TERMS = 24
+#: accuracy of the first pass over the terms (it measures their shares)
+COARSE_RTOL = 1e-2
+#: relative slack on every weight (rounding of log C(T, k), of k log b and exp)
+_WEIGHT_SLACK = 1e-11
+
+
+@dataclass(frozen=True)
+class _ClippedBase:
+    """A continuous base restricted to ``x_lo < x <= x_hi``, both masses scaled by ``e^log_scale``."""
+
+    inner: object
+    x_lo: float
+    x_hi: float
+    log_scale: float = 0.0
+
+    def interval_logmasses(self, xa: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        xa = np.clip(np.asarray(xa, float), self.x_lo, self.x_hi)
+        xb = np.clip(np.asarray(xb, float), self.x_lo, self.x_hi)
+        lp, lq = self.inner.interval_logmasses(xa, xb)  # type: ignore[attr-defined]
+        return lp + self.log_scale, lq + self.log_scale
+
+    def x_range(self) -> tuple[float, float]:
+        lo, hi = self.inner.x_range()  # type: ignore[attr-defined]
+        return max(lo, self.x_lo), min(hi, self.x_hi)
+
+
+@dataclass(frozen=True)
+class _CutModel(LossModel):
+    """A loss model restricted to losses in ``(loss_lo, loss_hi]``."""
+
+    loss_lo: float = -math.inf
+    loss_hi: float = math.inf
+
+    @property
+    def bounded_above(self) -> bool:
+        """The composer holds all of a law cut from above (see :func:`pld.composer._prepare_step`)."""
+        return math.isfinite(self.loss_hi)
+
+    def loss_range(self) -> tuple[float, float]:
+        lo, hi = LossModel.loss_range(self)
+        # (the cut itself, a little outside: rounding of the loss <-> x map
+        # must not leave a sliver of mass beyond the window's edge)
+        if math.isfinite(self.loss_hi):
+            hi = self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
+        if math.isfinite(self.loss_lo):
+            lo = max(lo, self.loss_lo - 1e-9 * max(1.0, abs(self.loss_lo)))
+        return lo, hi
+
+    def sup_loss(self) -> float:
+        if math.isfinite(self.loss_hi):
+            return self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
+        return LossModel.sup_loss(self)
+
+
+class _Part:
+    """What the engine asks of a component, for one cut law (remove direction only)."""
+
+    symmetric = True
+
+    def __init__(self, model: LossModel) -> None:
+        self.model = model
+
+    def loss_model(self, direction: str) -> LossModel:
+        return self.model
+
+
+def applicable(components: tuple) -> LossModel | None:
+    """The remove direction's loss model when the decomposition applies: one
+    Poisson-subsampled component with a continuous base and no atoms."""
+    if len(components) != 1:
+        return None
+    mech, count = components[0]
+    if count < 2:
+        return None
+    try:
+        model = mech.loss_model("remove")
+    except Exception:  # (a mechanism without that direction)
+        return None
+    if type(model) is not LossModel or model.base is None or not model.sampling_rate < 1.0:
+        return None
+    if np.size(model.atom_x) != 0:
+        return None
+    return model
+
+
+def split(model: LossModel, cut: float) -> tuple[_CutModel, _CutModel, float]:
+    """``(core, jump, log b)``: the pair below and above loss ``cut``; the jump
+    scaled to P-mass one, ``b`` its P-mass (as scaled: the weights use this
+    very number, so its rounding cancels)."""
+    xa = float(model.x_of_loss(np.array([cut]))[0])
+    lp, lq = model.base.interval_logmasses(np.array([xa]), np.array([math.inf]))  # type: ignore[union-attr]
+    lp, _ = model.pair_masses(lp, lq)
+    log_b = float(lp[0])
+    kw = dict(atom_x=model.atom_x, atom_log_p=model.atom_log_p, atom_log_q=model.atom_log_q,
+              sampling_rate=model.sampling_rate, direction=model.direction)
+    core = _CutModel(base=_ClippedBase(model.base, -math.inf, xa), loss_hi=cut, **kw)  # type: ignore[arg-type]
+    jump = _CutModel(base=_ClippedBase(model.base, xa, math.inf, -log_b), loss_lo=cut, **kw)  # type: ignore[arg-type]
+    return core, jump, log_b
+
+
+def _log_binomial(n: int, k: int) -> float:
+    """``log C(n, k)`` as a sum of ``k`` logs (exact to ``~3 k`` ulps of its terms)."""
+    return float(sum(math.log((n - i) / (i + 1)) for i in range(k)))
+
+
+@dataclass(frozen=True, eq=False)
+class Terms:
+    """The grids of every term at one cut, tuned at one epsilon."""
+
+    cut: float
+    log_b: float
+    #: (log weight, dominating grid, dominated grid) per term k = 0..K
+    grids: tuple
+    #: upper bound on the weight of the terms left out
+    tail: float
+
+    def delta_bounds(self, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        eps = np.atleast_1d(np.asarray(eps, float))
+        lo = np.zeros(eps.shape)
+        hi = np.zeros(eps.shape)
+        for log_w, pess, opt in self.grids:
+            slack = _WEIGHT_SLACK + 8.0 * 2.0 ** -53 * abs(log_w)
+            hi += math.exp(log_w + slack) * pess.delta(eps)
+            lo += math.exp(log_w - slack) * opt.delta(eps)
+        hi = np.minimum((hi + self.tail) * (1.0 + 1e-12), 1.0)
+        lo = np.maximum(lo * (1.0 - 1e-12), 0.0)
+        return lo, hi
+
+
+def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
+                cut: float | None = None, rtol: float = 1e-4) -> Terms | None:
+    """Every term's grids at the cut ``CUT_FRACTION * eps0`` (or ``cut``), tuned
+    at ``eps0`` (None when no cut leaves few enough terms).  The cut is raised
+    by half until the terms left out weigh below ``TAIL_SHARE * delta``."""
+    from pld.planner import Query
+    from pld.queries import Engine  # (queries uses this module)
+
+    cut = CUT_FRACTION * eps0 if cut is None else cut
+    for _ in range(8):
+        core, jump, log_b = split(model, cut)
+        if not math.isfinite(log_b):
+            return None  # nothing above the cut: no heavy tail to split off
+        # b as scaled is exact for the weights; for the tail bound a true upper bound
+        log_b_up = log_b + 1e-9
+        k_max = None
+        for k in range(MAX_TERMS + 1):
+            log_tail = _log_binomial(steps, k + 1) + (k + 1) * log_b_up if k + 1 <= steps else -math.inf
+            if log_tail < math.log(TAIL_SHARE * delta) or k + 1 > steps:
+                k_max = k
+                break
+        if k_max is not None:
+            break
+        cut *= 1.5
+    else:
+        return None
+    engines, weights = [], []
+    for k in range(k_max + 1):
+        comps = tuple(c for c in ((_Part(core), steps - k), (_Part(jump), k)) if c[1] > 0)
+        engines.append(Engine.build(comps, None))
+        weights.append(_log_binomial(steps, k) + k * log_b)
+
+    def grid_pair(k: int, r: float) -> tuple:
+        # tuned at epsilon itself: each term then resolves its own fall in
+        # delta over one epsilon target, and the weighted falls add up to the whole's
+        pess, opt = engines[k].composer.materialize(
+            "remove", *engines[k].planner.settings("remove", Query("epsilon", eps0, r)))
+        assert opt is not None
+        return weights[k], pess, opt
+
+    # a coarse pass shows each term's share of delta at eps0; a term that
+    # carries a share s of it needs only rtol / s (the shares add up to one)
+    coarse = [grid_pair(k, COARSE_RTOL) for k in range(k_max + 1)]
+    share = np.array([math.exp(lw) * float(pe.delta(eps0)[0]) for lw, pe, _ in coarse])
+    share = share / max(float(share.sum()), 1e-300)
+    grids = []
+    for k in range(k_max + 1):
+        r = rtol / max(float(share[k]), 1e-300)
+        grids.append(coarse[k] if r >= COARSE_RTOL else grid_pair(k, max(r, rtol)))
+    tail = math.exp(log_tail) * (1.0 + 1e-9) if math.isfinite(log_tail) else 0.0
+    return Terms(cut, log_b, tuple(grids), tail)
+
+
+def epsilon_bracket(terms: Terms, delta: float, lo: float, hi: float) -> tuple[float, float]:
+    """A certified bracket on epsilon at ``delta`` inside ``[lo, hi]`` (itself
+    certified) from the terms' delta bounds.
+
+    Multisection on a sample of 65 epsilons, eight rounds; the returned ends
+    are each *evaluated*: ``delta_upper(upper) <= delta`` and
+    ``delta_lower(lower) > delta`` (the true delta is non-increasing in
+    epsilon, so these certify the ends without any monotonicity of the bounds).
+    """
+    new_hi, new_lo = hi, lo
+    a, b = lo, hi
+    for _ in range(8):
+        xs = np.linspace(a, b, 65)
+        _, d_hi = terms.delta_bounds(xs)
+        ok = np.flatnonzero(d_hi <= delta)
+        if not ok.size:
+            break
+        j = int(ok[0])
+        new_hi = min(new_hi, float(xs[j]))
+        if j == 0:
+            break
+        a, b = float(xs[j - 1]), float(xs[j])
+    a, b = lo, new_hi
+    for _ in range(8):
+        xs = np.linspace(a, b, 65)
+        d_lo, _ = terms.delta_bounds(xs)
+        ok = np.flatnonzero(d_lo > delta)
+        if not ok.size:
+            break
+        j = int(ok[-1])
+        new_lo = max(new_lo, float(xs[j]))
+        if j == xs.size - 1:
+            break
+        a, b = float(xs[j]), float(xs[j + 1])
+    # the ends as returned, evaluated once more (the multisection's points are
+    # the same floats, but a bracket is only ever widened by a failed check)
+    if new_hi < hi and not terms.delta_bounds(np.array([new_hi]))[1][0] <= delta:
+        new_hi = hi
+    if new_lo > lo and not terms.delta_bounds(np.array([new_lo]))[0][0] > delta:
+        new_lo = lo
+    return new_lo, max(new_hi, new_lo)
