@@ -126,9 +126,7 @@ def applicable(components: tuple) -> LossModel | None:
     Poisson-subsampled component with a continuous base and no atoms."""
     if len(components) != 1:
         return None
-    mech, count = components[0]
-    if count < 2:
-        return None
+    mech, _ = components[0]
     try:
         model = mech.loss_model("remove")
     except Exception:  # (a mechanism without that direction)

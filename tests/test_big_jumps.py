@@ -110,3 +110,39 @@ def test_heavy_tail_case_is_split_and_says_so():
     estimate = acc.get_epsilon(4.49e-12)  # pessimistic estimate: above the truth up to its grid
     assert lo <= estimate * (1 + 1e-6)
     assert hi >= estimate * (1 - 1e-2)
+
+
+def _exact_single_step_delta(sigma: float, q: float, eps: float) -> float:
+    """delta(eps) of one Poisson-subsampled Gaussian step, both directions, in
+    closed form with mpmath (50 digits): the loss is monotone in the output
+    y, so each direction's hockey-stick is two normal tails."""
+    import mpmath as mp
+
+    mp.mp.dps = 50
+    s, q, e = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
+
+    def sf(x):
+        return mp.ncdf(-x)
+
+    # remove: P = (1-q) N(0) + q N(1), Q = N(0); L > eps <=> y > y_r
+    y_r = s ** 2 * mp.log((mp.e ** e - 1 + q) / q) + mp.mpf(1) / 2
+    remove = (1 - q) * sf(y_r / s) + q * sf((y_r - 1) / s) - mp.e ** e * sf(y_r / s)
+    # add: P = N(0), Q = (1-q) N(0) + q N(1); L > eps <=> 1 - q + q e^{(2y-1)/(2 s^2)} < e^-eps
+    inner = (mp.e ** (-e) - 1 + q) / q
+    add = mp.mpf(0)
+    if inner > 0:
+        y_a = s ** 2 * mp.log(inner) + mp.mpf(1) / 2
+        add = mp.ncdf(y_a / s) - mp.e ** e * ((1 - q) * mp.ncdf(y_a / s) + q * mp.ncdf((y_a - 1) / s))
+    return float(max(remove, add, 0))
+
+
+@pytest.mark.parametrize("sigma, q, delta", [(0.99147, 9.674e-6, 1.77e-14), (0.6, 1e-4, 1e-12)])
+def test_single_small_q_step_against_closed_form(sigma, q, delta):
+    """The issue's dpsgd(0.99147, 9.674e-6, 1) at delta 1.77e-14 (exact 0.004424;
+    one grid gave [0.00333, 0.04669]): within target and containing the root
+    of the closed form."""
+    lo, hi = pld.dpsgd(sigma, q, 1).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert _exact_single_step_delta(sigma, q, hi) <= delta * (1 + 1e-9)
+    if lo > 0:
+        assert _exact_single_step_delta(sigma, q, lo) >= delta * (1 - 1e-9)
