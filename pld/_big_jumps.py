@@ -90,8 +90,13 @@ class _CutModel(LossModel):
 
     @property
     def bounded_above(self) -> bool:
-        """The composer holds all of a law cut from above (see :func:`pld.composer._prepare_step`)."""
+        """The composer holds all of a cut law's support on its cut side (see
+        :func:`pld.composer._prepare_step`)."""
         return math.isfinite(self.loss_hi)
+
+    @property
+    def bounded_below(self) -> bool:
+        return math.isfinite(self.loss_lo)
 
     def loss_range(self) -> tuple[float, float]:
         lo, hi = LossModel.loss_range(self)

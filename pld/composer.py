@@ -267,11 +267,14 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     lo, hi = w.step_window(ex, lam, w.shifted(log_eta, math.log(total_steps)), h)
     lo = max(lo, ex.loss_min)
     hi = min(hi, ex.loss_max)
+    # a law cut at a loss (pld._big_jumps) has its densest part right at the
+    # cut, which the explored cells resolve too coarsely for a window to
+    # reach: hold all of its support on that side (the dominated side drops
+    # what lies outside: 8% of a jump law's mass was lost so)
     if getattr(model, "bounded_above", False):
-        # a law cut at a loss (pld._big_jumps) has its heaviest part right
-        # at its top, which the explored cells resolve too coarsely for a
-        # tilted window to reach: hold all of its support
         hi = max(hi, ex.loss_max)
+    if getattr(model, "bounded_below", False):
+        lo = min(lo, ex.loss_min)
     k_lo = int(math.floor(lo / h))
     k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
     n = k_hi - k_lo + 1
