@@ -87,6 +87,8 @@ class _CutModel(LossModel):
 
     loss_lo: float = -math.inf
     loss_hi: float = math.inf
+    #: log P-mass of the other side of the cut (its scale near the cut)
+    cut_log_mass: float = 0.0
 
     @property
     def bounded_above(self) -> bool:
@@ -153,7 +155,8 @@ def split(model: LossModel, cut: float) -> tuple[_CutModel, _CutModel, float]:
     log_b = float(lp[0])
     kw = dict(atom_x=model.atom_x, atom_log_p=model.atom_log_p, atom_log_q=model.atom_log_q,
               sampling_rate=model.sampling_rate, direction=model.direction)
-    core = _CutModel(base=_ClippedBase(model.base, -math.inf, xa), loss_hi=cut, **kw)  # type: ignore[arg-type]
+    core = _CutModel(base=_ClippedBase(model.base, -math.inf, xa), loss_hi=cut, cut_log_mass=log_b,
+                     **kw)  # type: ignore[arg-type]
     jump = _CutModel(base=_ClippedBase(model.base, xa, math.inf, -log_b), loss_lo=cut, **kw)  # type: ignore[arg-type]
     return core, jump, log_b
 

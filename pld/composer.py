@@ -271,7 +271,11 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     # cut, which the explored cells resolve too coarsely for a window to
     # reach: hold all of its support on that side (the dominated side drops
     # what lies outside: 8% of a jump law's mass was lost so)
-    if getattr(model, "bounded_above", False):
+    budget = w.shifted(log_eta, math.log(total_steps))
+    if getattr(model, "bounded_above", False) and model.cut_log_mass > (
+            budget[1] if isinstance(budget, tuple) else budget):
+        # (only where the law still has mass at the cut worth a window: a
+        # window reaching far beyond the law's range tilts its bulk away)
         hi = max(hi, ex.loss_max)
     if getattr(model, "bounded_below", False):
         lo = min(lo, ex.loss_min)

@@ -16,7 +16,7 @@ import numpy as np
 
 from pld import _big_jumps
 from pld import _windows as w
-from pld.composer import MAX_GRID_POINTS, Composer
+from pld.composer import MAX_GRID_POINTS, Composer, GridTooLargeError
 from pld.engine_cache import EngineCache
 from pld.laws import Laws
 from pld.planner import EPS_ATOL, EPS_RTOL, FAR_QUERY, Planner, Query, Settings
@@ -51,6 +51,22 @@ class Engine:
 # ------------------------------------------------------------ epsilon
 def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tuple[float, float, dict]:
     """``(lower, upper, settings per direction)`` on epsilon at ``delta``.
+
+    A bracket the grids leave wider than its target is then narrowed, where
+    it applies, by the big-jump decomposition of the remove direction
+    (:func:`_refine_by_jumps`).  (Trying the decomposition first, on grids
+    refined to 1e-2 only, at sampling rates below 1e-3 met the target as
+    often and cost 35% more time over 40 settings of the coverage sample.)
+    """
+    lo, hi, used = _grid_bracket(engine, delta, rtol)
+    if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
+        lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
+    engine.cache.put(engine.cache.used, (delta, rtol), used)
+    return lo, hi, used
+
+
+def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, float, dict]:
+    """The bracket of one grid per direction, refined to ``rtol``.
 
     Directions are taken in order of their Chernoff estimates; ``lo`` is the
     largest lower end found so far: a direction whose upper end stays below it
@@ -91,11 +107,7 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
             _, opt = composer.materialize(d, *settings)
             assert opt is not None
             lo = max(lo, opt.epsilon(delta))
-    hi = max(hi, lo)
-    if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
-        lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
-    engine.cache.put(engine.cache.used, (delta, rtol), used)
-    return lo, hi, used
+    return lo, max(hi, lo), used
 
 
 def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
@@ -126,7 +138,10 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     if not eps0 > 0:
         eps0 = 0.5 * hi
     for _ in range(2):
-        terms = _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
+        try:
+            terms = _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
+        except (FloatingPointError, GridTooLargeError):
+            terms = None  # (the decomposition is an option: the grids' bracket stands)
         if terms is None:
             break
         rem_lo, rem_hi = _big_jumps.epsilon_bracket(terms, delta, rem_lo, rem_hi)
