@@ -10,6 +10,7 @@ install goes on without it and the kernels JIT-compile on first use, as before.
 """
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -72,7 +73,9 @@ class BuildExt(build_ext):
         if out is not None and out.returncode == 0 and os.path.exists(target) and os.path.exists(sidecar):
             return True
         if out is not None:
-            why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+            lines = out.stderr.strip().splitlines() or [f"exit status {out.returncode}"]
+            errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+            why = (errors or lines)[-1]
         warnings.warn(f"pld: the kernels were not built ahead of time ({why}); they will be JIT-compiled on "
                       "first use (`pld warm` builds them later)", stacklevel=1)
         for path in (target, sidecar):

@@ -9,9 +9,12 @@ added on the safe side.
 >>> d = pld.Gaussian(sigma=8.0).pld().self_compose(120)
 >>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
 
-The numba kernels compile once per machine (numba's on-disk cache), on their
-first call; :func:`warm` compiles them ahead, in parallel processes (the
-``pld`` command calls it).  Importing pld compiles nothing and starts no process.
+The numba kernels are built for this machine when pld is installed (an
+extension module, :mod:`pld.kernels._aot`), so that no process JIT-compiles
+them; where that build is missing or foreign (a wheel from another CPU, no C
+compiler at install), they compile once per machine (numba's on-disk cache) on
+their first call, or ahead in parallel processes with :func:`warm` (the ``pld``
+command calls it).  Importing pld compiles nothing and starts no process.
 """
 
 import time as _time
