@@ -273,10 +273,10 @@ def build_packaged(target: str) -> str:
     return target
 
 
-def _packaged() -> tuple[str, dict] | None:
-    """The module built into the package and its sidecar's kernels, if its
-    key is this process's."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def _packaged(here: str | None = None) -> tuple[str, dict] | None:
+    """The module built into the package (or into ``here``) and its sidecar's
+    kernels, if its key is this process's."""
+    here = here or os.path.dirname(os.path.abspath(__file__))
     try:
         with open(os.path.join(here, PACKAGED_SIDECAR)) as f:
             sidecar = json.load(f)
