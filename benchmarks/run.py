@@ -510,8 +510,11 @@ MNIST_CLI = ["dpsgd", "--noise-multiplier", "1.1", "--sampling-rate", "0.0042667
              "--steps", "14040", "--delta", "1e-5", "--json"]
 
 _PY_PLD = ("import pld; print(pld.dpsgd(1.1, 0.0042667, 14040).epsilon_bounds(1e-5))")
-#: the same after pld.warm(): a cold cache compiled in parallel processes
-_PY_PLD_WARM = "import pld; pld.warm(); " + _PY_PLD.split("; ", 1)[1]
+#: which kernels a fresh process serves ahead of time, and from where (install-time build or `pld warm`)
+_PY_AOT = ("import pld.kernels as k, pld.kernels._aot as a; "
+           "print(len(k.AHEAD_OF_TIME), len(k.__all__), a.loaded_from)")
+#: the JIT kernels only: what an install without its kernel build runs (no C compiler, a wheel from another CPU)
+_JIT_ONLY = {"PLD_KERNELS_AOT": "off"}
 _PY_DPA = ("import dp_accounting as d; from dp_accounting.pld import PLDAccountant; "
            "a = PLDAccountant(value_discretization_interval=1e-4); "
            "a.compose(d.PoissonSampledDpEvent(0.0042667, d.GaussianDpEvent(1.1)), 14040); "
@@ -521,7 +524,17 @@ _PY_PRV = ("from prv_accountant import Accountant; "
            "eps_error=0.01, max_compositions=14040).compute_epsilon(num_compositions=14040))")
 
 
+def _process_env(extra: Optional[dict] = None) -> dict:
+    """The children's environment: this one, plus ``extra``, without PYTHONDONTWRITEBYTECODE (a
+    harness may set it; a user's process reads pld's modules from their cached bytecode, written
+    by the untimed first run, instead of compiling them again: ~0.1 s of CPU each time)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra or {})
+    return env
+
+
 def _timed_process(cmd: list, env: Optional[dict] = None, timeout: float = 900) -> dict:
+    env = _process_env(env)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
@@ -546,42 +559,47 @@ def bench_process(cfg: Config) -> dict:
     bindir = Path(sys.executable).parent
     cli = bindir / "pld"
     py = sys.executable
-    cases = []
-    if cli.exists():
-        cases.append(("pld CLI (`pld dpsgd … --json`), numba cache warm", [str(cli)] + MNIST_CLI))
-        cli_note = f"console script {cli}"
-    else:
-        cli_note = "no console script: `python -c` used instead"
-    cases.append(("pld via `python -c` (import pld; epsilon_bounds)", [py, "-c", _PY_PLD]))
-    cases.append(("dp_accounting PLDAccountant via `python -c`", [py, "-c", _PY_DPA]))
+    cmd_cli = [str(cli)] + MNIST_CLI if cli.exists() else [py, "-m", "pld"] + MNIST_CLI
+    cli_note = f"console script {cli}" if cli.exists() else "no console script: `python -m pld` used instead"
+    try:
+        served, total, where = subprocess.run([py, "-c", _PY_AOT], cwd=ROOT, capture_output=True, text=True,
+                                              timeout=300).stdout.split(maxsplit=2)
+        aot_note = (f"kernels served ahead of time: {served} of {total}"
+                    + (f" (module {where})" if int(served) else " (none: every kernel is JIT-compiled)"))
+    except (subprocess.SubprocessError, ValueError):
+        aot_note = "kernels served ahead of time: unknown"
+    # (name, command, extra environment)
+    cases = [("pld CLI (`pld dpsgd … --json`), fresh process", cmd_cli, None),
+             ("pld CLI, fresh process, JIT kernels from numba's cache (PLD_KERNELS_AOT=off)", cmd_cli, _JIT_ONLY),
+             ("pld via `python -c` (import pld; epsilon_bounds)", [py, "-c", _PY_PLD], None),
+             ("dp_accounting PLDAccountant via `python -c`", [py, "-c", _PY_DPA], None)]
     if not cfg.quick:
-        cases.append(("prv_accountant (eps_error=0.01) via `python -c`", [py, "-c", _PY_PRV]))
-        cases.append(("`python -c 'import pld'` (import only)", [py, "-c", "import pld, pld.kernels"]))
+        cases.append(("prv_accountant (eps_error=0.01) via `python -c`", [py, "-c", _PY_PRV], None))
+        cases.append(("`python -c 'import pld'` (import only)", [py, "-c", "import pld, pld.kernels"], None))
         cases.append(("`python -c 'import dp_accounting.pld'` (import only)",
-                      [py, "-c", "import dp_accounting.pld"]))
+                      [py, "-c", "import dp_accounting.pld"], None))
     _log(cfg, "  [process] populating the numba cache (untimed run)")
-    warmup = _timed_process(cases[0][1])
-    results = {name: [] for name, _ in cases}
+    warmup = _timed_process(cmd_cli, env=_JIT_ONLY)
+    _timed_process(cmd_cli)  # (and the bytecode of what a run with the install's kernels imports)
+    results: dict = {name: [] for name, _, _ in cases}
     for rep in range(cfg.reps):
         k = rep % len(cases)
-        for name, cmd in cases[k:] + cases[:k]:
+        for name, cmd, extra in cases[k:] + cases[:k]:
             _log(cfg, f"  [process] rep {rep + 1}/{cfg.reps}: {name}")
-            results[name].append(_timed_process(cmd))
-    # the first run after install: numba compiles every kernel (empty cache dir)
-    cold_name = ("pld CLI, first run after install (NUMBA_CACHE_DIR empty: JIT compile)" if cli.exists()
-                 else "pld via `python -c`, first run after install (NUMBA_CACHE_DIR empty)")
-    cold_cmd = ([str(cli)] + MNIST_CLI) if cli.exists() else [py, "-c", _PY_PLD]
-    cold = [(cold_name, cold_cmd),
-            ("`python -c` with pld.warm() first, first run after install (NUMBA_CACHE_DIR empty)",
-             [py, "-c", _PY_PLD_WARM])]
-    for name, cmd in cold:
+            results[name].append(_timed_process(cmd, env=extra))
+    # the first run after install: an empty numba cache (NUMBA_CACHE_DIR), with the kernels the install
+    # built (loaded, nothing compiled) and without them (JIT-compiled, pld.warm in parallel processes)
+    cold = [("pld CLI, first run after install (NUMBA_CACHE_DIR empty; kernels built at install)", None),
+            ("pld CLI, first run without install-time kernels (NUMBA_CACHE_DIR empty, PLD_KERNELS_AOT=off: "
+             "JIT compile)", _JIT_ONLY)]
+    for name, extra in cold:
         results[name] = []
         for rep in range(1 if cfg.quick else 2):
             with tempfile.TemporaryDirectory(prefix="numba-cold-") as d:
-                env = dict(os.environ, NUMBA_CACHE_DIR=d)
+                env = dict(extra or {}, NUMBA_CACHE_DIR=d)
                 _log(cfg, f"  [process] cold run {rep + 1}: {name}")
-                results[name].append(_timed_process(cmd, env=env))
-    return {"results": results, "cli_note": cli_note, "warmup": warmup}
+                results[name].append(_timed_process(cmd_cli, env=env))
+    return {"results": results, "cli_note": f"{cli_note}; {aot_note}", "warmup": warmup}
 
 
 # --------------------------------------------------------------------------
@@ -875,7 +893,7 @@ def write_results(path: Path, cfg: Config, facts: dict, rows: list, wfacts: dict
     if pr is not None:
         lines += ["## Whole-process times (MNIST query: σ=1.1, q=0.0042667, T=14040, δ=1e-5)", "",
                   f"Fresh interpreter per run, wall time around `subprocess.run` (includes interpreter start, "
-                  f"imports, numba cache load, query, output); {pr['cli_note']}. CPU is the child's user+sys. "
+                  f"imports, kernel load, query, output); {pr['cli_note']}. CPU is the child's user+sys. "
                   f"load {pr.get('load_start')} → {pr.get('load_end')}", "", process_table(pr), ""]
     lines += ["## What is measured", "",
               "See benchmarks/README.md. In short: wall = `time.perf_counter` around one call that builds "

@@ -1,10 +1,11 @@
 """Numba-jitted hot loops of pld (installed as ``pld.kernels``).
 
-Kernels take and return numpy arrays only; every function is compiled with
-``cache=True`` so a fresh process pays the JIT cost once per installation.
-When ``pld.warm(ahead_of_time=True)`` has built them into an extension module
-for this machine (:mod:`pld.kernels._aot`), they are served from it and numba
-is not imported unless a call needs the JIT.
+Kernels take and return numpy arrays only.  Installing pld builds them into an
+extension module for this machine (:mod:`pld.kernels._aot`; ``pld warm`` builds
+one where the install could not); they are served from it and numba is not
+imported unless a call needs the JIT.  Without such a module every function is
+compiled on first use with ``cache=True``, so that the JIT cost is paid once
+per machine.
 """
 
 from . import _aot

@@ -19,14 +19,27 @@ imported only if a call needs the JIT.
   floats and integers) and hands anything else to the JIT kernel, which
   specialises as it always did.
 
-``PLD_KERNELS_AOT=off`` ignores built modules; ``PLD_KERNELS_AOT=DIR`` keeps
-them in ``DIR`` instead of ``$XDG_CACHE_HOME/pld`` (default ``~/.cache/pld``).
+Two places hold a built module:
+
+- **the package** (``pld/kernels/pld_kernels_aot.*.so`` with its sidecar
+  ``pld_kernels_aot.json``): built when pld is installed from source (``pip
+  install -e .``, ``pip install .``, a wheel built on this machine: setup.py's
+  ``build_ext`` runs :func:`build_packaged` in a subprocess).  The sidecar
+  records the key; a wheel carried to another CPU, a numba upgrade or an edited
+  kernel reads as a foreign key and is ignored.  A failed build (no C compiler,
+  no ``numba.pycc``) leaves the package without it and the install succeeds.
+- **the user cache** ``$XDG_CACHE_HOME/pld`` (default ``~/.cache/pld``),
+  ``kernels-aot-<key>``: built by ``pld warm``.
+
+``PLD_KERNELS_AOT=off`` ignores built modules; ``PLD_KERNELS_AOT=DIR`` uses only
+``DIR`` (not the package's module) and keeps ``pld warm``'s there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -53,8 +66,17 @@ def _cpu() -> str:
         return platform.processor()
 
 
+_key: list = []
+
+
 def key() -> str:
-    """What the built module's code depends on, hashed."""
+    """What the built module's code depends on, hashed (once a process)."""
+    if not _key:
+        _key.append(_compute_key())
+    return _key[0]
+
+
+def _compute_key() -> str:
     from importlib.metadata import version
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -71,16 +93,28 @@ def key() -> str:
     return h.hexdigest()[:20]
 
 
-def directory() -> str | None:
+def _setting() -> str:
+    return os.environ.get(_ENV, "").strip()
+
+
+def _off(setting: str) -> bool:
+    return setting.lower() in ("0", "off", "no")
+
+
+def directory(key_: str | None = None) -> str | None:
     """Where this key's module is kept, or None when turned off."""
-    setting = os.environ.get(_ENV, "").strip()
-    if setting.lower() in ("0", "off", "no"):
+    setting = _setting()
+    if _off(setting):
         return None
     if setting:
         base = setting
     else:
         base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pld")
-    return os.path.join(base, f"kernels-aot-{key()}")
+    return os.path.join(base, f"kernels-aot-{key_ or key()}")
+
+
+#: the sidecar of the module built into the package (its key and kernels)
+PACKAGED_SIDECAR = MODULE + ".json"
 
 
 def _kind(t) -> str:
@@ -195,23 +229,105 @@ def _guarded(name: str, fast, kinds: list, module: str):
     return kernel
 
 
+def declared_kernels() -> list:
+    """``(name, dispatcher, argument types)`` of every kernel of this package
+    that declares its argument types (``@called_with``), by name; imports
+    numba.  (Needs only this package, not the rest of pld: the install-time
+    build runs where scipy may be missing.)"""
+    import pkgutil
+
+    from ._signatures import ATTRIBUTE
+
+    package = sys.modules[__package__]
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        for name, obj in vars(module).items():
+            sig = getattr(obj, ATTRIBUTE, None)
+            if sig is not None and getattr(obj, "py_func", None) is not None:
+                found[name] = (name, obj, sig)
+    return [found[name] for name in sorted(found)]
+
+
+def build_packaged(target: str) -> str:
+    """Build every declared kernel into the extension module file ``target``
+    (a path ending in this Python's extension suffix) and write its sidecar
+    (``PACKAGED_SIDECAR``, with the key) beside it: the install-time build
+    (setup.py).  Raises whatever the build raises."""
+    import shutil
+    import tempfile
+
+    out = os.path.dirname(os.path.abspath(target))
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".aot-", dir=out)
+    try:
+        built = build(declared_kernels(), os.path.join(work, "module"))
+        with open(os.path.join(built, "kernels.json")) as f:
+            kernels = json.load(f)
+        module = next(f for f in os.listdir(built) if f.startswith(MODULE + "."))
+        shutil.move(os.path.join(built, module), target)
+        with open(os.path.join(out, PACKAGED_SIDECAR), "w") as f:
+            json.dump({"key": key(), "kernels": kernels}, f)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _packaged(here: str | None = None) -> tuple[str, dict] | None:
+    """The module built into the package (or into ``here``) and its sidecar's
+    kernels, if its key is this process's."""
+    here = here or os.path.dirname(os.path.abspath(__file__))
+    try:
+        with open(os.path.join(here, PACKAGED_SIDECAR)) as f:
+            sidecar = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(sidecar, dict) or sidecar.get("key") != key():
+        return None  # (built for another CPU, numba, Python or kernel source)
+    path = next((os.path.join(here, f) for f in sorted(os.listdir(here))
+                 if f.startswith(MODULE + ".") and f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))),
+                None)
+    return (path, sidecar["kernels"]) if path else None
+
+
+def _from_cache_directory() -> tuple[str, dict] | None:
+    where = directory()
+    if where is None or not os.path.isdir(where):
+        return None
+    with open(os.path.join(where, "kernels.json")) as f:
+        sidecar = json.load(f)
+    path = next(os.path.join(where, f) for f in os.listdir(where) if f.startswith(MODULE + "."))
+    return path, sidecar
+
+
+#: where the served module was loaded from ("" when none)
+loaded_from = ""
+
+
 def load(names: list) -> dict:
     """``{name: guarded kernel}`` for those of ``names`` that this key's module
-    holds; empty when there is none (not built, turned off, damaged: the JIT
-    kernels serve)."""
+    holds (the package's, else the user cache's; only ``DIR`` with
+    ``PLD_KERNELS_AOT=DIR``); empty when there is none (not built, turned off,
+    damaged: the JIT kernels serve)."""
+    global loaded_from
     try:
-        where = directory()
-        if where is None or not os.path.isdir(where):
+        setting = _setting()
+        if _off(setting):
             return {}
-        with open(os.path.join(where, "kernels.json")) as f:
-            sidecar = json.load(f)
-        path = next(os.path.join(where, f) for f in os.listdir(where) if f.startswith(MODULE + "."))
+        found = None if setting else _packaged()
+        if found is None:
+            found = _from_cache_directory()
+        if found is None:
+            return {}
+        path, sidecar = found
         spec = importlib.util.spec_from_file_location(MODULE, path)
         if spec is None or spec.loader is None:
             return {}
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return {name: _guarded(name, getattr(module, name), sidecar[name]["args"], sidecar[name]["module"])
-                for name in names if name in sidecar}
+        served = {name: _guarded(name, getattr(module, name), sidecar[name]["args"], sidecar[name]["module"])
+                  for name in names if name in sidecar}
+        loaded_from = path
+        return served
     except Exception:  # a damaged or foreign build: the JIT serves
         return {}

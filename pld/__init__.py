@@ -9,25 +9,27 @@ added on the safe side.
 >>> d = pld.Gaussian(sigma=8.0).pld().self_compose(120)
 >>> lo, hi = d.epsilon_bounds(1e-6)      # hi is the certified epsilon
 
-The numba kernels compile once per machine (numba's on-disk cache), on their
-first call; :func:`warm` compiles them ahead, in parallel processes (the
-``pld`` command calls it).  Importing pld compiles nothing and starts no process.
+The numba kernels are built for this machine when pld is installed (an
+extension module, :mod:`pld.kernels._aot`), so that no process JIT-compiles
+them; where that build is missing or foreign (a wheel from another CPU, no C
+compiler at install), they compile once per machine (numba's on-disk cache) on
+their first call, or ahead in parallel processes with :func:`warm` (the ``pld``
+command calls it).  Importing pld compiles nothing and starts no process.
 """
 
 import time as _time
+from typing import TYPE_CHECKING
 
 #: when ``import pld`` started (the command line counts the import in its wall time)
 _IMPORT_STARTED = _time.perf_counter()
 
-from pld._jit_warm import warm  # noqa: E402
-from pld.accountant import Accountant  # noqa: E402
+# The engine and everything that registers itself when imported (the PLD type,
+# mechanism classes that pld.load rebuilds by name, sampling schemes) are
+# imported here; the rest is imported on first use (module ``__getattr__``,
+# PEP 562), so that a process that asks one question does not pay for all of pld.
 from pld.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
-from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps  # noqa: E402
 from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
 from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
-from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch  # noqa: E402
-from pld.fft_plans import tune_fft  # noqa: E402
-from pld.io import load, save  # noqa: E402
 from pld.mechanisms import (  # noqa: E402
     ApproxDP,
     DiscreteLaplace,
@@ -41,8 +43,38 @@ from pld.mechanisms import (  # noqa: E402
     SampledWithoutReplacement,
 )
 from pld.mixture_mechanisms import MixtureOfGaussians, PoissonSampledSubstitute, TruncatedPoissonGaussian  # noqa: E402
-from pld.search import search_cost  # noqa: E402
-from pld.sweeps import iter_sweep, sweep  # noqa: E402
+
+#: public names imported on first use: name -> module
+_LAZY_NAMES = {
+    "warm": "pld._jit_warm",
+    "Accountant": "pld.accountant",
+    "calibrate_noise": "pld.calibrate",
+    "calibrate_parameter": "pld.calibrate",
+    "calibrate_sampling_rate": "pld.calibrate",
+    "calibrate_steps": "pld.calibrate",
+    "EpsilonTable": "pld.epochs",
+    "epsilon_over_steps": "pld.epochs",
+    "epsilon_per_epoch": "pld.epochs",
+    "tune_fft": "pld.fft_plans",
+    "load": "pld.io",
+    "save": "pld.io",
+    "search_cost": "pld.search",
+    "iter_sweep": "pld.sweeps",
+    "sweep": "pld.sweeps",
+}
+
+#: the modules of those names (reachable as ``pld.<module>`` as when they were imported here)
+_DEFERRED_SUBMODULES = frozenset(m.rsplit(".", 1)[1] for m in _LAZY_NAMES.values())
+
+if TYPE_CHECKING:  # (what static tools see: the same names, imported)
+    from pld._jit_warm import warm
+    from pld.accountant import Accountant
+    from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps
+    from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch
+    from pld.fft_plans import tune_fft
+    from pld.io import load, save
+    from pld.search import search_cost
+    from pld.sweeps import iter_sweep, sweep
 
 __version__ = "0.1.0"
 
@@ -94,15 +126,19 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        globals()[name] = value  # (once: later lookups do not come here)
+        return value
+    if name in _LAZY_SUBMODULES or name in _DEFERRED_SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | set(_LAZY_NAMES))
 
 
 # (nothing here compiles or starts a process: kernels compile on first use or

@@ -19,7 +19,9 @@ first query) compiles whatever is still missing.
 
 ``warm(ahead_of_time=True)`` (the ``pld warm`` command) also builds the
 kernels into an extension module for this machine (:mod:`pld.kernels._aot`),
-from which later processes load them without importing numba.
+from which later processes load them without importing numba, unless the
+install built one already (setup.py).  With either module every kernel is
+served ahead of time and :func:`warm` returns at once.
 """
 
 from __future__ import annotations
@@ -252,6 +254,10 @@ def _build_ahead_of_time(found: list, names, announce: bool) -> dict:
     res = {"path": where, "built": False, "error": None}
     if where is None:
         res["error"] = "turned off (PLD_KERNELS_AOT=off)"
+        return res
+    packaged = None if os.environ.get("PLD_KERNELS_AOT", "").strip() else _aot._packaged()
+    if packaged is not None and names is None:
+        res["path"] = packaged[0]  # (built when pld was installed, for this machine)
         return res
     if os.path.isdir(where):
         return res  # (built before for this source, numba and CPU)

@@ -9,6 +9,7 @@ calls it with, and leave the cache complete.
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import subprocess
@@ -178,3 +179,36 @@ def test_ahead_of_time_kernels_serve_declared_types_and_hand_the_rest_to_the_jit
     off = json.loads(_run("import json, pld; print(json.dumps(pld.kernels.AHEAD_OF_TIME))",
                           PLD_KERNELS_AOT="off"))
     assert off == []
+
+
+def test_a_module_built_at_install_is_used_only_with_this_key(tmp_path):
+    from pld.kernels import _aot
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / f"{_aot.MODULE}{suffix}").write_bytes(b"")
+    kinds = {"l1_l2_norms": {"module": "hockey", "args": ["f8[::1]"]}}
+    sidecar = tmp_path / _aot.PACKAGED_SIDECAR
+    sidecar.write_text(json.dumps({"key": _aot.key(), "kernels": kinds}))
+    assert _aot._packaged(str(tmp_path)) == (str(tmp_path / f"{_aot.MODULE}{suffix}"), kinds)
+    # another CPU, numba, Python or kernel source: not this key, not used
+    sidecar.write_text(json.dumps({"key": "0" * 20, "kernels": kinds}))
+    assert _aot._packaged(str(tmp_path)) is None
+    sidecar.write_text("{damaged")
+    assert _aot._packaged(str(tmp_path)) is None
+
+
+def test_after_an_install_that_built_the_kernels_a_query_imports_no_numba():
+    from pld.kernels import _aot
+
+    if _aot._packaged() is None:
+        pytest.skip("this install did not build the kernels (no C compiler, PLD_BUILD_KERNELS=0, or edited since)")
+    code = ("import json, sys, pld\n"
+            "from pld import kernels\n"
+            "pld.dpsgd(1.1, 256 / 60000, 14040).epsilon_bounds(1e-5)\n"
+            "print(json.dumps([len(kernels.AHEAD_OF_TIME), len(kernels.__all__), 'numba' in sys.modules,\n"
+            "                  pld.warm()['compiled']]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PLD_KERNELS_AOT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    served, total, numba_imported, compiled = json.loads(out.stdout.strip().splitlines()[-1])
+    assert served == total and not numba_imported and compiled == []
