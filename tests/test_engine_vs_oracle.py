@@ -8,9 +8,8 @@ one of the two (the oracle is numpy/scipy only and shares no code with pld).
   its target there; the oracle's bracket is ~0.1-1% wide (its width is T h), so the check
   catches any error larger than that.
 * The hard settings of issue 19: containment (intersection with the oracle and with the
-  reference intervals quoted in the issue / DESIGN.md) must hold; the width target
-  ``upper - lower <= 1e-4 * upper + 1e-6`` is what issue 19 is about and is marked
-  ``xfail(strict=False)`` where current main misses it.
+  reference intervals quoted in the issue / DESIGN.md) must hold, and so must the width
+  target ``upper - lower <= 1e-4 * upper + 1e-6`` (met since the big-jump decomposition).
 """
 
 from __future__ import annotations
@@ -86,9 +85,8 @@ HARD = {
     "tiny-q-1e-10": (1.191, 1.3e-5, 3500, 1e-10, None, None),
 }
 
-# pld on main (048fc5a): all three miss the width target by 700-9000x (see RESULTS.md,
-# "Coverage (issue 19)"); the width tests below record that as expected failures.
-_WIDTH_XFAIL = pytest.mark.xfail(strict=False, reason="issue 19: bracket wider than its target")
+# pld at 048fc5a missed the width target on all three by 700-9000x (RESULTS.md, "Coverage
+# (issue 19)"); the big-jump decomposition of the remove direction (pld._big_jumps) meets it.
 
 
 @pytest.mark.slow
@@ -105,7 +103,7 @@ def test_hard_settings_contain_the_truth(name):
         assert orc.lower <= ref[1] and ref[0] <= orc.upper
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_WIDTH_XFAIL) for n in HARD])
+@pytest.mark.parametrize("name", list(HARD))
 def test_hard_settings_meet_the_width_target(name):
     sigma, q, T, delta, _, _ = HARD[name]
     lo, hi = _engine(sigma, q, T, delta)
