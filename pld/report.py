@@ -227,6 +227,11 @@ def _numerics(explained: dict) -> dict:
     out: dict = {"bracket_target": BRACKET_TARGET, "fft": fft_backend(), "directions": {}}
     for d, info in (explained.get("directions") or {}).items():
         out["directions"][d] = {k: v for k, v in info.items()}
+    if explained.get("big_jump_decomposition"):
+        # the remove direction's bracket came from its large steps split off
+        # (pld._big_jumps): the grids above describe the whole-law grids only
+        out["method"] = explained.get("method")
+        out["big_jump_decomposition"] = explained["big_jump_decomposition"]
     return out
 
 

@@ -88,6 +88,12 @@ def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
         if win is not None:
             parts.append(f"loss window [{win[0]:.4g}, {win[1]:.4g}]")
         rows.append((d, "; ".join(parts)))
+    for r in numerics.get("big_jump_decomposition") or []:
+        lo, hi = r["bracket"]
+        rows.append(("remove (big jumps)",
+                     f"epsilon in {bracket(lo, hi)} from {r['terms']} terms: each step cut at loss {r['cut']:.4g} "
+                     f"(P(step above) = {r['jump_probability']:.3g}), terms with more steps above bounded by "
+                     f"{r['tail_bound']:.2g}; grids tuned at epsilon {r['tuned_at']:.6g}"))
     return _table(rows, indent=indent) if rows else out
 
 

@@ -102,6 +102,11 @@ def test_heavy_tail_case_is_split_and_says_so():
     info = p.explain(4.49e-12)
     assert info["target_met"] is True
     assert info["big_jump_decomposition"] and "big-jump" in info["method"]
+    # the report (--json, --verbose) carries it too
+    from pld import report, report_text
+    numerics = report._numerics(info)
+    assert numerics["big_jump_decomposition"] == info["big_jump_decomposition"]
+    assert any("big jumps" in line for line in report_text._dir_lines(numerics))
     dp_accounting = pytest.importorskip("dp_accounting")
     acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-5)
     event = dp_accounting.SelfComposedDpEvent(
