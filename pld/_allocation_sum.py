@@ -11,63 +11,52 @@ a pair of this form is determined by the Q-law of ``Lambda``:
 * add (the pair swapped): ``H_c(Q || P) = E_Q[(1 - c Lambda)_+]``, loss
   ``-log Lambda`` with P-mass the Q-mass.
 
-Why a spread bounds from above and a merge from below (proof sketch)
---------------------------------------------------------------------
-For pairs whose likelihood ratio has mean one, Blackwell's order is the
-convex order of ``Lambda`` under ``Q`` (both hockey-stick families above are
-expectations of convex functions of ``Lambda``, and they determine the pair).
-
+Why the two constructions bound the pair (proof sketch)
+-------------------------------------------------------
 * Upper: replace each ``Y_i`` by an independent mean-preserving spread
   ``Y_i^s`` onto the grid ``k d`` (:func:`pld.kernels.allocation.spread_law`).
-  Then ``E[Y^s | Y] = Y``, so ``S^s = sum Y_i^s`` is a mean-preserving spread
-  of ``S``: ``E f(S^s) >= E f(S)`` for every convex ``f``, and ``(P^s, Q^s)``
-  with ``dP^s/dQ^s = S^s/t`` is a pair of probability measures dominating the
-  true one.  Composed over epochs it still dominates (each epoch's hockey
-  stick ``E[(prod_j Lambda_j - c)_+]`` is convex in each factor; or: Blackwell
-  domination is preserved by products).
-* Lower: reveal only which cell ``(e_{k-1}, e_k]`` each ``Y_i`` falls in; the
-  cells are chosen so that ``E[Y | cell] = g_k(1 + r)`` with ``|r| <= rho``
-  (:func:`pld.kernels.allocation.merged_law`).  This is a post-processing of
-  the output, hence dominated; its likelihood ratio is ``sum_i E[Y_i | cell_i]
-  / t``, which lies in ``[(1 - rho) S_g/t, (1 + rho) S_g/t]`` with ``S_g`` the
-  sum of the grid points.  The remove hockey stick is increasing in
-  ``Lambda`` and the add one decreasing, so ``(1 - rho) S_g/t`` (remove) and
-  ``(1 + rho) S_g/t`` (add) give lower bounds, composed or not (monotone in
-  each epoch's factor).  Cells the residual bound cannot certify are dropped
-  (a sub-pair: lower hockey sticks).
+  Then ``S^s = sum Y_i^s`` is a mean-preserving spread of ``S`` and
+  ``(P^s, Q^s)`` with ``dP^s/dQ^s = S^s/t`` dominates the true pair (for pairs
+  whose likelihood ratio has mean one, Blackwell's order is the convex order
+  of ``Lambda`` under ``Q``; products preserve it, so composed epochs do too).
+  Partial sums are re-gridded by a further spread (:func:`_coarsen`: an odd
+  atom split half-half in Q-mass between its neighbours, which keeps every
+  atom's likelihood ratio equal to its value).  The pair is determined by its
+  Q-measure, and both hockey sticks are increasing in it entrywise, so any
+  entrywise upper bound on the Q-measure gives a dominating pair.
+* Lower: reveal only which cell ``((k - 1/2) d, (k + 1/2) d]`` each ``Y_i``
+  falls in (:func:`pld.kernels.allocation.centred_cells`), then only the sum
+  of the cell labels, and at each re-grid an odd label sent half-half to its
+  neighbours (a randomised relabelling).  All of it is post-processing, so
+  the resulting pair ``(P', Q')`` is dominated by the true one, whatever its
+  likelihood ratios are: they are carried by the two computed measures, not
+  assumed.  Entrywise brackets ``p_lo <= P'``, ``q_hi >= Q'`` give a pair
+  ``(p_lo, q_hi)`` whose hockey sticks ``sum (p_lo - c q_hi)_+`` are below
+  ``(P', Q')``'s, composed or not (entrywise brackets multiply).
 
-Both sums are ``t``-fold convolutions on linear grids (FFT, repeated
-squaring).  A partial sum of ``m`` coordinates is re-gridded to twice its
-spacing while that spacing stays below a fixed fraction of its standard
-deviation (evolving discretisation): by a mean-preserving spread above
-(:func:`_spread_half`, which keeps the likelihood ratio of every atom equal to
-its value, so the pair stays of the form above) and by a merge into buckets
-whose conditional means are exactly the coarse points below
-(:func:`pld.kernels.allocation.merge_half`, a randomised post-processing).
-Spreads and merges of partial sums compose with the sums (convex order and
-post-processing are both preserved by adding independent terms).
+Both are ``t``-fold convolutions on linear grids (FFT, repeated squaring); a
+partial sum of ``m`` coordinates is re-gridded to twice its spacing while
+that spacing stays below a fixed fraction of its standard deviation
+(evolving discretisation).
 
-Truncation is exact bookkeeping: each level is cut to its own window and
-each coordinate to the first window.  On the upper side everything cut is
-made fully distinguishing (a union of a sub-pair with a fully revealing one
-dominates): the per-coordinate measure has total mass ``M`` and marked mass
-``m`` (computed, including the tail beyond the first window), convolutions
-and spreads keep totals, so the cut part of the ``t``-fold sum has Q-mass
-``M^t - (Q inside)`` (to loss ``+inf`` in the add direction) and P-mass
-``m M^(t-1) - (P inside)`` (to ``+inf`` in the remove direction).  The lower
-side drops what is cut.  Round-off: each array carries an l2 bound ``E`` on
-its error (Young's inequality per convolution, the l2 norm of each re-grid
-map); the upper side adds ``2 sqrt(n) E`` to the masses at ``+inf`` (the sums
-inside and the entries themselves), the lower side subtracts ``E`` from every
-entry before clipping.  Per-coordinate masses come from differences of
-``Phi`` with bounded rounding; the spread's shares are rounded up (extra mass
-only raises both hockey sticks), the merge's residual ``rho`` is bounded per
-cell and cells it cannot certify are dropped.
+Round-off, relative: each convolution chain is run on exponentially tilted
+laws (``x_k e^{theta s_k}``, normalised), for a few tilts ``theta``.  Tilting
+commutes with convolution and turns each re-grid into another fixed linear
+map, so every run computes the same exact objects; a run's l2 round-off bound
+``E`` (Young's inequality per convolution, the l2 norm of each re-grid map)
+bounds every tilted entry's error, i.e. the untilted entry ``k`` to within
+``E e^{m c_0 - theta s_k}``.  Each entry takes the tightest bracket over the
+runs.  Tilts are chosen one after another (:func:`_next_tilt`), each moving
+the accurately resolved range further into a tail, until what is left beyond
+is below ``1e-20``: a single epoch of ``t = 1e5`` steps certifies
+``delta = 1e-10`` (an untilted run alone carries ~1e-6 of round-off).
 
-The bias is second order: a spread adds at most ``d^2/4`` to the variance of
-each ``Y``, so ``d^2/(4t)`` to that of ``Lambda``; the merge removes about
-``d^2/12``.  A grid spacing ``d`` that is coarse on the scale of one ``Y`` is
-fine on the scale of ``S ~ t``.
+Truncation: each level is cut to its own window and each coordinate to the
+first window.  On the upper side what is cut is made fully distinguishing
+(a loss of ``+inf`` in both directions; a union of a sub-pair with a fully
+revealing one dominates): its Q- and P-masses are bounded level by level
+(the masses cut at a level, times the totals of the other factors).  The
+lower side drops what is cut.
 
 References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 (2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
@@ -85,172 +74,281 @@ from scipy.special import ndtr, ndtri
 from pld import _fft
 from pld.kernels import l1_l2_norms
 
-#: relative residual allowed for a merged cell's conditional mean
-_RHO_CAP = 1e-9
-#: most fine atoms one merged bucket may take from (its error grows like the root of it)
-_WIDTH_CAP = 3
 #: tail probability left beyond the window (sizing only: what is left is bounded)
 _TAIL = 1e-13
-
-
-@dataclass(frozen=True, eq=False)
-class SumLaw:
-    """One side's laws of ``S = t Lambda`` on the grid ``k d``, ``k = 0..n``.
-
-    ``q`` is the Q-law (the add direction's P-masses at loss ``-log Lambda``)
-    and ``p`` the P-law (the remove direction's P-masses at loss ``log
-    Lambda``), with ``Lambda = scale * k d / t``; ``inf_*`` the mass at loss
-    ``+inf`` in each direction (upper side: truncation and round-off; lower: 0).
-    """
-
-    d: float
-    t: int
-    p: np.ndarray
-    q: np.ndarray
-    scale_remove: float
-    scale_add: float
-    inf_remove: float
-    inf_add: float
+_U = 2.0 ** -53
+#: re-grid a level while its spacing stays below this fraction of the first
+#: grid's spacing in standard deviations (of the partial sum, of one coordinate)
+_COARSE_RATIO = 0.5
+#: most cells of the first grid
+MAX_CELLS = 1 << 22
+#: relative round-off an entry may carry before a further tilt is tried for it
+_REL_OK = 1e-4
+#: untilted mass below which a tail needs no further tilt
+_NEGLIGIBLE = 1e-20
+#: most tilted runs per tail
+_MAX_TILTS = 4
+#: each tilt's step beyond the last resolved entry, relative to that entry's decay rate
+_TILT_STRIDE = 2.5
 
 
 def window(a: float, m: int, t: int | None = None) -> float:
     """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
-    its bulk and the tail of one large ``Y`` (sizing only)."""
+    its bulk and the tail of one large ``Y`` (sizing only).  The round has
+    ``t / m`` such partial sums, each cut at its window, so the bulk is taken
+    to the ``_TAIL m / t`` quantile."""
     t = m if t is None else t
     z = float(-ndtri(_TAIL))
+    z_m = float(-ndtri(_TAIL * m / t))
     z_t = float(-ndtri(_TAIL / t))
     var = math.expm1(min(a * a, 700.0))
-    bulk = m + z * math.sqrt(m * var)
+    bulk = m + z_m * math.sqrt(m * var)
     # the marked coordinate (log Y ~ N(a^2/2, a^2) under P) and any of the t under Q
     tail = math.exp(min(a * a / 2 + z * a, 700.0)) + math.exp(min(-a * a / 2 + z_t * a, 700.0))
     return bulk + tail
 
 
-def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float, keep: int) -> tuple[np.ndarray, float]:
-    """Truncated convolution with an l2 bound on the error of the result."""
-    c, fft_err = _fft.convolve(a, b)
-    a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
-    b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
-    err = ea * b1 + eb * a1 + fft_err
-    return c[:keep].copy(), err * (1.0 + 1e-9)
-
-
-_U = 2.0 ** -53
-
-
+# ------------------------------------------------------------ one run
 @dataclass(eq=False)
 class _Level:
-    """Laws of a partial sum of ``m`` coordinates on the grid ``k (step d)``.
+    """A partial sum of ``m`` coordinates on the grid ``k (step d)``, tilted.
 
-    ``q``: its Q-law; ``p``: its law when one of its coordinates is the
-    marked one (P-mass ``E[Y_marked; A = v]``); ``eq``, ``ep``: l2 bounds on
-    their round-off; ``step``: spacing in units of the first grid's.
+    ``q`` (and ``p`` on the lower side; the upper side's P-law is ``s/m``
+    times its Q-law) are the exact laws times ``e^{theta s - m c0}``, to
+    within l2 bounds ``eq``, ``ep``.  ``lost_q``, ``lost_p``: upper bounds on
+    the untilted masses cut so far (upper side).
     """
 
     q: np.ndarray
-    p: np.ndarray
+    p: np.ndarray | None
     eq: float
     ep: float
     m: int
     step: int
+    lost_q: float = 0.0
+    lost_p: float = 0.0
+    #: upper side: bounds on the log-MGF of the exact (untilted, uncut) level at ``_Run.chern``
+    lmgf: np.ndarray | None = None
+    #: merged lower side: ``dev[k]`` bounds ``|m_k - v_k| Q_k`` (``m_k`` the atom's
+    #: conditional mean, ``v_k`` its value), within l2 ``edev``
+    dev: np.ndarray | None = None
+    edev: float = 0.0
 
 
-def _spread_half(q: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean-preserving spread of a law on ``i d`` onto ``2 j d``.
+@dataclass(frozen=True)
+class _Run:
+    """What a run needs besides its levels: the tilt and the untilted totals."""
 
-    The atom at ``(2j+1) d`` sends half its Q-mass to each neighbour and its
-    P-mass in the ratio of the neighbours' values (``(j+1)/(2j+1)`` up), so
-    both masses and the mean are preserved and every atom keeps the
-    likelihood ratio of its grid value: a spread of a pair whose likelihood
-    ratio is its value, which dominates it (convex order).
-    """
-    n = q.size
-    m = (n + 1) // 2 + 1
-    qo = np.zeros(m)
-    po = np.zeros(m)
-    qo[: (n + 1) // 2] += q[0::2]
-    po[: (n + 1) // 2] += p[0::2]
-    qd = q[1::2]
-    pd = p[1::2]
-    j = np.arange(qd.size, dtype=float)
-    up_p = pd * ((j + 1.0) / (2.0 * j + 1.0))
-    half = 0.5 * qd
-    qo[: qd.size] += half
-    qo[1: qd.size + 1] += half
-    po[1: qd.size + 1] += up_p
-    po[: qd.size] += pd - up_p  # (exact: the larger share is at least half)
-    return qo, po
+    a: float
+    d: float
+    t: int
+    theta: float
+    c0: float
+    upper: bool
+    #: untilted total Q- and P-mass of one coordinate's (upper) measure, cut part included
+    tot_q: float = 1.0
+    tot_p: float = 1.0
+    #: Chernoff parameters of the cut-mass bounds (upper side)
+    chern: np.ndarray | None = None
+    #: lower side re-gridded by conditional-mean merges (``merge_half``) instead of the half-half map
+    merge: bool = False
+
+    def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
+        """log of the untilting factor of entries ``k`` of a level."""
+        return m * self.c0 - self.theta * (k * (step * self.d))
+
+    def tq(self, m: int) -> float:
+        return math.exp(m * math.log(self.tot_q))
+
+    def tp(self, m: int) -> float:
+        return self.tot_p * math.exp((m - 1) * math.log(self.tot_q))
 
 
-def _coarsen(lv: _Level, upper: bool) -> tuple[_Level, float]:
-    """The level re-gridded to twice its spacing (spread above, merge below); returns its residual."""
+def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float) -> tuple[np.ndarray, float]:
+    """Convolution with an l2 bound on the error of the result (Young's inequality)."""
+    c, fft_err = _fft.convolve(a, b)
+    a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
+    b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
+    return c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)
+
+
+def _regrid(x: np.ndarray, th: float) -> np.ndarray:
+    """An odd atom ``2j+1`` sent half to ``2j`` and half to ``2j+2`` (tilted by ``th`` per fine cell)."""
+    n = x.size
+    out = np.zeros((n + 1) // 2 + 1)
+    out[: (n + 1) // 2] += x[0::2]
+    odd = x[1::2]
+    out[: odd.size] += (0.5 * math.exp(-th)) * odd
+    out[1: odd.size + 1] += (0.5 * math.exp(th)) * odd
+    return out
+
+
+def _regrid_p(x: np.ndarray, th: float) -> np.ndarray:
+    """The P-side of the spread: the odd atom ``2j+1`` sends ``(j+1)/(2j+1)`` of its
+    P-mass up and ``j/(2j+1)`` down (its value ratio), tilted by ``th`` per fine cell."""
+    n = x.size
+    out = np.zeros((n + 1) // 2 + 1)
+    out[: (n + 1) // 2] += x[0::2]
+    odd = x[1::2]
+    j = np.arange(odd.size, dtype=float)
+    up = odd * ((j + 1.0) / (2.0 * j + 1.0))
+    out[: odd.size] += math.exp(-th) * (odd - up)
+    out[1: odd.size + 1] += math.exp(th) * up
+    return out
+
+
+def _coarsen(run: _Run, lv: _Level) -> _Level:
+    """The level on twice its spacing: a mean-preserving spread of the value
+    (upper side: half the Q-mass of an odd atom to each neighbour, its P-mass
+    in the ratio of their values), or a merge with exact conditional means
+    (lower side)."""
+    if run.merge:
+        return _merge(run, lv)
+    th = run.theta * lv.step * run.d
+    ch = math.cosh(th)
+    # l2 norm of the map: rows sum to 1 + cosh(th), columns to at most cosh(th)
+    norm = math.sqrt((1.0 + ch) * max(1.0, ch)) * (1.0 + 1e-12)
+    q = _regrid(lv.q, th)
+    eq = norm * lv.eq + 6.0 * _U * norm * float(l1_l2_norms(lv.q)[1])
+    p, ep = None, 0.0
+    if lv.p is not None:
+        # rows sum to at most 1 + 3/2 e^|th|, columns to at most e^|th|
+        eth = math.exp(abs(th))
+        norm_p = math.sqrt((1.0 + 1.5 * eth) * eth) * (1.0 + 1e-12)
+        p = _regrid_p(lv.p, th)
+        ep = norm_p * lv.ep + 8.0 * _U * norm_p * float(l1_l2_norms(lv.p)[1])
+    lmgf = None
+    if lv.lmgf is not None:
+        # a spread multiplies the MGF at theta' by at most cosh(theta' d_f)
+        lmgf = lv.lmgf + np.log(np.cosh(np.minimum(run.chern * (lv.step * run.d), 700.0))) * (1 + 1e-12)
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf)
+
+
+#: relative residual allowed for a first-grid merged cell's conditional mean
+_RHO_CAP = 1e-9
+#: most fine atoms one merged bucket may take from (its error grows like the root of it)
+_WIDTH_CAP = 3
+
+
+def _merge(run: _Run, lv: _Level) -> _Level:
+    """Merged lower side: buckets whose conditional means are the coarse points,
+    up to the deviations ``dev`` carries (see ``merge_half``)."""
     from pld.kernels.allocation import merge_half
 
+    assert lv.p is not None and lv.dev is not None
+    # the sums of a few coordinates keep the comb of the first merge (grid
+    # points it skipped), so their buckets need more atoms
+    cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
+    q, p, dev, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p),
+                                   np.ascontiguousarray(lv.dev), cap, float(lv.eq), lv.step * run.d)
     # A linear map with column sums <= 1 and row sums <= r has l2 norm at most
-    # sqrt(r): the spread's Q rows take 1 + 1/2 + 1/2, its P rows at most
-    # 1 + 1 + 1/3 (j = 1); a merge bucket's row takes at most its atoms.
-    if upper:
-        q, p = _spread_half(lv.q, lv.p)
-        rho, kq, kp = 0.0, math.sqrt(2.0), math.sqrt(7.0 / 3.0)
-    else:
-        # the sums of a few coordinates keep the comb of the first merge (grid
-        # points it skipped), so their buckets need more atoms
-        cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
-        q, p, rho, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p), _RHO_CAP, cap)
-        kq = kp = math.sqrt(widest)
-    # (the additions round each entry by an ulp)
-    eq = kq * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
-    ep = kp * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
-    return _Level(q, p, eq, ep, lv.m, 2 * lv.step), rho
+    # sqrt(r): a merge bucket's row takes at most its atoms; the additions
+    # round each entry by an ulp.  (dev' is a bound built from the computed
+    # dev plus its own terms: its round-off is carried as edev.)
+    k = math.sqrt(widest)
+    eq = k * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+    ep = k * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+    edev = k * lv.edev + 2.0 * _U * float(l1_l2_norms(dev)[1])
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
 
 
-def _combine(a: _Level, b: _Level, keep: int) -> _Level:
-    """Laws of the sum of two independent partial sums (same spacing).
+def _cut_mass(run: _Run, x: np.ndarray, e: float, m: int, step: int, start: int) -> tuple[float, float]:
+    """Upper bounds on the untilted Q- and P-mass of entries ``start..`` of a level's tilted array."""
+    if start >= x.size:
+        return 0.0, 0.0
+    k = np.arange(start, x.size, dtype=float)
+    lw = run.log_w(m, step, k)
+    top = float(lw.max())
+    if top > 700.0:
+        return math.inf, math.inf
+    w = np.exp(lw - top)  # (scaled by e^top, applied at the end)
+    v = k * (step * run.d) / m  # the likelihood ratio of each entry (its P-mass over its Q-mass)
+    ax = np.abs(x[start:])
+    cq = (float(np.sum(ax * w)) + e * float(np.sqrt(np.sum(w * w)))) * math.exp(top)
+    cp = (float(np.sum(ax * w * v)) + e * float(np.sqrt(np.sum((w * v) ** 2)))) * math.exp(top)
+    return cq * (1.0 + 1e-9), cp * (1.0 + 1e-9)
+
+
+def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
+    """The sum of two independent partial sums (same spacing), cut to ``keep`` entries.
 
     The marked coordinate is in the first part with probability ``m_a / m``:
     ``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b`` (one convolution for a square).
     """
-    q, eq = _conv(a.q, a.eq, b.q, b.eq, keep)
     m = a.m + b.m
-    if a is b:
-        p, ep = _conv(a.p, a.ep, b.q, b.eq, keep)
-    else:
-        p1, e1 = _conv(a.p, a.ep, b.q, b.eq, keep)
-        p2, e2 = _conv(a.q, a.eq, b.p, b.ep, keep)
-        n = max(p1.size, p2.size)
-        p = np.zeros(n)
-        p[: p1.size] += (a.m / m) * p1
-        p[: p2.size] += (b.m / m) * p2
-        ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
-    return _Level(q, p, eq, ep, m, a.step)
+    q, eq = _conv(a.q, a.eq, b.q, b.eq)
+    p, ep = None, 0.0
+    if a.p is not None:
+        assert b.p is not None
+        if a is b:
+            p, ep = _conv(a.p, a.ep, b.q, b.eq)
+        else:
+            p1, e1 = _conv(a.p, a.ep, b.q, b.eq)
+            p2, e2 = _conv(a.q, a.eq, b.p, b.ep)
+            p = (a.m / m) * p1 + (b.m / m) * p2
+            ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+    dev, edev = None, 0.0
+    if a.dev is not None:
+        assert b.dev is not None
+        # |m - v| Q of a sum atom <= (dev_a * Q_b + Q_a * dev_b)
+        if a is b:
+            dev, edev = _conv(a.dev, a.edev, a.q, a.eq)
+            dev, edev = 2.0 * dev, 2.0 * edev
+        else:
+            d1, e1 = _conv(a.dev, a.edev, b.q, b.eq)
+            d2, e2 = _conv(a.q, a.eq, b.dev, b.edev)
+            dev = d1 + d2
+            edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
+    lost_q = lost_p = 0.0
+    lmgf = None
+    if run.upper:
+        # cut parts: one factor's cut part times the other's total (Q), and the
+        # marked mixture of the same (P)
+        lost_q = a.lost_q * run.tq(b.m) + run.tq(a.m) * b.lost_q
+        lost_p = ((a.m / m) * (a.lost_p * run.tq(b.m) + run.tp(a.m) * b.lost_q)
+                  + (b.m / m) * (a.lost_q * run.tp(b.m) + run.tq(a.m) * b.lost_p))
+        cq, cp = _cut_mass(run, q, eq, m, a.step, keep)
+        assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
+        lmgf = a.lmgf + b.lmgf
+        if keep < q.size:
+            # Chernoff: Q(S >= s) <= e^{L(theta') - theta' s}; and since s' <= s e^{(s' - s)/s},
+            # E[S/m; S >= s] <= (s/m) e^{L(theta'') - theta'' s} for theta'' >= 1/s
+            sc = keep * a.step * run.d
+            expo = lmgf - run.chern * sc
+            cq = min(cq, math.exp(min(float(np.min(expo)), 700.0)) * (1 + 1e-9))
+            ok = run.chern >= 1.0 / sc
+            if np.any(ok):
+                cp = min(cp, sc / m * math.exp(min(float(np.min(expo[ok])), 700.0)) * (1 + 1e-9))
+        lost_q += cq
+        lost_p += cp
+    q = q[:keep].copy()
+    if p is not None:
+        p = p[:keep].copy()
+    if dev is not None:
+        dev = np.abs(dev[:keep])  # (|.|: a bound stays a bound; the error bound covers the rest)
+    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev)
 
 
-def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: float) -> tuple[_Level, float]:
+def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
     """The ``t``-fold sum by repeated squaring, each level on its own window and spacing.
 
-    A level of ``m`` coordinates is cut to ``[0, window(a, m, t)]`` (what is cut
-    is accounted for by the caller through the totals) and re-gridded to twice
-    its spacing while that spacing stays below ``coarse_sd`` standard
-    deviations of the partial sum (evolving discretisation: each re-grid adds
-    at most ``(2 step d)^2 / 4`` to the variance of a partial sum, a fixed
-    small fraction of it).  Returns the level and the merges' accumulated
-    relative residual.
+    A level of ``m`` coordinates is cut to ``[0, window(a, m, t)]`` and
+    re-gridded to twice its spacing while that spacing stays below
+    ``coarse_sd`` standard deviations of the partial sum (evolving
+    discretisation).  The schedule depends on sizes only, so every tilt runs
+    through the same grids.
     """
+    a, d, t = run.a, run.d, run.t
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    rho = 0.0
 
     def fit(lv: _Level) -> _Level:
-        nonlocal rho
         while 2 * lv.step * d <= coarse_sd * sd1 * math.sqrt(lv.m) and lv.q.size > 64:
-            lv, r = _coarsen(lv, upper)
-            rho = (1 + rho) * (1 + r) - 1
+            lv = _coarsen(run, lv)
         return lv
 
     def to_step(lv: _Level, step: int) -> _Level:
-        nonlocal rho
         while lv.step < step:
-            lv, r = _coarsen(lv, upper)
-            rho = (1 + rho) * (1 + r) - 1
+            lv = _coarsen(run, lv)
         return lv
 
     def keep(m: int, step: int) -> int:
@@ -266,99 +364,363 @@ def _sum_levels(x: _Level, t: int, d: float, a: float, upper: bool, coarse_sd: f
             else:
                 r = to_step(result, cur.step)
                 c = to_step(cur, r.step)
-                result = fit(_combine(r, c, keep(r.m + c.m, c.step)))
+                result = fit(_combine(run, r, c, keep(r.m + c.m, c.step)))
         k >>= 1
         if not k:
             assert result is not None  # (t >= 1: the lowest set bit set it)
-            return result, rho
-        cur = fit(_combine(cur, cur, keep(2 * cur.m, cur.step)))
+            return result
+        cur = fit(_combine(run, cur, cur, keep(2 * cur.m, cur.step)))
 
 
-#: re-grid a level while its spacing stays below this fraction of the first
-#: grid's spacing in standard deviations (of the partial sum, of one coordinate)
-_COARSE_RATIO = 0.5
-#: most cells of the first grid
-MAX_CELLS = 1 << 22
-
-
-@functools.lru_cache(maxsize=16)
-def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SumLaw, SumLaw, dict]:
-    """Upper (spread) and lower (merged) laws of ``S`` for noise multiplier ``sigma``.
-
-    ``spacing``: the first grid's spacing in standard deviations of one
-    coordinate (raised if the first window would need more than ``MAX_CELLS``
-    cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
-    lower, info)``.
-    """
-    from pld.kernels.allocation import merged_law, spread_law
-
-    a = 1.0 / sigma
-    m = -0.5 * a * a
-    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    w1 = window(a, 1, t)
-    d = max(spacing * sd1, w1 / MAX_CELLS)
-    n = int(math.ceil(w1 / d))
-    g = np.arange(n + 1) * d
-    xs = spread_law(m, a, d, n)
-    xm, rho0, top, e_xm = merged_law(m, a, d, n, _RHO_CAP)
-    up, _ = _sum_levels(_Level(xs, g * xs, 0.0, 2 * _U * float(l1_l2_norms(g * xs)[1]), 1, 1), t, d, a, True,
-                        _COARSE_RATIO * spacing)
-    # the merged cells' means are g (1 +- rho0): the marked law at the grid
-    # values times (1 - rho0) is below the true one
-    e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
-    lo, rho = _sum_levels(_Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1), t, d, a,
-                          False, _COARSE_RATIO * spacing)
-    rho = (1.0 + rho) * (1.0 + rho0) - 1.0
-    # The upper laws are t-fold sums of a per-coordinate measure of total mass
-    # M >= 1 and marked mass (mean) m >= 1 (the exact spread plus rounding
-    # slack, plus the tail beyond the first window, which counts as cut);
-    # spreads and convolutions keep totals, so the parts cut off have
-    # Q-mass M^t - (Q inside) and P-mass m M^(t-1) - (P inside).  Each
-    # computed entry is within the l2 bound of that measure's: the sums
-    # inside are off by at most sqrt(n) e, once for the sums and once for the
-    # entries themselves.
-    # (plus each coordinate's tail beyond the first window, Y > n d, which the
-    # spread leaves out: its Q-mass 1 - F and P-mass 1 - G, bounded above)
-    z_top = (math.log(n * d) - m) / a
-    tot = math.fsum(xs.tolist()) + float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
-    mean = math.fsum((g * xs).tolist()) + float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
-    root_n = math.sqrt(up.q.size)
-    tot_t1 = math.exp((t - 1) * math.log1p(tot - 1.0))
-    inf_add = min(1.0, max(0.0, tot_t1 * tot - math.fsum(up.q.tolist())) + 2.0 * root_n * up.eq + 8 * _U)
-    inf_remove = min(1.0, max(0.0, tot_t1 * mean - math.fsum(up.p.tolist())) + 2.0 * root_n * up.ep + 8 * _U)
-    upper = SumLaw(up.step * d, t, np.maximum(up.p, 0.0), np.maximum(up.q, 0.0), 1.0, 1.0,
-                   inf_remove * (1 + 1e-9), inf_add * (1 + 1e-9))
-    lower = SumLaw(lo.step * d, t, np.maximum(lo.p - lo.ep, 0.0), np.maximum(lo.q - lo.eq, 0.0),
-                   1.0 - rho, 1.0 + rho, 0.0, 0.0)
-    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
-            "final_spacing_upper": upper.d, "final_cells_upper": int(up.q.size),
-            "final_spacing_lower": lower.d, "final_cells_lower": int(lo.q.size),
-            "rho": rho, "lower_mass": float(np.sum(lower.q)),
-            "roundoff_upper": max(up.ep, up.eq), "roundoff_lower": max(lo.ep, lo.eq),
-            "inf_mass_upper_remove": upper.inf_remove, "inf_mass_upper_add": upper.inf_add}
-    return upper, lower, info
-
-
-def atoms(law: SumLaw, direction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(loss, log P, log Q)`` of one direction's discrete pair, ``+inf`` atom included."""
-    k = np.arange(law.q.size)
+def _tilted(x: np.ndarray, g: np.ndarray, theta: float,
+            c0: float | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+    """``x e^{theta g - c0}`` (``c0`` its log total unless given), ``c0`` and each entry's relative rounding bound."""
     with np.errstate(divide="ignore"):
-        if direction == "remove":
-            lam = np.log(k * law.d / law.t) + math.log(law.scale_remove)
-            sel = (law.p > 0) & (k > 0)
-            loss, lp = lam[sel], np.log(law.p[sel])
-            lq = lp - loss
-            inf = law.inf_remove
-        else:
-            lam = np.log(k * law.d / law.t) + math.log(law.scale_add)
-            sel = (law.q > 0) & (k > 0)
-            loss, lp = -lam[sel], np.log(law.q[sel])
-            lq = lp + lam[sel]
-            # Lambda = 0 (every Y at the grid's first point) is a loss of +inf when
-            # added (on the lower side the merged law has no mass there)
-            inf = law.inf_add + float(law.q[0]) * (1 + 1e-12)
+        lx = np.log(np.maximum(x, 0.0)) + theta * g
+    if c0 is None:
+        top = float(np.max(lx))
+        c0 = top + math.log(float(np.sum(np.exp(lx - top))))
+    y = x * np.exp(theta * g - c0)
+    rel = 4.0 * _U * (2.0 + np.abs(theta * g) + abs(c0))
+    return y, c0, rel
+
+
+def coordinate_spread(mu: float, a: float, d: float, n: int) -> np.ndarray:
+    from pld.kernels.allocation import spread_law
+
+    return spread_law(mu, a, d, n)
+
+
+def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndarray | None = None) -> tuple:
+    """One coordinate's spread on ``[0, n d]``, ``(total Q, total P, cut Q, cut P)`` of its measure,
+    and bounds on its log-MGF at a range of Chernoff parameters.
+
+    The tail beyond the window, ``Y > n d``, which the spread leaves out, is
+    cut: its Q-mass ``1 - F`` and P-mass ``1 - G`` bounded above; the totals
+    include the spread's rounding slack.
+    """
+    xs = coordinate_spread(mu, a, d, n) if xs is None else xs
+    g = np.arange(n + 1) * d
+    z_top = (math.log(n * d) - mu) / a
+    tail_q = float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
+    tot_q = math.fsum(xs.tolist()) * (1 + 4 * _U) + tail_q
+    tot_p = math.fsum((g * xs).tolist()) * (1 + 8 * _U) + tail_p
+    # log-MGF bounds of the measure at Chernoff parameters from the scale of
+    # the whole sum to that of one coordinate's window
+    chern = np.geomspace(0.1 / window(a, t, t), 600.0 / (n * d), 48)
+    with np.errstate(divide="ignore"):
+        lx = np.log(xs)
+    lmgf = np.empty(chern.size)
+    for i, c in enumerate(chern):
+        e = lx + c * g
+        mx = float(e.max())
+        lmgf[i] = mx + math.log(float(np.sum(np.exp(e - mx)))) + 1e-10 * (1.0 + abs(mx))
+    return xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf
+
+
+def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float) -> tuple[_Run, _Level]:
+    xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
+    g = np.arange(xs.size) * d
+    y, c0, rel = _tilted(xs, g, theta)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern)
+    e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
+    py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
+    ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
+    lv = _Level(y, py, e0, ep0, 1, 1, tail_q, tail_p, lmgf)
+    return run, _sum_levels(run, lv, coarse_sd)
+
+
+def _bracket(run: _Run, lv: _Level, x: np.ndarray, e: float) -> tuple[np.ndarray, np.ndarray]:
+    """Untilted ``(lower, upper)`` brackets on every entry of one of the run's final arrays."""
+    lw = run.log_w(lv.m, lv.step, np.arange(x.size, dtype=float))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        w = np.exp(lw)
+        lo = np.where(x > e, (x - e) * w, 0.0) * (1.0 - 1e-12)
+        hi = (np.maximum(x, 0.0) + e) * w * (1.0 + 1e-12)
+    return lo, hi
+
+
+def _next_tilt(values: np.ndarray, rel_bound: np.ndarray, s: np.ndarray, covering: np.ndarray,
+               thetas: list[float], upward: bool) -> tuple[float | None, int]:
+    """The next tilt for one tail (None when that tail is resolved) and the frontier.
+
+    ``values``: the best untilted estimates, ``rel_bound``: their relative
+    round-off bound; the frontier is the last entry (towards the tail) still
+    resolved to ``_REL_OK`` (or to 30 times the best entry's bound).  A
+    Gaussian-like law ``e^{-(s - mu)^2 / (2 v)}`` tilted by ``theta`` is
+    resolved on a range of the same width centred ``theta v`` further out,
+    so a tilt ``theta_f + 2.5 (slope - theta_f)`` (``slope``: the law's decay
+    rate at the frontier, ``theta_f`` the tilt that resolves it) continues
+    the resolved range (an overlap of 1/4 of the range).
+    """
+    finite = np.isfinite(rel_bound)
+    if not np.any(finite):
+        return None, -1
+    ok = rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
+    idx = np.nonzero(ok)[0]
+    f = int(idx[-1]) if upward else int(idx[0])
+    if f == (values.size - 1 if upward else 0):
+        return None, f
+    beyond = slice(f + 1, None) if upward else slice(0, f)
+    # (what lies beyond: bounded by the best bracket's upper end)
+    rest = float(np.sum(values[beyond] * (1.0 + np.minimum(rel_bound[beyond], 1e300))))
+    if rest <= _NEGLIGIBLE:
+        return None, f
+    j = max(1, min(8, f if upward else values.size - 1 - f))
+    f2 = f - j if upward else f + j
+    if values[f] <= 0 or values[f2] <= 0:
+        return None, f
+    slope = -(math.log(values[f]) - math.log(values[f2])) / (s[f] - s[f2])
+    th_f = thetas[int(covering[f])]
+    nxt = th_f + _TILT_STRIDE * (slope - th_f)
+    if (upward and nxt <= th_f * 1.05) or (not upward and nxt >= th_f * 1.05):
+        return None, f
+    return nxt, f
+
+
+# ------------------------------------------------------------ public
+@dataclass(frozen=True, eq=False)
+class SideAtoms:
+    """One side's discrete pairs, per direction: ``(loss, log P, log Q)`` with the ``+inf`` atom."""
+
+    remove: tuple[np.ndarray, np.ndarray, np.ndarray]
+    add: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def atoms(side: SideAtoms, direction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(loss, log P, log Q)`` of one direction's discrete pair, ``+inf`` atom included."""
+    return side.remove if direction == "remove" else side.add
+
+
+def _with_inf(loss, lp, lq, inf: float):
     if inf > 0.0:
         loss = np.append(loss, np.inf)
         lp = np.append(lp, math.log(inf))
         lq = np.append(lq, -np.inf)
     return loss, lp, lq
+
+
+def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost_q: float,
+                 lost_p: float) -> SideAtoms:
+    """Atoms at the grid values' losses: remove with P-masses ``p_hi``, add with ``q_hi``."""
+    with np.errstate(divide="ignore"):
+        sel = (p_hi > 0) & (s > 0)
+        lam = np.log(s[sel] / t)
+        lp = np.log(p_hi[sel])
+        remove = _with_inf(lam, lp, lp - lam, min(1.0, lost_p))
+        sel = (q_hi > 0) & (s > 0)
+        lam = np.log(s[sel] / t)
+        lq = np.log(q_hi[sel])
+        # Lambda = 0 (every Y at the grid's first point) is a loss of +inf when added
+        add = _with_inf(-lam, lq, lq + lam, min(1.0, lost_q + float(q_hi[0])))  # (s[0] = 0)
+    return SideAtoms(remove, add)
+
+
+def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
+                  coarse_sd: float) -> tuple[SideAtoms, float, float]:
+    """The dominated pair: conditional-mean merges (every atom's likelihood ratio is
+    its grid value times ``1 +- rho``), untilted.
+
+    The first merge cuts ``Y`` into cells whose conditional means are the
+    grid points (:func:`pld.kernels.allocation.merged_law`); each re-grid
+    merges with exact conditional means (:func:`_merge`).  The losses are
+    then known to ``rho`` whatever the round-off: the remove direction takes
+    ``log(v (1 - rho) / t)`` with P-mass ``p - E_p``, the add direction
+    ``-log(v (1 + rho) / t)`` with P-mass ``q - E_q`` (lower, both; a pair
+    with smaller masses and smaller losses is dominated).
+    """
+    from pld.kernels.allocation import merged_law
+
+    g = np.arange(n + 1) * d
+    xm, rho0, _, e_xm = merged_law(mu, a, d, n, _RHO_CAP)
+    e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
+    # the merged cells' means are g (1 +- rho0): the marked law at the grid
+    # values times (1 - rho0) is below the true one
+    first = _Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1,
+                   dev=rho0 * g * xm * (1.0 + 1e-12), edev=rho0 * e0 * float(g[-1]))
+    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
+    assert lv.p is not None and lv.dev is not None
+    p = lv.p - lv.ep
+    q = lv.q - lv.eq
+    v = np.arange(q.size) * (lv.step * d)
+    # each atom's relative deviation |m - v| / v <= rho_k
+    ok = (q > 0) & (v > 0)
+    rho = np.full(q.size, np.inf)
+    rho[ok] = (lv.dev[ok] + lv.edev) / (q[ok] * v[ok]) * (1.0 + 1e-12)
+    lam = np.zeros(q.size)
+    lam[ok] = np.log(v[ok] / t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sel = ok & (p > 0) & (rho < 0.5)
+        lr = lam[sel] + np.log1p(-rho[sel])
+        lp = np.log(p[sel])
+        remove = (lr, lp, lp - lr)
+        sel = ok & (rho < 0.5)
+        la = lam[sel] + np.log1p(rho[sel])
+        lq = np.log(q[sel])
+        add = (-la, lq, lq + la)
+    worst = float(np.max(rho[ok & (rho < 0.5)])) if np.any(ok & (rho < 0.5)) else 0.0
+    return SideAtoms(remove, add), float(np.median(rho[ok])) if np.any(ok) else 0.0, worst
+
+
+#: relative round-off above which an entry's round-off is lumped at +inf
+_LUMP = 1e-3
+#: cut mass (at +inf) a tilted run may add without doubling the cut mass
+_CUT_COST = 1e-11
+#: a tilt ``theta > 0`` cuts each coordinate where its tilted law climbs back to
+#: ``e^{-_TILT_DEPTH}`` of its mode (beyond, the log-normal tail outweighs the bulk)
+_TILT_DEPTH = 30.0
+
+
+def _pad(x: np.ndarray, n: int) -> np.ndarray:
+    return x if x.size == n else np.concatenate((x[:n], np.zeros(max(0, n - x.size))))
+
+
+@functools.lru_cache(maxsize=16)
+def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
+
+    ``spacing``: the first grid's spacing in standard deviations of one
+    coordinate (raised if the first window would need more than ``MAX_CELLS``
+    cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
+    lower, info)``.
+
+    Upper side: runs with different tilts may cut the coordinates at
+    different points, i.e. bound different truncated objects; an entry's
+    shortfall against the untruncated one is part of its run's cut mass, so
+    the pair built from the tightest entry of each is dominating once the
+    cut masses of all runs are put at ``+inf``.  Lower side: every run cuts
+    the coordinates at the same point (the smallest), so all bound the same
+    post-processed pair.
+    """
+
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    w1 = window(a, 1, t)
+    d = max(spacing * sd1, w1 / MAX_CELLS)
+    n = int(math.ceil(w1 / d))
+    coarse = _COARSE_RATIO * spacing
+
+    g_full = np.arange(n + 1) * d
+    with np.errstate(divide="ignore"):
+        spread_full = coordinate_spread(mu, a, d, n)
+        lx_full = np.log(spread_full)
+    bulk = int(min(n, (10.0 * (1.0 + sd1)) / d))
+
+    @functools.cache
+    def cut(theta: float) -> int:
+        """Where the tilted coordinate law ``x e^{theta y}``, past its bulk, climbs back
+        to ``e^{-_TILT_DEPTH}`` of its mode (the log-normal tail is heavier than
+        any exponential): cut there, so the tilted law stays a bulk."""
+        if theta <= 0:
+            return n
+        e = lx_full + theta * g_full
+        k0 = int(np.argmax(e[: bulk + 1]))
+        low = e < e[k0] - _TILT_DEPTH
+        low[:k0] = False
+        if not np.any(low):
+            return 0  # no bulk to tilt
+        k1 = int(np.argmax(low))
+        high = ~low
+        high[:k1] = False
+        return n if not np.any(high) else max(8, int(np.argmax(high)) - 1)
+
+    coords: dict[int, tuple] = {}
+
+    def run_up(theta: float):
+        nb = cut(theta)
+        if nb == n and n not in coords:
+            coords[n] = _coordinate_upper(mu, a, d, n, t, spread_full)
+        if nb not in coords:
+            coords[nb] = _coordinate_upper(mu, a, d, nb, t)
+        return _run_upper(a, d, t, coords[nb], theta, coarse)
+
+    thetas = [0.0]
+    runs_up = [run_up(0.0)]
+    size = runs_up[0][1].q.size
+    step = runs_up[0][1].step
+    s = np.arange(size) * (step * d)
+
+    def brackets() -> tuple[np.ndarray, np.ndarray]:
+        los, his = [], []
+        for r, lv in runs_up:
+            assert lv.step == step
+            lo, hi = _bracket(r, lv, lv.q, lv.eq)
+            los.append(_pad(lo, size))
+            his.append(_pad(hi, size))
+        return np.vstack(los), np.vstack(his)
+
+    def lost(runs) -> tuple[float, float]:
+        # runs on the same coordinate cut bound the same object (the smallest
+        # bound of its cut masses holds); different cuts add
+        by_cut: dict[int, tuple[float, float]] = {}
+        for r, lv in runs:
+            nb = cut(r.theta)
+            q0, p0 = by_cut.get(nb, (math.inf, math.inf))
+            by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
+        return sum(v[0] for v in by_cut.values()), sum(v[1] for v in by_cut.values())
+
+    for upward in (True, False):
+        frontier = -1
+        for _ in range(_MAX_TILTS):
+            los, his = brackets()
+            i = np.argmin(his, axis=0)
+            hi = his[i, np.arange(size)]
+            lo = np.max(los, axis=0)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rel = np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf)
+            th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
+            if th is None or f == frontier:
+                break  # resolved, or the last tilt did not move the frontier
+            frontier = f
+            if cut(th) < 8:
+                break  # no bulk left to tilt
+            new = run_up(th)
+            before = lost(runs_up)
+            after = lost(runs_up + [new])
+            if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):
+                break  # its coordinate cut would cost more at +inf than it resolves (a heavy tail)
+            thetas.append(th)
+            runs_up.append(new)
+
+    # upper: the tightest upper bracket of each entry; every run's cut mass;
+    # entries resolved to worse than _LUMP keep their estimate and their
+    # round-off goes to +inf instead, per run by Cauchy-Schwarz over the
+    # entries it covers (sum |e_k| w_k <= E ||w||_2: sqrt(n) E, not n E)
+    _, his = brackets()
+    best = np.argmin(his, axis=0)
+    q_hi = his[best, np.arange(size)]
+    lost_q, lost_p = lost(runs_up)
+    v = s / t
+    p_hi = v * q_hi
+    for j, (r, lv) in enumerate(runs_up):
+        assert lv.p is not None
+        x = _pad(lv.q, size)
+        noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
+        if not np.any(noisy):
+            continue
+        k = np.nonzero(noisy)[0]
+        lw = r.log_w(lv.m, lv.step, k.astype(float))
+        top = float(lw.max())
+        w = np.exp(lw - top)
+        y = _pad(lv.p, size)[k]
+        with np.errstate(over="ignore"):
+            scale = math.exp(top) * (1.0 + 1e-12)
+            q_hi[k] = np.maximum(x[k], 0.0) * w * scale
+            # (the remove direction's P-masses from the run's own P-law: its
+            # round-off E_p is not multiplied by the likelihood ratio)
+            p_hi[k] = np.maximum(y, 0.0) * w * scale
+            norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
+            lost_q += lv.eq * norm_w
+            lost_p += lv.ep * norm_w
+    lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
+    upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p)
+    lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
+    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
+            "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
+            "coordinate_cuts": tuple(cut(x) * d for x in thetas),
+            "rho_median": rho, "rho_worst_kept": rho_worst, "lower_mass": float(np.sum(np.exp(lower.remove[1]))),
+            "roundoff_upper": max(lv.eq for _, lv in runs_up),
+            "inf_mass_upper_remove": lost_p, "inf_mass_upper_add": min(1.0, lost_q + float(q_hi[0]))}
+    return upper, lower, info
