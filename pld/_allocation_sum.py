@@ -152,6 +152,10 @@ class _Run:
     chern: np.ndarray | None = None
     #: lower side re-gridded by conditional-mean merges (``merge_half``) instead of the half-half map
     merge: bool = False
+    #: a run for the lower tail only: every level cut at this value (as the
+    #: coordinates are non-negative, what is cut lands above it, so the
+    #: entries below it are exact and nothing cut needs accounting)
+    limit: float = math.inf
 
     def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
         """log of the untilting factor of entries ``k`` of a level."""
@@ -301,7 +305,7 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
             edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     lost_q = lost_p = 0.0
     lmgf = None
-    if run.upper:
+    if run.upper and run.limit == math.inf:
         # cut parts: one factor's cut part times the other's total (Q), and the
         # marked mixture of the same (P)
         lost_q = a.lost_q * run.tq(b.m) + run.tq(a.m) * b.lost_q
@@ -352,7 +356,7 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
         return lv
 
     def keep(m: int, step: int) -> int:
-        return int(window(a, m, t) / (step * d)) + 2
+        return int(min(window(a, m, t), run.limit) / (step * d)) + 2
 
     result = None
     cur = x
@@ -419,11 +423,12 @@ def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndar
     return xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf
 
 
-def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float) -> tuple[_Run, _Level]:
+def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float,
+               limit: float = math.inf) -> tuple[_Run, _Level]:
     xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
     g = np.arange(xs.size) * d
     y, c0, rel = _tilted(xs, g, theta)
-    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit)
     e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
     py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
     ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
@@ -501,19 +506,29 @@ def _with_inf(loss, lp, lq, inf: float):
     return loss, lp, lq
 
 
-def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost_q: float,
-                 lost_p: float) -> SideAtoms:
-    """Atoms at the grid values' losses: remove with P-masses ``p_hi``, add with ``q_hi``."""
+def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost_q: float, lost_p: float,
+                 extra_remove: list, extra_add: list) -> SideAtoms:
+    """Atoms at the grid values' losses: remove with P-masses ``p_hi``, add with
+    ``q_hi``; plus the lumped round-off, as ``(loss, P-mass)`` atoms (Q-mass
+    ``P e^{-loss}``), and the masses at ``+inf``."""
+    def extra(lst):
+        if not lst:
+            return np.zeros(0), np.zeros(0)
+        lo, m = np.array(lst, dtype=float).T
+        return lo, np.log(m)
+
     with np.errstate(divide="ignore"):
         sel = (p_hi > 0) & (s > 0)
-        lam = np.log(s[sel] / t)
-        lp = np.log(p_hi[sel])
+        el, elp = extra(extra_remove)
+        lam = np.concatenate((np.log(s[sel] / t), el))
+        lp = np.concatenate((np.log(p_hi[sel]), elp))
         remove = _with_inf(lam, lp, lp - lam, min(1.0, lost_p))
         sel = (q_hi > 0) & (s > 0)
-        lam = np.log(s[sel] / t)
-        lq = np.log(q_hi[sel])
+        el, elp = extra(extra_add)
+        lam = np.concatenate((-np.log(s[sel] / t), el))
+        lq = np.concatenate((np.log(q_hi[sel]), elp))
         # Lambda = 0 (every Y at the grid's first point) is a loss of +inf when added
-        add = _with_inf(-lam, lq, lq + lam, min(1.0, lost_q + float(q_hi[0])))  # (s[0] = 0)
+        add = _with_inf(lam, lq, lq - lam, min(1.0, lost_q + float(q_hi[0])))  # (s[0] = 0)
     return SideAtoms(remove, add)
 
 
@@ -563,8 +578,11 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     return SideAtoms(remove, add), float(np.median(rho[ok])) if np.any(ok) else 0.0, worst
 
 
-#: relative round-off above which an entry's round-off is lumped at +inf
+#: relative round-off above which an entry's round-off is lumped (at the largest
+#: loss of its block of consecutive entries)
 _LUMP = 1e-3
+#: blocks per run of lumped entries
+_LUMP_BLOCKS = 64
 #: cut mass (at +inf) a tilted run may add without doubling the cut mass
 _CUT_COST = 1e-11
 #: a tilt ``theta > 0`` cuts each coordinate where its tilted law climbs back to
@@ -628,13 +646,16 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
 
     coords: dict[int, tuple] = {}
 
+    # a lower-tail run (theta < 0) serves the entries below the mean of S only
+    low_limit = float(t)
+
     def run_up(theta: float):
-        nb = cut(theta)
+        nb = cut(theta) if theta >= 0 else min(n, int(math.ceil(low_limit / d)) + 1)
         if nb == n and n not in coords:
             coords[n] = _coordinate_upper(mu, a, d, n, t, spread_full)
         if nb not in coords:
             coords[nb] = _coordinate_upper(mu, a, d, nb, t)
-        return _run_upper(a, d, t, coords[nb], theta, coarse)
+        return _run_upper(a, d, t, coords[nb], theta, coarse, low_limit if theta < 0 else math.inf)
 
     thetas = [0.0]
     runs_up = [run_up(0.0)]
@@ -647,8 +668,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
         for r, lv in runs_up:
             assert lv.step == step
             lo, hi = _bracket(r, lv, lv.q, lv.eq)
-            los.append(_pad(lo, size))
-            his.append(_pad(hi, size))
+            lo, hi = _pad(lo, size), _pad(hi, size)
+            if r.limit < math.inf:
+                out = s >= r.limit
+                lo[out], hi[out] = 0.0, math.inf
+            los.append(lo)
+            his.append(hi)
         return np.vstack(los), np.vstack(his)
 
     def lost(runs) -> tuple[float, float]:
@@ -656,6 +681,8 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
         # bound of its cut masses holds); different cuts add
         by_cut: dict[int, tuple[float, float]] = {}
         for r, lv in runs:
+            if r.limit < math.inf:
+                continue  # (its entries are exact below its limit: nothing cut)
             nb = cut(r.theta)
             q0, p0 = by_cut.get(nb, (math.inf, math.inf))
             by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
@@ -694,28 +721,45 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     lost_q, lost_p = lost(runs_up)
     v = s / t
     p_hi = v * q_hi
+    extra_remove: list[tuple[float, float]] = []  # (loss, P-mass) of lumped round-off
+    extra_add: list[tuple[float, float]] = []
     for j, (r, lv) in enumerate(runs_up):
         assert lv.p is not None
         x = _pad(lv.q, size)
         noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
         if not np.any(noisy):
             continue
-        k = np.nonzero(noisy)[0]
-        lw = r.log_w(lv.m, lv.step, k.astype(float))
-        top = float(lw.max())
-        w = np.exp(lw - top)
-        y = _pad(lv.p, size)[k]
-        with np.errstate(over="ignore"):
-            scale = math.exp(top) * (1.0 + 1e-12)
-            q_hi[k] = np.maximum(x[k], 0.0) * w * scale
-            # (the remove direction's P-masses from the run's own P-law: its
-            # round-off E_p is not multiplied by the likelihood ratio)
-            p_hi[k] = np.maximum(y, 0.0) * w * scale
-            norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
-            lost_q += lv.eq * norm_w
-            lost_p += lv.ep * norm_w
+        idx = np.nonzero(noisy)[0]
+        lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
+        y_all = _pad(lv.p, size)[idx]
+        # blocks of consecutive entries, each lumped at its own largest loss
+        # (a loss rounded up: dominating), not all at +inf
+        for k, lw, y in zip(np.array_split(idx, _LUMP_BLOCKS), np.array_split(lw_all, _LUMP_BLOCKS),
+                            np.array_split(y_all, _LUMP_BLOCKS)):
+            if k.size == 0:
+                continue
+            top = float(lw.max())
+            w = np.exp(lw - top)
+            with np.errstate(over="ignore"):
+                scale = math.exp(top) * (1.0 + 1e-12)
+                q_hi[k] = np.maximum(x[k], 0.0) * w * scale
+                # (the remove direction's P-masses from the run's own P-law: its
+                # round-off E_p is not multiplied by the likelihood ratio)
+                p_hi[k] = np.maximum(y, 0.0) * w * scale
+                norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
+            vmin, vmax = float(v[k].min()), float(v[k].max())
+            if vmax > 0:
+                extra_remove.append((math.log(vmax), lv.ep * norm_w))
+            extra_add.append((-math.log(vmin) if vmin > 0 else math.inf, lv.eq * norm_w))
+    for lst in (extra_remove, extra_add):
+        # (what is past +inf's budget is capped by the caller's min(1, .))
+        lst[:] = [(lo, m) for lo, m in lst if m > 0.0]
+    lost_p += sum(m for lo, m in extra_remove if lo == math.inf)
+    lost_q += sum(m for lo, m in extra_add if lo == math.inf)
+    extra_remove = [(lo, m) for lo, m in extra_remove if lo < math.inf]
+    extra_add = [(lo, m) for lo, m in extra_add if lo < math.inf]
     lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
-    upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p)
+    upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
     lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
     info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
             "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
