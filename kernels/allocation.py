@@ -130,7 +130,7 @@ def _solve_edge(e0, g, m, a, top):
 def merged_law(m, a, d, n, rho_cap):
     """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
 
-    Returns ``(mass, rho, top, err)``: ``mass[k]`` the Q-mass of the cell whose
+    Returns ``(mass, rho, top, err, err_g)``: ``mass[k]`` the Q-mass of the cell whose
     conditional mean is ``g_k`` (to rounding), ``rho`` a bound on
     ``|E[Y | cell] - g_k|`` over the kept cells, ``top`` the last edge (the
     mass above it is left out) and ``err`` an l2 bound on the masses' rounding.  A cell whose residual bound exceeds
@@ -141,6 +141,7 @@ def merged_law(m, a, d, n, rho_cap):
     mass = np.zeros(n + 1)
     rho = 0.0
     err2 = 0.0
+    errg2 = 0.0
     e0 = 0.0
     top = n * d
     for k in range(1, n + 1):
@@ -162,8 +163,9 @@ def merged_law(m, a, d, n, rho_cap):
                 mass[k] = qm
                 rho = max(rho, r)
                 err2 += eq * eq
+                errg2 += (g * eq) * (g * eq)
         e0 = e
-    return mass, rho, e0, math.sqrt(err2)
+    return mass, rho, e0, math.sqrt(err2), math.sqrt(errg2)
 
 
 @njit(cache=True)

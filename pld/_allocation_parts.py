@@ -98,6 +98,11 @@ class OneSided(Mechanism):
         if self.relation is not None and self.relation not in adj.RELATIONS:
             raise ValueError(f"relation must be one of {adj.RELATIONS} or None, got {self.relation!r}")
 
+    def refined(self) -> OneSided | None:
+        """The same part with its mechanism refined (see :meth:`pld.PLD`), or None."""
+        finer = getattr(self.mechanism, "refined", lambda: None)()
+        return None if finer is None else OneSided(finer, self.side, self.relation)
+
     @property
     def adjacency(self) -> str:  # type: ignore[override]
         return self.relation if self.relation is not None else self.mechanism.adjacency

@@ -223,6 +223,7 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
         ep = norm_p * lv.ep + 8.0 * _U * norm_p * float(l1_l2_norms(lv.p)[1])
     lmgf = None
     if lv.lmgf is not None:
+        assert run.chern is not None
         # a spread multiplies the MGF at theta' by at most cosh(theta' d_f)
         lmgf = lv.lmgf + np.log(np.cosh(np.minimum(run.chern * (lv.step * run.d), 700.0))) * (1 + 1e-12)
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf)
@@ -548,12 +549,14 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     from pld.kernels.allocation import merged_law
 
     g = np.arange(n + 1) * d
-    xm, rho0, _, e_xm = merged_law(mu, a, d, n, _RHO_CAP)
+    xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
     e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
+    gx = (1.0 - rho0) * g * xm
+    # (the products round by an ulp or two each)
+    e0p = e_gxm + 4.0 * _U * float(l1_l2_norms(gx)[1])
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
-    first = _Level(xm, (1.0 - rho0) * g * xm, e0, 2.0 * e0 * float(g[-1]), 1, 1,
-                   dev=rho0 * g * xm * (1.0 + 1e-12), edev=rho0 * e0 * float(g[-1]))
+    first = _Level(xm, gx, e0, e0p, 1, 1, dev=rho0 * g * xm * (1.0 + 1e-12), edev=rho0 * e0p * 2.0)
     lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
     assert lv.p is not None and lv.dev is not None
     p = lv.p - lv.ep

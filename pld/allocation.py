@@ -69,6 +69,9 @@ __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
 SPACING_PER_SD = 0.02
 #: largest steps per round
 MAX_STEPS = 10**7
+#: finest first-grid spacing a missed target refines to (finer ones lose more of
+#: the dominated side's tail to round-off than they gain in its bulk)
+FINEST_SPACING = 0.01
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
@@ -240,6 +243,15 @@ class RandomAllocation(Mechanism):
     @property
     def noise_multiplier(self) -> float:
         return self.mechanism.sigma / self.mechanism.sensitivity
+
+    def refined(self) -> RandomAllocation | None:
+        """The same round on a first grid twice as fine (down to ``FINEST_SPACING``),
+        or None.  :class:`pld.PLD` asks for it when a bracket misses its target:
+        the grid of the allocation laws is then the part of the bias the
+        engine's own refinement does not control."""
+        if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
+            return None
+        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
 
     def grid_info(self) -> dict:
         """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
