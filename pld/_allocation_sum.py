@@ -75,7 +75,7 @@ from pld import _fft
 from pld.kernels import l1_l2_norms
 
 #: tail probability left beyond the window (sizing only: what is left is bounded)
-_TAIL = 1e-13
+_TAIL = 1e-14
 _U = 2.0 ** -53
 #: re-grid a level while its spacing stays below this fraction of the first
 #: grid's spacing in standard deviations (of the partial sum, of one coordinate)
@@ -103,8 +103,9 @@ def window(a: float, m: int, t: int | None = None) -> float:
     z_t = float(-ndtri(_TAIL / t))
     var = math.expm1(min(a * a, 700.0))
     bulk = m + z_m * math.sqrt(m * var)
-    # the marked coordinate (log Y ~ N(a^2/2, a^2) under P) and any of the t under Q
-    tail = math.exp(min(a * a / 2 + z * a, 700.0)) + math.exp(min(-a * a / 2 + z_t * a, 700.0))
+    # one large coordinate: the marked one (log Y ~ N(a^2/2, a^2) under P) or
+    # any of the t under Q (two large ones are far rarer)
+    tail = max(math.exp(min(a * a / 2 + z * a, 700.0)), math.exp(min(-a * a / 2 + z_t * a, 700.0)))
     return bulk + tail
 
 
@@ -133,6 +134,17 @@ class _Level:
     #: conditional mean, ``v_k`` its value), within l2 ``edev``
     dev: np.ndarray | None = None
     edev: float = 0.0
+    #: merged lower side before any dev array: ``|m_k - v_k| <= rho_s v_k`` for every atom
+    rho_s: float = 0.0
+
+
+def _dev(lv: _Level, d: float) -> tuple[np.ndarray, float]:
+    """The level's deviation bounds as an array (from ``rho_s`` if it has none)."""
+    if lv.dev is not None:
+        return lv.dev, lv.edev
+    v = np.arange(lv.q.size) * (lv.step * d)
+    # (|m - v| Q <= rho_s v Q, and Q <= |q| + eq entrywise)
+    return lv.rho_s * v * (np.abs(lv.q) + lv.eq) * (1.0 + 1e-12), 0.0
 
 
 @dataclass(frozen=True)
@@ -240,12 +252,13 @@ def _merge(run: _Run, lv: _Level) -> _Level:
     up to the deviations ``dev`` carries (see ``merge_half``)."""
     from pld.kernels.allocation import merge_half
 
-    assert lv.p is not None and lv.dev is not None
+    assert lv.p is not None
+    dev0, edev0 = _dev(lv, run.d)
     # the sums of a few coordinates keep the comb of the first merge (grid
     # points it skipped), so their buckets need more atoms
     cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
     q, p, dev, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p),
-                                   np.ascontiguousarray(lv.dev), cap, float(lv.eq), lv.step * run.d)
+                                   np.ascontiguousarray(dev0), cap, float(lv.eq), lv.step * run.d)
     # A linear map with column sums <= 1 and row sums <= r has l2 norm at most
     # sqrt(r): a merge bucket's row takes at most its atoms; the additions
     # round each entry by an ulp.  (dev' is a bound built from the computed
@@ -253,7 +266,7 @@ def _merge(run: _Run, lv: _Level) -> _Level:
     k = math.sqrt(widest)
     eq = k * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
     ep = k * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
-    edev = k * lv.edev + 2.0 * _U * float(l1_l2_norms(dev)[1])
+    edev = k * edev0 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
 
 
@@ -292,16 +305,20 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
             p2, e2 = _conv(a.q, a.eq, b.p, b.ep)
             p = (a.m / m) * p1 + (b.m / m) * p2
             ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
-    dev, edev = None, 0.0
-    if a.dev is not None:
-        assert b.dev is not None
+    dev, edev, rho_s = None, 0.0, 0.0
+    if run.merge and a.dev is None and b.dev is None:
+        # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed
+        rho_s = max(a.rho_s, b.rho_s)
+    elif run.merge:
         # |m - v| Q of a sum atom <= (dev_a * Q_b + Q_a * dev_b)
+        da, ea = _dev(a, run.d)
         if a is b:
-            dev, edev = _conv(a.dev, a.edev, a.q, a.eq)
+            dev, edev = _conv(da, ea, a.q, a.eq)
             dev, edev = 2.0 * dev, 2.0 * edev
         else:
-            d1, e1 = _conv(a.dev, a.edev, b.q, b.eq)
-            d2, e2 = _conv(a.q, a.eq, b.dev, b.edev)
+            db, eb = _dev(b, run.d)
+            d1, e1 = _conv(da, ea, b.q, b.eq)
+            d2, e2 = _conv(a.q, a.eq, db, eb)
             dev = d1 + d2
             edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     lost_q = lost_p = 0.0
@@ -331,7 +348,7 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
         p = p[:keep].copy()
     if dev is not None:
         dev = np.abs(dev[:keep])  # (|.|: a bound stays a bound; the error bound covers the rest)
-    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev)
+    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev, rho_s)
 
 
 def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
@@ -556,16 +573,17 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     e0p = e_gxm + 4.0 * _U * float(l1_l2_norms(gx)[1])
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
-    first = _Level(xm, gx, e0, e0p, 1, 1, dev=rho0 * g * xm * (1.0 + 1e-12), edev=rho0 * e0p * 2.0)
+    first = _Level(xm, gx, e0, e0p, 1, 1, rho_s=rho0 * (1.0 + 1e-12))
     lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
-    assert lv.p is not None and lv.dev is not None
+    assert lv.p is not None
+    dev, edev = _dev(lv, d)
     p = lv.p - lv.ep
     q = lv.q - lv.eq
     v = np.arange(q.size) * (lv.step * d)
     # each atom's relative deviation |m - v| / v <= rho_k
     ok = (q > 0) & (v > 0)
     rho = np.full(q.size, np.inf)
-    rho[ok] = (lv.dev[ok] + lv.edev) / (q[ok] * v[ok]) * (1.0 + 1e-12)
+    rho[ok] = (dev[ok] + edev) / (q[ok] * v[ok]) * (1.0 + 1e-12)
     lam = np.zeros(q.size)
     lam[ok] = np.log(v[ok] / t)
     with np.errstate(divide="ignore", invalid="ignore"):
