@@ -171,6 +171,35 @@ def _check_tail(sigma: float, t: int, k: int) -> None:
 
 
 @dataclass(frozen=True)
+class _LabelSum(Mechanism):
+    """The lower pair of ``k``-of-``t`` allocation from the sum of the cell labels of
+    the per-step likelihood ratios (:func:`pld._allocation_sum.label_sum_pair`);
+    internal, used as a lower-only part."""
+
+    adjacency = adj.ADD_OR_REMOVE
+
+    sigma: float
+    steps: int
+    participations: int
+    spacing: float
+    symmetric: bool = field(default=False, init=False)
+
+    def loss_model(self, direction: str = "remove") -> _SidedModel:
+        self._check_direction(direction)
+        from pld._allocation_sum import label_sum_pair
+
+        side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
+        lo = _AtomsModel(*_atoms(side, direction), direction=direction)
+        return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
+
+
+#: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
+_LABEL_SUM_SHARE = 0.25
+#: its cell width, in standard deviations of one coordinate
+_LABEL_SPACING = 0.05
+
+
+@dataclass(frozen=True)
 class RandomAllocation(Mechanism):
     """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
 
@@ -283,6 +312,23 @@ class RandomAllocation(Mechanism):
     def _sum_mu(self) -> float:
         return self.participations / (self.noise_multiplier * math.sqrt(self.steps))
 
+    def _uses_label_sum(self) -> bool:
+        from pld._allocation_sum import MAX_CELLS, window
+
+        if self.participations > _LABEL_SUM_SHARE * self.steps:
+            return False
+        a = 1.0 / self.noise_multiplier
+        sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+        # (the statistic's window is about that of the whole round plus the marked coordinates' excess)
+        w = window(a, self.steps, self.steps) + self.participations * math.exp(min(a * a, 700.0))
+        return w / (_LABEL_SPACING * sd1) < MAX_CELLS / 2
+
+    def _lower_part(self) -> Mechanism:
+        """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
+        if self._uses_label_sum():
+            return _LabelSum(self.noise_multiplier, self.steps, self.participations, _LABEL_SPACING)
+        return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
+
     def pld(self, *, value_discretization_interval: float | None = None):
         """The PLD of one round.  ``k = 1``: the exact pair (both ends).  ``k > 1``:
         the upper end from the block rounds, the lower end from the sum
@@ -291,8 +337,7 @@ class RandomAllocation(Mechanism):
             return PLD(((self, 1),), value_discretization_interval=value_discretization_interval)
         parts = [(OneSided(RandomAllocation(self.mechanism, s, 1, self.spacing), "upper"), c)
                  for s, c in self.blocks()]
-        lower = pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
-        parts.append((OneSided(lower, "lower"), 1))
+        parts.append((OneSided(self._lower_part(), "lower"), 1))
         return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
 
     def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
@@ -337,8 +382,14 @@ class RandomAllocation(Mechanism):
         else:
             out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
                             + " (joint convexity of the hockey-stick divergence)")
-            out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = {self._sum_mu():.6g} "
-                            "(a post-processing of the true pair; not tight)")
+            if self._uses_label_sum():
+                out["lower"] = ("label-sum statistic: the sum over the steps of the cell index (width "
+                                f"{_LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
+                                "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
+                                "the true pair; close to sufficient when k << t)")
+            else:
+                out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
+                                f"{self._sum_mu():.6g} (a post-processing of the true pair; not tight)")
         if delta is not None:
             d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
             lo, hi = d.epsilon_bounds(delta)
