@@ -237,7 +237,8 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
     if lv.lmgf is not None:
         assert run.chern is not None
         # a spread multiplies the MGF at theta' by at most cosh(theta' d_f)
-        lmgf = lv.lmgf + np.log(np.cosh(np.minimum(run.chern * (lv.step * run.d), 700.0))) * (1 + 1e-12)
+        x = np.abs(run.chern * (lv.step * run.d))
+        lmgf = lv.lmgf + (x + np.log1p(np.exp(-2.0 * x)) - math.log(2.0)) * (1 + 1e-12)  # (log cosh x)
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf)
 
 
@@ -336,7 +337,8 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
             # Chernoff: Q(S >= s) <= e^{L(theta') - theta' s}; and since s' <= s e^{(s' - s)/s},
             # E[S/m; S >= s] <= (s/m) e^{L(theta'') - theta'' s} for theta'' >= 1/s
             sc = keep * a.step * run.d
-            expo = lmgf - run.chern * sc
+            pos = run.chern > 0  # (the negative parameters bound the lower tail)
+            expo = np.where(pos, lmgf - run.chern * sc, np.inf)
             cq = min(cq, math.exp(min(float(np.min(expo)), 700.0)) * (1 + 1e-9))
             ok = run.chern >= 1.0 / sc
             if np.any(ok):
@@ -430,7 +432,9 @@ def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndar
     tot_p = math.fsum((g * xs).tolist()) * (1 + 8 * _U) + tail_p
     # log-MGF bounds of the measure at Chernoff parameters from the scale of
     # the whole sum to that of one coordinate's window
-    chern = np.geomspace(0.1 / window(a, t, t), 600.0 / (n * d), 48)
+    # (negative ones, up to e^{-600} per cell, for the lower tail)
+    chern = np.concatenate((-np.geomspace(0.1 / window(a, t, t), 600.0 / d, 48),
+                            np.geomspace(0.1 / window(a, t, t), 600.0 / (n * d), 48)))
     with np.errstate(divide="ignore"):
         lx = np.log(xs)
     lmgf = np.empty(chern.size)
@@ -599,6 +603,8 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     return SideAtoms(remove, add), float(np.median(rho[ok])) if np.any(ok) else 0.0, worst
 
 
+#: largest first grid that gets tilted runs
+_TILT_CELLS = 1 << 20
 #: relative round-off above which an entry's round-off is lumped (at the largest
 #: loss of its block of consecutive entries)
 _LUMP = 1e-3
@@ -711,7 +717,9 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
 
     for upward in (True, False):
         frontier = -1
-        for _ in range(_MAX_TILTS):
+        # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
+        # would cost as much as the untilted one; its tails are lumped instead)
+        for _ in range(_MAX_TILTS if n <= _TILT_CELLS else 0):
             los, his = brackets()
             i = np.argmin(his, axis=0)
             hi = his[i, np.arange(size)]
@@ -748,6 +756,7 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
         assert lv.p is not None
         x = _pad(lv.q, size)
         noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
+        noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound below may tighten it)
         if not np.any(noisy):
             continue
         idx = np.nonzero(noisy)[0]
@@ -755,8 +764,8 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
         y_all = _pad(lv.p, size)[idx]
         # blocks of consecutive entries, each lumped at its own largest loss
         # (a loss rounded up: dominating), not all at +inf
-        for k, lw, y in zip(np.array_split(idx, _LUMP_BLOCKS), np.array_split(lw_all, _LUMP_BLOCKS),
-                            np.array_split(y_all, _LUMP_BLOCKS)):
+        cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
+        for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
             if k.size == 0:
                 continue
             top = float(lw.max())
@@ -780,6 +789,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     extra_remove = [(lo, m) for lo, m in extra_remove if lo < math.inf]
     extra_add = [(lo, m) for lo, m in extra_add if lo < math.inf]
     lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
+    # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
+    # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
+    base = runs_up[0][1]
+    assert base.lmgf is not None and runs_up[0][0].chern is not None
+    neg = runs_up[0][0].chern < 0
+    q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
     upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
     lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
     info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,

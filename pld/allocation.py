@@ -72,6 +72,8 @@ MAX_STEPS = 10**7
 #: finest first-grid spacing a missed target refines to (finer ones lose more of
 #: the dominated side's tail to round-off than they gain in its bulk)
 FINEST_SPACING = 0.01
+#: most first-grid cells a refinement may ask for
+_REFINE_CELLS = 1 << 20
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
@@ -280,6 +282,9 @@ class RandomAllocation(Mechanism):
         engine's own refinement does not control."""
         if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
             return None
+        info = self.grid_info() if self.participations == 1 else None
+        if info is not None and 2 * info["first_cells"] > _REFINE_CELLS:
+            return None  # (a heavy tail's grid: twice the cells would cost minutes)
         return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
 
     def grid_info(self) -> dict:
