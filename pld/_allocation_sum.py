@@ -20,43 +20,62 @@ Why the two constructions bound the pair (proof sketch)
   whose likelihood ratio has mean one, Blackwell's order is the convex order
   of ``Lambda`` under ``Q``; products preserve it, so composed epochs do too).
   Partial sums are re-gridded by a further spread (:func:`_coarsen`: an odd
-  atom split half-half in Q-mass between its neighbours, which keeps every
-  atom's likelihood ratio equal to its value).  The pair is determined by its
-  Q-measure, and both hockey sticks are increasing in it entrywise, so any
-  entrywise upper bound on the Q-measure gives a dominating pair.
-* Lower: reveal only which cell ``((k - 1/2) d, (k + 1/2) d]`` each ``Y_i``
-  falls in (:func:`pld.kernels.allocation.centred_cells`), then only the sum
-  of the cell labels, and at each re-grid an odd label sent half-half to its
-  neighbours (a randomised relabelling).  All of it is post-processing, so
-  the resulting pair ``(P', Q')`` is dominated by the true one, whatever its
-  likelihood ratios are: they are carried by the two computed measures, not
-  assumed.  Entrywise brackets ``p_lo <= P'``, ``q_hi >= Q'`` give a pair
-  ``(p_lo, q_hi)`` whose hockey sticks ``sum (p_lo - c q_hi)_+`` are below
-  ``(P', Q')``'s, composed or not (entrywise brackets multiply).
+  atom's Q-mass split half-half between its neighbours, its P-mass in the
+  ratio of their values, so every atom keeps the likelihood ratio of its
+  value).  Such a pair is determined by its Q-measure and both hockey sticks
+  are increasing in it entrywise, so entrywise upper bounds on the masses
+  (with the losses at the grid values) give a dominating pair.
+* Lower: reveal only which cell each ``Y_i`` falls in, cells whose
+  conditional means are the grid points (:func:`pld.kernels.allocation.merged_law`),
+  then only the sum of the cells' points, and at each re-grid only a bucket
+  of atoms whose conditional mean is a coarse point
+  (:func:`pld.kernels.allocation.merge_half`, a randomised merge).  All of it
+  is post-processing, so the pair is dominated by the true one; its
+  likelihood ratio at an atom of value ``v`` is ``m/t``, ``m`` the atom's
+  conditional mean.  ``m`` is ``v`` up to a per-atom deviation carried
+  through the sums (``dev``: ``|m - v| Q <= dev``, convolved along, plus,
+  at each merge, what the round-off of the masses the merge was computed
+  from can move a bucket's mean), so the remove direction takes the loss
+  ``log(v (1 - rho_k)/t)`` and the add direction ``-log(v (1 + rho_k)/t)``,
+  ``rho_k = dev_k / (v_k Q_k)``, with P-masses rounded down: smaller losses
+  and masses, a dominated pair.  The losses are known to ``rho_k`` whatever
+  the round-off; only the masses carry it, and an entry's round-off then
+  costs it ``E (1 - c/Lambda)_+``, not ``E (1 + c)``.
 
 Both are ``t``-fold convolutions on linear grids (FFT, repeated squaring); a
 partial sum of ``m`` coordinates is re-gridded to twice its spacing while
 that spacing stays below a fixed fraction of its standard deviation
 (evolving discretisation).
 
-Round-off, relative: each convolution chain is run on exponentially tilted
-laws (``x_k e^{theta s_k}``, normalised), for a few tilts ``theta``.  Tilting
-commutes with convolution and turns each re-grid into another fixed linear
-map, so every run computes the same exact objects; a run's l2 round-off bound
-``E`` (Young's inequality per convolution, the l2 norm of each re-grid map)
-bounds every tilted entry's error, i.e. the untilted entry ``k`` to within
-``E e^{m c_0 - theta s_k}``.  Each entry takes the tightest bracket over the
-runs.  Tilts are chosen one after another (:func:`_next_tilt`), each moving
-the accurately resolved range further into a tail, until what is left beyond
-is below ``1e-20``: a single epoch of ``t = 1e5`` steps certifies
-``delta = 1e-10`` (an untilted run alone carries ~1e-6 of round-off).
+Round-off of the upper side, relative: its convolution chain is run on
+exponentially tilted laws (``x_k e^{theta s_k}``, normalised), for a few
+tilts ``theta``.  Tilting commutes with convolution and turns each re-grid
+into another fixed linear map, so every run computes the same exact object;
+a run's l2 round-off bound ``E`` (Young's inequality per convolution, the l2
+norm of each re-grid map) bounds every tilted entry's error, i.e. the
+untilted entry ``k`` to within ``E e^{m c_0 - theta s_k}``.  Each entry takes
+the tightest bracket over the runs.  Tilts are chosen one after another
+(:func:`_next_tilt`), each moving the accurately resolved range further into
+a tail.  Upward (``theta > 0``) a tilted log-normal coordinate is heavier
+than any exponential, so a tilted run cuts the coordinates where the tilted
+law climbs back (its cut mass goes to ``+inf``; a tilt is kept only if that
+costs less than it resolves); downward, a run serves only the entries below
+the mean of ``S``, where nothing any level cuts can land (the coordinates are
+non-negative).  Entries no run resolves to ``_LUMP`` keep their estimate, and
+their round-off is lumped by Cauchy-Schwarz (``sqrt(n) E``, not ``n E``) in
+blocks, each at its largest loss (a loss rounded up).  A single epoch of
+``t = 1e5`` steps at ``sigma = 2`` then certifies ``delta = 1e-10`` (an
+untilted run alone carries ~1e-6 of round-off); at ``sigma = 1`` the upward
+tail is the log-normal's (one large coordinate), which no tilt resolves, and
+the upper end stays finite but loose there.
 
 Truncation: each level is cut to its own window and each coordinate to the
 first window.  On the upper side what is cut is made fully distinguishing
 (a loss of ``+inf`` in both directions; a union of a sub-pair with a fully
 revealing one dominates): its Q- and P-masses are bounded level by level
-(the masses cut at a level, times the totals of the other factors).  The
-lower side drops what is cut.
+(the masses cut at a level, bounded by Chernoff with the carried log-MGF
+bounds or by the tilted entries, times the totals of the other factors).
+The lower side drops what is cut.
 
 References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 (2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).

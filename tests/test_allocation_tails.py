@@ -177,3 +177,13 @@ def test_upper_atoms_dominate_lower_atoms(t):
         for eps in (0.0, 0.3, 1.0, 2.5):
             lo, hi = _round_hs(mech, direction, eps)
             assert 0.0 <= lo <= hi <= 1.0, (direction, eps, lo, hi)
+
+
+def test_structural_gaps_are_not_refined():
+    """k > 1 and shuffling miss their targets by construction: their parts are not refined."""
+    from pld.allocation import Shuffling
+
+    for d in (RandomAllocation(pld.Gaussian(1.0), 12, participations=2).pld(),
+              Shuffling(pld.Gaussian(1.0), 12).pld()):
+        assert all(getattr(m, "refined", lambda: None)() is None for m, _ in d.components)
+    assert RandomAllocation(pld.Gaussian(1.0), 12).pld().components[0][0].refined() is not None
