@@ -622,6 +622,247 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     return SideAtoms(remove, add), float(np.median(rho[ok])) if np.any(ok) else 0.0, worst
 
 
+@dataclass(eq=False)
+class _UpperRuns:
+    """The upper side's tilted runs on one object, their entrywise brackets combined."""
+
+    thetas: list
+    step: int
+    size: int
+    s: np.ndarray
+    q_hi: np.ndarray
+    p_hi: np.ndarray
+    lost_q: float
+    lost_p: float
+    #: lumped round-off: (smallest value / m, largest value / m, Q-mass, P-mass) per block
+    lumps: list
+    #: set when an upward tilt was refused for the cost of its coordinate cut (a
+    #: heavy upper tail): the cut (first-grid index) it wanted
+    heavy_cut: int | None
+    roundoff: float
+    base_lmgf: np.ndarray
+    base_chern: np.ndarray
+
+
+def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
+                m: int | None = None, valley=None, fits=None) -> _UpperRuns:
+    """The ``m``-fold (default ``t``) sum of the upper side: an untilted run, then tilts.
+
+    ``cut(theta)``: the coordinate cut of a tilt; ``coord_of(nb)``: the
+    coordinate measure cut at ``nb`` (see :func:`_coordinate_upper`).  With
+    ``fixed_cut`` every run uses that cut (one object: their entries mix
+    without extra cut mass) and an upward tilt is kept only while its own cut
+    reaches it.
+    """
+    m = t if m is None else m
+    coords: dict[int, tuple] = {}
+    # a lower-tail run (theta < 0) serves the entries below the mean of S only
+    low_limit = float(m)
+    base_cut = n if fixed_cut is None else fixed_cut
+
+    def coordinate(nb: int) -> tuple:
+        if nb not in coords:
+            coords[nb] = coord_of(nb)
+        return coords[nb]
+
+    def run_up(theta: float):
+        if theta < 0:
+            nb = min(base_cut, int(math.ceil(low_limit / d)) + 1)
+        else:
+            nb = base_cut if (fixed_cut is not None or theta == 0) else cut(theta)
+        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf)
+
+    thetas = [0.0]
+    runs_up = [run_up(0.0)]
+    size = runs_up[0][1][1].q.size
+    step = runs_up[0][1][1].step
+    s = np.arange(size) * (step * d)
+
+    def brackets() -> tuple[np.ndarray, np.ndarray]:
+        los, his = [], []
+        for _, (r, lv) in runs_up:
+            assert lv.step == step
+            lo, hi = _bracket(r, lv, lv.q, lv.eq)
+            lo, hi = _pad(lo, size), _pad(hi, size)
+            if r.limit < math.inf:
+                out = s >= r.limit
+                lo[out], hi[out] = 0.0, math.inf
+            los.append(lo)
+            his.append(hi)
+        return np.vstack(los), np.vstack(his)
+
+    def lost(runs) -> tuple[float, float]:
+        # runs on the same coordinate cut bound the same object (the smallest
+        # bound of its cut masses holds); different cuts add
+        by_cut: dict[int, tuple[float, float]] = {}
+        for nb, (r, lv) in runs:
+            if r.limit < math.inf:
+                continue  # (its entries are exact below its limit: nothing cut)
+            q0, p0 = by_cut.get(nb, (math.inf, math.inf))
+            by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
+        return sum(v[0] for v in by_cut.values()), sum(v[1] for v in by_cut.values())
+
+    heavy_cut = None
+    for upward in (True, False):
+        frontier = -1
+        # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
+        # would cost as much as the untilted one; its tails are lumped instead)
+        for _ in range(_MAX_TILTS if base_cut <= _TILT_CELLS else 0):
+            los, his = brackets()
+            i = np.argmin(his, axis=0)
+            hi = his[i, np.arange(size)]
+            lo = np.max(los, axis=0)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rel = np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf)
+            th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
+            if th is None or f == frontier:
+                break  # resolved, or the last tilt did not move the frontier
+            frontier = f
+            if upward and fixed_cut is not None and fits is not None and not fits(th, fixed_cut):
+                break  # on a fixed cut, the tilted tail would outweigh the bulk
+            if upward and fixed_cut is None and cut(th) < 8:
+                if valley is not None and valley(th) >= 8:
+                    heavy_cut = valley(th)  # a heavy tail from the bulk on: tilt a light part only
+                break  # no bulk left to tilt
+            new = run_up(th)
+            before = lost(runs_up)
+            after = lost(runs_up + [new])
+            if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):
+                heavy_cut = new[0]
+                break  # its coordinate cut would cost more at +inf than it resolves (a heavy tail)
+            thetas.append(th)
+            runs_up.append(new)
+
+    # the tightest upper bracket of each entry; every run's cut mass; entries
+    # resolved to worse than _LUMP keep their estimate and their round-off is
+    # lumped, per run by Cauchy-Schwarz over the entries it covers (sum |e_k|
+    # w_k <= E ||w||_2: sqrt(n) E, not n E), in blocks of consecutive entries
+    _, his = brackets()
+    best = np.argmin(his, axis=0)
+    q_hi = his[best, np.arange(size)]
+    lost_q, lost_p = lost(runs_up)
+    v = s / m
+    p_hi = v * q_hi
+    lumps: list[tuple[float, float, float, float]] = []
+    for j, (_, (r, lv)) in enumerate(runs_up):
+        assert lv.p is not None
+        x = _pad(lv.q, size)
+        noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
+        noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound may tighten it)
+        if not np.any(noisy):
+            continue
+        idx = np.nonzero(noisy)[0]
+        lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
+        y_all = _pad(lv.p, size)[idx]
+        cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
+        for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
+            if k.size == 0:
+                continue
+            top = float(lw.max())
+            w = np.exp(lw - top)
+            with np.errstate(over="ignore"):
+                scale = math.exp(top) * (1.0 + 1e-12)
+                q_hi[k] = np.maximum(x[k], 0.0) * w * scale
+                # (the remove direction's P-masses from the run's own P-law: its
+                # round-off E_p is not multiplied by the likelihood ratio)
+                p_hi[k] = np.maximum(y, 0.0) * w * scale
+                norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
+            lumps.append((float(v[k].min()), float(v[k].max()), lv.eq * norm_w, lv.ep * norm_w))
+    # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
+    # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
+    r0, base = runs_up[0][1]
+    assert base.lmgf is not None and r0.chern is not None
+    neg = r0.chern < 0
+    q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
+    return _UpperRuns(thetas, step, size, s, q_hi, p_hi, lost_q, lost_p, lumps, heavy_cut,
+                      max(lv.eq for _, (_, lv) in runs_up), base.lmgf, r0.chern)
+
+
+#: the one-jump decomposition is tried when the steps are at least this many
+#: times one coordinate's window (its lumps are placed a window further up)
+_JUMP_STEPS = 10.0
+#: keep it whatever its slack (tests)
+_JUMP_ALWAYS = False
+
+
+def _regrid_to(x: np.ndarray, d: float, df: float) -> np.ndarray:
+    """A measure on ``i d`` spread onto ``j df`` (mean-preserving, shares rounded up)."""
+    g = np.arange(x.size) * d
+    j = np.floor(g / df).astype(np.int64)
+    frac = np.clip(g / df - j, 0.0, 1.0)
+    out = np.zeros(int(j[-1]) + 2)
+    np.add.at(out, j, x * (1.0 - frac))
+    np.add.at(out, j + 1, x * frac)
+    return out * (1.0 + 1e-12)
+
+
+def _upper_jump(mu: float, a: float, d: float, n: int, t: int, coarse: float, nb: int, spread_full: np.ndarray,
+                cut, fits):
+    """The upper side by the number of heavy coordinates (``Y > nb d``).
+
+    With ``L`` the spread measure of one coordinate on ``[0, nb d]`` and ``H``
+    on ``(nb d, n d]`` (the entry at ``nb`` taken whole: more mass is safe),
+    the ``t``-fold sum's Q-measure is ``sum_j C(t, j) L^{*(t-j)} * H^{*j}``.
+    ``j = 0, 1`` are ``R * (L + t H)`` with ``R = L^{*(t-1)}`` (tilted runs on
+    one object: ``L`` is light-tailed, so upward tilts resolve ``R``'s tail),
+    convolved directly (positive terms: relative rounding) after re-gridding
+    the last coordinate to ``R``'s spacing (a spread); ``j >= 2`` and the tail
+    beyond the first window go to ``+inf`` (their masses bounded).  Returns the
+    pieces of the upper atoms, or None when ``t < 2``.
+    """
+    if t < 2:
+        return None
+    xs_l, _, _, _ = coord_l = _coordinate_upper(mu, a, d, nb, t)
+    # nothing of L is cut at the first level: the heavy part is counted below
+    (tot_q, tot_p, _, _) = coord_l[1]
+    coord_l = (xs_l, (tot_q, tot_p, 0.0, 0.0), coord_l[2], coord_l[3])
+    up = _upper_runs(a, d, n, t, coarse, cut, lambda k: coord_l if k == nb else _light(coord_l, k), fixed_cut=nb,
+                     m=t - 1, fits=fits)
+    df = up.step * d
+    g = np.arange(n + 1) * d
+    heavy = np.zeros(n + 1)
+    heavy[nb:] = spread_full[nb:]
+    light = np.zeros(n + 1)
+    light[: nb + 1] = xs_l
+    kern = _regrid_to(light + t * heavy, d, df)
+    r = np.maximum(up.q_hi, 0.0)
+    q = np.convolve(r, kern) * (1.0 + 2.0 * (min(r.size, kern.size) + 4) * _U)
+    s = np.arange(q.size) * df
+    v = s / t
+    q_h = math.fsum(spread_full[nb:].tolist()) * (1 + 1e-12)
+    p_h = math.fsum((g[nb:] * spread_full[nb:]).tolist()) * (1 + 1e-12)
+    t_k = math.fsum(kern.tolist()) * (1 + 1e-12)
+    t_gk = math.fsum((np.arange(kern.size) * df * kern).tolist()) * (1 + 1e-12)
+    big = max(1.0, tot_q + q_h) ** t  # (a bound on every total raised to at most t)
+    # R's cut parts times the last coordinate (P: the mean of S/t over them)
+    lost_q = up.lost_q * t_k
+    lost_p = ((t - 1) * up.lost_p * t_k + up.lost_q * t_gk) / t
+    # the tail beyond the first window (as in _coordinate_upper), and j >= 2
+    z_top = (math.log(n * d) - mu) / a
+    tail_q = float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
+    lost_q += (t * tail_q + 0.5 * t * (t - 1) * q_h * q_h) * big
+    lost_p += (tail_p + (t - 1) * tail_q + p_h * (t - 1) * q_h + tot_p * 0.5 * (t - 1) * (t - 2) * q_h * q_h) * big
+    # R's lumped round-off lands within one window above its block
+    w_top = (kern.size - 1) * df
+    extra_remove, extra_add = [], []
+    for vmin, vmax, dq, _ in up.lumps:
+        top = vmax * (t - 1) + w_top
+        extra_remove.append((math.log(top / t), dq * t_k * top / t))
+        if vmin > 0:
+            extra_add.append((-math.log(vmin * (t - 1) / t), dq * t_k))
+        else:
+            lost_q += dq * t_k
+    p_hi = v * q
+    return q, p_hi, s, min(1.0, lost_q), min(1.0, lost_p), extra_remove, extra_add
+
+
+def _light(coord_l: tuple, k: int) -> tuple:
+    """``coord_l`` cut further at ``k`` (the lower-tail runs: entries below their limit only)."""
+    xs, (tot_q, tot_p, _, _), chern, lmgf = coord_l
+    return xs[: k + 1].copy(), (tot_q, tot_p, 0.0, 0.0), chern, lmgf
+
+
 #: largest first grid that gets tilted runs
 _TILT_CELLS = 1 << 20
 #: relative round-off above which an entry's round-off is lumped (at the largest
@@ -690,137 +931,49 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
         high[:k1] = False
         return n if not np.any(high) else max(8, int(np.argmax(high)) - 1)
 
-    coords: dict[int, tuple] = {}
+    def tilted(theta: float) -> tuple[np.ndarray, int]:
+        e = lx_full + theta * g_full
+        return e, int(np.argmax(e[: bulk + 1]))
 
-    # a lower-tail run (theta < 0) serves the entries below the mean of S only
-    low_limit = float(t)
+    def valley(theta: float) -> int:
+        """Where the tilted coordinate law is least past its bulk (a light part's cut)."""
+        e, k0 = tilted(theta)
+        return k0 + int(np.argmin(e[k0:]))
 
-    def run_up(theta: float):
-        nb = cut(theta) if theta >= 0 else min(n, int(math.ceil(low_limit / d)) + 1)
-        if nb == n and n not in coords:
-            coords[n] = _coordinate_upper(mu, a, d, n, t, spread_full)
-        if nb not in coords:
-            coords[nb] = _coordinate_upper(mu, a, d, nb, t)
-        return _run_upper(a, d, t, coords[nb], theta, coarse, low_limit if theta < 0 else math.inf)
+    def fits(theta: float, nb: int) -> bool:
+        """The tilted law cut at ``nb`` stays a bulk (its top e^-5 of its mode or less)."""
+        e, k0 = tilted(theta)
+        # (past the valley the tilted law climbs: its largest value on [0, nb] there is at nb)
+        return nb <= valley(theta) or float(e[nb]) <= float(e[k0]) - 5.0
 
-    thetas = [0.0]
-    runs_up = [run_up(0.0)]
-    size = runs_up[0][1].q.size
-    step = runs_up[0][1].step
-    s = np.arange(size) * (step * d)
-
-    def brackets() -> tuple[np.ndarray, np.ndarray]:
-        los, his = [], []
-        for r, lv in runs_up:
-            assert lv.step == step
-            lo, hi = _bracket(r, lv, lv.q, lv.eq)
-            lo, hi = _pad(lo, size), _pad(hi, size)
-            if r.limit < math.inf:
-                out = s >= r.limit
-                lo[out], hi[out] = 0.0, math.inf
-            los.append(lo)
-            his.append(hi)
-        return np.vstack(los), np.vstack(his)
-
-    def lost(runs) -> tuple[float, float]:
-        # runs on the same coordinate cut bound the same object (the smallest
-        # bound of its cut masses holds); different cuts add
-        by_cut: dict[int, tuple[float, float]] = {}
-        for r, lv in runs:
-            if r.limit < math.inf:
-                continue  # (its entries are exact below its limit: nothing cut)
-            nb = cut(r.theta)
-            q0, p0 = by_cut.get(nb, (math.inf, math.inf))
-            by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
-        return sum(v[0] for v in by_cut.values()), sum(v[1] for v in by_cut.values())
-
-    for upward in (True, False):
-        frontier = -1
-        # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
-        # would cost as much as the untilted one; its tails are lumped instead)
-        for _ in range(_MAX_TILTS if n <= _TILT_CELLS else 0):
-            los, his = brackets()
-            i = np.argmin(his, axis=0)
-            hi = his[i, np.arange(size)]
-            lo = np.max(los, axis=0)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                rel = np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf)
-            th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
-            if th is None or f == frontier:
-                break  # resolved, or the last tilt did not move the frontier
-            frontier = f
-            if cut(th) < 8:
-                break  # no bulk left to tilt
-            new = run_up(th)
-            before = lost(runs_up)
-            after = lost(runs_up + [new])
-            if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):
-                break  # its coordinate cut would cost more at +inf than it resolves (a heavy tail)
-            thetas.append(th)
-            runs_up.append(new)
-
-    # upper: the tightest upper bracket of each entry; every run's cut mass;
-    # entries resolved to worse than _LUMP keep their estimate and their
-    # round-off goes to +inf instead, per run by Cauchy-Schwarz over the
-    # entries it covers (sum |e_k| w_k <= E ||w||_2: sqrt(n) E, not n E)
-    _, his = brackets()
-    best = np.argmin(his, axis=0)
-    q_hi = his[best, np.arange(size)]
-    lost_q, lost_p = lost(runs_up)
-    v = s / t
-    p_hi = v * q_hi
-    extra_remove: list[tuple[float, float]] = []  # (loss, P-mass) of lumped round-off
-    extra_add: list[tuple[float, float]] = []
-    for j, (r, lv) in enumerate(runs_up):
-        assert lv.p is not None
-        x = _pad(lv.q, size)
-        noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
-        noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound below may tighten it)
-        if not np.any(noisy):
-            continue
-        idx = np.nonzero(noisy)[0]
-        lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
-        y_all = _pad(lv.p, size)[idx]
-        # blocks of consecutive entries, each lumped at its own largest loss
-        # (a loss rounded up: dominating), not all at +inf
-        cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
-        for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
-            if k.size == 0:
-                continue
-            top = float(lw.max())
-            w = np.exp(lw - top)
-            with np.errstate(over="ignore"):
-                scale = math.exp(top) * (1.0 + 1e-12)
-                q_hi[k] = np.maximum(x[k], 0.0) * w * scale
-                # (the remove direction's P-masses from the run's own P-law: its
-                # round-off E_p is not multiplied by the likelihood ratio)
-                p_hi[k] = np.maximum(y, 0.0) * w * scale
-                norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
-            vmin, vmax = float(v[k].min()), float(v[k].max())
-            if vmax > 0:
-                extra_remove.append((math.log(vmax), lv.ep * norm_w))
-            extra_add.append((-math.log(vmin) if vmin > 0 else math.inf, lv.eq * norm_w))
-    for lst in (extra_remove, extra_add):
-        # (what is past +inf's budget is capped by the caller's min(1, .))
-        lst[:] = [(lo, m) for lo, m in lst if m > 0.0]
-    lost_p += sum(m for lo, m in extra_remove if lo == math.inf)
-    lost_q += sum(m for lo, m in extra_add if lo == math.inf)
-    extra_remove = [(lo, m) for lo, m in extra_remove if lo < math.inf]
-    extra_add = [(lo, m) for lo, m in extra_add if lo < math.inf]
+    up = _upper_runs(a, d, n, t, coarse, cut, lambda nb: _coordinate_upper(mu, a, d, nb, t, spread_full
+                                                                              if nb == n else None), valley=valley)
+    thetas, step, size, s = up.thetas, up.step, up.size, up.s
+    q_hi, p_hi, lost_q, lost_p = up.q_hi, up.p_hi, up.lost_q, up.lost_p
+    extra_remove = [(math.log(vmax), dp) for vmin, vmax, dq, dp in up.lumps if vmax > 0]
+    extra_add = [(-math.log(vmin), dq) for vmin, vmax, dq, dp in up.lumps if vmin > 0]
+    lost_q += sum(dq for vmin, vmax, dq, dp in up.lumps if vmin <= 0)
     lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
-    # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
-    # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
-    base = runs_up[0][1]
-    assert base.lmgf is not None and runs_up[0][0].chern is not None
-    neg = runs_up[0][0].chern < 0
-    q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
+    jump = None
+    if up.heavy_cut is not None and t >= _JUMP_STEPS * w1:
+        jump = _upper_jump(mu, a, d, n, t, coarse, up.heavy_cut, spread_full, cut, fits)
+
+        def slack(lq, lp, er, ea) -> float:
+            # mass the construction puts at +inf or lumps at a rounded-up loss
+            return lq + lp + sum(m for _, m in er) + sum(m for _, m in ea)
+
+        # (either pair dominates: the one with less mass at +inf and in lumps is kept)
+        if jump is not None and (_JUMP_ALWAYS or slack(*jump[3:]) < slack(lost_q, lost_p, extra_remove, extra_add)):
+            q_hi, p_hi, s, lost_q, lost_p, extra_remove, extra_add = jump
+        else:
+            jump = None
     upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
     lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
     info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
             "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
-            "coordinate_cuts": tuple(cut(x) * d for x in thetas),
+            "coordinate_cuts": tuple(cut(x) * d for x in thetas), "one_jump": jump is not None,
             "rho_median": rho, "rho_worst_kept": rho_worst, "lower_mass": float(np.sum(np.exp(lower.remove[1]))),
-            "roundoff_upper": max(lv.eq for _, lv in runs_up),
+            "roundoff_upper": up.roundoff,
             "inf_mass_upper_remove": lost_p, "inf_mass_upper_add": min(1.0, lost_q + float(q_hi[0]))}
     return upper, lower, info
 

@@ -187,3 +187,28 @@ def test_structural_gaps_are_not_refined():
               Shuffling(pld.Gaussian(1.0), 12).pld()):
         assert all(getattr(m, "refined", lambda: None)() is None for m, _ in d.components)
     assert RandomAllocation(pld.Gaussian(1.0), 12).pld().components[0][0].refined() is not None
+
+
+def test_one_jump_upper_side_against_monte_carlo(monkeypatch):
+    """The upper side by the number of heavy coordinates (used for many steps and a
+    heavy tail), forced at t = 40: within the Monte Carlo interval's reach and
+    next to the direct construction."""
+    sys_path_mc = pytest.importorskip("test_random_allocation")
+    monkeypatch.setattr(_allocation_sum, "_JUMP_STEPS", 0.0)
+    monkeypatch.setattr(_allocation_sum, "_JUMP_ALWAYS", True)
+    _allocation_sum.sum_laws.cache_clear()
+    try:
+        mech = RandomAllocation(pld.Gaussian(1.0), 40)
+        assert mech.grid_info()["one_jump"]
+        jump = {eps: _round_hs(mech, "remove", eps) for eps in (0.1, 0.6)}
+    finally:
+        monkeypatch.setattr(_allocation_sum, "_JUMP_STEPS", 1e18)
+        monkeypatch.setattr(_allocation_sum, "_JUMP_ALWAYS", False)
+        _allocation_sum.sum_laws.cache_clear()
+    direct = {eps: _round_hs(RandomAllocation(pld.Gaussian(1.0), 40), "remove", eps) for eps in (0.1, 0.6)}
+    _allocation_sum.sum_laws.cache_clear()
+    for eps in (0.1, 0.6):
+        est, se = sys_path_mc._mc_delta(1.0, 40, eps, "remove", n=200_000, seed=3)
+        lo, hi = jump[eps]
+        assert hi >= est - 5 * se and lo <= est + 5 * se, (eps, lo, hi, est, se)
+        assert abs(hi - direct[eps][1]) <= 1e-3 * direct[eps][1], (eps, hi, direct[eps])
