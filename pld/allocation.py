@@ -52,6 +52,8 @@ References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -518,16 +520,34 @@ def _epochs(steps: int, per_epoch: int) -> int:
     return -(-steps // per_epoch)
 
 
+#: first-grid spacing of the rounds the sampling schemes build (None: SPACING_PER_SD)
+_RUN_SPACING: contextvars.ContextVar[float | None] = contextvars.ContextVar("allocation_spacing", default=None)
+
+
+@contextlib.contextmanager
+def run_spacing(spacing: float):
+    """Rounds built by the sampling schemes in this context use first grids of
+    ``spacing`` standard deviations (a coarse one is cheaper and still
+    certified: the calibration's first, coarse brackets use it)."""
+    token = _RUN_SPACING.set(v.real("spacing", spacing, low=1e-4, high=1.0))
+    try:
+        yield
+    finally:
+        _RUN_SPACING.reset(token)
+
+
 def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, participations: int = 1) -> PLD:
     participations = v.integer("participations", participations, low=1, high=MAX_STEPS)
     t = _steps_per_epoch(sampling_rate, participations)
-    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations).pld()
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing).pld()
     return epoch.self_compose(_epochs(steps, t))
 
 
 def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
     t = _steps_per_epoch(sampling_rate)
-    return Shuffling(Gaussian(noise_multiplier), t).pld().self_compose(_epochs(steps, t))
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    return Shuffling(Gaussian(noise_multiplier), t, spacing).pld().self_compose(_epochs(steps, t))
 
 
 _WHOLE_EPOCHS = ("epochs composed; a last partial epoch is accounted as a whole one (its remaining steps not "
