@@ -80,6 +80,17 @@ def workloads(quick: bool):
                ("alloc", 1.0, 1024, k, 10))
 
 
+def calibration_row() -> str:
+    """calibrate_noise with balls-in-bins (cold: the allocation laws' cache cleared)."""
+    _allocation_sum.sum_laws.cache_clear()
+    info: dict = {}
+    t0 = time.perf_counter()
+    sigma = pld.calibrate_noise(6.0, 1e-5, 0.01, 10_000, sampling="balls_in_bins", info=info)
+    seconds = time.perf_counter() - t0
+    return (f"| calibrate_noise(6.0, 1e-5, q = 0.01, 10^4 steps, balls_in_bins) | sigma = {sigma:.5f} | "
+            f"{info['evaluations']} evaluations | {seconds:.2f} | - | - |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--peers", action="store_true", help="opake's upper bounds (seconds to a minute each)")
@@ -109,6 +120,7 @@ def main() -> None:
             except Exception as exc:  # a peer's failure is a result, not a crash
                 peer = f"opake: {type(exc).__name__}: {str(exc)[:60]}"
         print(_row(name, lo, hi, sec, notes, peer), flush=True)
+    print(calibration_row(), flush=True)
     if args.peers:
         try:
             import PLD_accounting as P

@@ -130,7 +130,7 @@ def _solve_edge(e0, g, m, a, top):
 def merged_law(m, a, d, n, rho_cap):
     """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
 
-    Returns ``(mass, rho, top, err)``: ``mass[k]`` the Q-mass of the cell whose
+    Returns ``(mass, rho, top, err, err_g)``: ``mass[k]`` the Q-mass of the cell whose
     conditional mean is ``g_k`` (to rounding), ``rho`` a bound on
     ``|E[Y | cell] - g_k|`` over the kept cells, ``top`` the last edge (the
     mass above it is left out) and ``err`` an l2 bound on the masses' rounding.  A cell whose residual bound exceeds
@@ -141,6 +141,7 @@ def merged_law(m, a, d, n, rho_cap):
     mass = np.zeros(n + 1)
     rho = 0.0
     err2 = 0.0
+    errg2 = 0.0
     e0 = 0.0
     top = n * d
     for k in range(1, n + 1):
@@ -162,42 +163,54 @@ def merged_law(m, a, d, n, rho_cap):
                 mass[k] = qm
                 rho = max(rho, r)
                 err2 += eq * eq
+                errg2 += (g * eq) * (g * eq)
         e0 = e
-    return mass, rho, e0, math.sqrt(err2)
+    return mass, rho, e0, math.sqrt(err2), math.sqrt(errg2)
 
 
 @njit(cache=True)
-def merge_half(q, p, rho_cap, width_cap):
-    """Merge a law on ``i d`` onto ``2 j d`` with exact conditional means.
+def merge_half(q, p, dev, width_cap, e_in, unit):
+    """Merge a law on ``i d`` onto ``2 j d`` with (nearly) exact conditional means.
 
     A left-to-right sweep fills one bucket per coarse point ``c``: atoms below
     ``c`` pull the bucket's mean down, atoms above push it up, and the atom
     that would overshoot is split so that the bucket's mean is ``c`` (a
     randomised post-processing: each atom goes to one or two buckets, with
-    the same split for ``q`` and ``p``).  Returns ``(q', p', rho, widest)`` with
-    ``rho`` a bound on ``|mean - c| / c`` over the buckets (rounding of the
-    running sums) and ``widest`` the most atoms any bucket took from.  A last
-    bucket that cannot close (its mean stays below its point,
-    at the window's end) is dropped, and so is a bucket whose residual bound
-    exceeds ``rho_cap`` or that takes from more than ``width_cap`` atoms (where
-    the law is sparse): a dominated pair may drop outputs.
+    the same split for ``q``, ``p`` and ``dev``).  Returns ``(q', p', dev',
+    widest)``.
+
+    ``dev[i]`` bounds ``|m_i - v_i| Q_i`` (``m_i`` the atom's true conditional
+    mean, ``v_i`` its value, ``Q_i`` its exact Q-mass; in units of ``unit``
+    times the index, i.e. absolute), and so does ``dev'`` for the buckets:
+    the split is computed from the given ``q``, which is within ``e_in`` of
+    the exact law entrywise, so applied to the exact law a bucket's
+    ``sum_i f_i Q_i (v_i - c)`` is at most ``e_in sum_i f_i |i - c|`` (plus the
+    rounding of the running sums) instead of 0, and ``sum_i f_i Q_i |m_i -
+    v_i| <= sum_i f_i dev_i``.  ``widest`` is the most atoms any bucket took
+    from.  A last bucket that cannot close (its mean stays below its point,
+    at the window's end) is dropped, and so is one that takes from more than
+    ``width_cap`` atoms (where the law is sparse): a dominated pair may drop
+    outputs.
     """
     n = q.size
     m = (n + 1) // 2 + 1
     qo = np.zeros(m)
     po = np.zeros(m)
-    rho = 0.0
+    do = np.zeros(m)
     widest = 1
     i = 0
     rq = q[0]
     rp = p[0]
+    rd = dev[0]
     while i < n:
         first = i
         c = (i + 1) // 2 * 2  # first coarse point at or above atom i
         mq = 0.0
         mp = 0.0
+        md = 0.0
         h = 0.0  # sum of mass * (v - c), v in units of d
         habs = 0.0
+        fdist = 0.0  # sum of fraction * |v - c|
         closed = False
         while i < n:
             dv = float(i - c)
@@ -206,25 +219,59 @@ def merge_half(q, p, rho_cap, width_cap):
                 f = min(max(f, 0.0), 1.0)
                 mq += f * rq
                 mp += f * rp
-                habs += f * rq * dv
+                md += f * rd
+                habs += abs(f * rq) * dv
+                # (the fraction of the whole atom: f of what the last bucket left)
+                fa = min(max(f * rq / q[i], 0.0), 1.0) if q[i] != 0.0 else 1.0
+                fdist += fa * dv
                 rq -= f * rq
                 rp -= f * rp
+                rd -= f * rd
                 closed = True
                 break
             mq += rq
             mp += rp
+            md += rd
             h += rq * dv
-            habs += rq * abs(dv)
+            habs += abs(rq * dv)
+            fa = min(max(rq / q[i], 0.0), 1.0) if q[i] != 0.0 else 1.0
+            fdist += fa * abs(dv)
             i += 1
             if i < n:
                 rq = q[i]
                 rp = p[i]
+                rd = dev[i]
         width = i - first + 1
-        if closed and mq > 0.0 and width <= width_cap:
-            r = 16.0 * _U * (habs + mq * c) / (mq * c) if c > 0 else 0.0
-            if r <= rho_cap:
-                qo[c // 2] += mq
-                po[c // 2] += mp
-                rho = max(rho, r)
-                widest = max(widest, width)
-    return qo, po, rho, widest
+        if closed and width <= width_cap:
+            qo[c // 2] += mq
+            po[c // 2] += mp
+            do[c // 2] += abs(md) * (1.0 + 8.0 * _U) + unit * (e_in * fdist + 16.0 * _U * (habs + abs(mq) * c))
+            widest = max(widest, width)
+    return qo, po, do, widest
+
+
+@njit(cache=True)
+def centred_cells(m, a, d, n):
+    """Q-mass and P-mass (partial mean) of the cells ``((k - 1/2) d, (k + 1/2) d]``, ``k = 0..n``.
+
+    Revealing only the cell of ``Y`` is a post-processing; the marked
+    coordinate's law of the cell is ``E[Y; cell]`` (cell 0 is ``(0, d/2]``;
+    what lies above the last cell is left out).  Returns ``(q, p, eq, ep)``
+    with ``eq``, ``ep`` bounds on each mass's rounding (each difference of
+    ``Phi`` is taken on one side of the median, so the tails keep their
+    relative accuracy).
+    """
+    q = np.zeros(n + 1)
+    p = np.zeros(n + 1)
+    eq = np.zeros(n + 1)
+    ep = np.zeros(n + 1)
+    ya = 0.0
+    for k in range(n + 1):
+        yb = (k + 0.5) * d
+        qm, e1, gm, e2 = _cell(ya, yb, m, a)
+        q[k] = qm
+        p[k] = gm
+        eq[k] = e1
+        ep[k] = e2
+        ya = yb
+    return q, p, eq, ep

@@ -90,6 +90,9 @@ class OneSided(Mechanism):
     side: str
     #: the neighbouring relation the part is accounted under (None: the mechanism's own)
     relation: str | None = None
+    #: whether a missed target may refine the mechanism (not where the gap between
+    #: the two ends is structural: refining would cost time and not close it)
+    refine: bool = True
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,11 @@ class OneSided(Mechanism):
             raise ValueError(f"side must be 'upper' or 'lower', got {self.side!r}")
         if self.relation is not None and self.relation not in adj.RELATIONS:
             raise ValueError(f"relation must be one of {adj.RELATIONS} or None, got {self.relation!r}")
+
+    def refined(self) -> OneSided | None:
+        """The same part with its mechanism refined (see :meth:`pld.PLD`), or None."""
+        finer = getattr(self.mechanism, "refined", lambda: None)() if self.refine else None
+        return None if finer is None else OneSided(finer, self.side, self.relation, self.refine)
 
     @property
     def adjacency(self) -> str:  # type: ignore[override]

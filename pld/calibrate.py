@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 from pld import _validate as v
+from pld import sampling as sampling_registry
 from pld.calibrate_mechanism import calibrate_parameter
 from pld.calibrate_search import (
     MAX_EVALUATIONS,
@@ -135,11 +137,32 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     sur = Surrogate(delta, sampling)
     tol = math.log1p(rtol)
 
+    fine = bracket_rtol(rtol)
+    # a run-level scheme (random allocation, shuffling) builds its laws per
+    # noise multiplier: a point whose coarse bracket already lies on one side
+    # of the target is decided by it (both ends are certified), and only
+    # points near the target get the finer brackets
+    coarse = [r for r in (1e-2, 1e-3) if r > fine] if sampling_registry.get(sampling).run_pld is not None else []
+
     def engine(u):
         # brackets a few times narrower than the epsilon step between sigma and
         # sigma / (1 + rtol) separate the two; tighter ones only cost time
-        return dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(
-            delta, rtol=bracket_rtol(rtol))
+        from pld.allocation import run_spacing
+
+        d = dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling)
+        for r in coarse:
+            if r >= 1e-2:
+                # (the coarsest bracket from rounds on a coarse grid: 4x fewer cells; its
+                # warnings are internal: a bracket that decides nothing falls through)
+                with run_spacing(0.08), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    lo, hi = dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(
+                        delta, rtol=r)
+            else:
+                lo, hi = d.epsilon_bounds(delta, rtol=r)
+            if hi <= target_epsilon or lo > target_epsilon:
+                return lo, hi
+        return d.epsilon_bounds(delta, rtol=fine)
 
     search = Search(target_epsilon, engine, lambda u: sur.epsilon(math.exp(u), sampling_rate, steps),
                      math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1]), lambda u: tol)

@@ -94,6 +94,8 @@ class PLD:
         self._adjacency = _common_adjacency(self._components)
         self._h_fixed = value_discretization_interval
         self._engine_box: list[queries.Engine] = []
+        #: the composition with refined components (see _epsilon_bracket_refined), once built
+        self._refined_box: list[PLD | None] = []
 
     # ----------------------------------------------------------- building
     @classmethod
@@ -332,15 +334,37 @@ class PLD:
         return self._engine_box[0]
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
-        engine = self._engine()
-        lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
-        miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
+        lo, hi, miss = self._epsilon_bracket_refined(delta, rtol)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
                           f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): {miss}. Both ends are "
                           "still certified.", TargetMissedWarning, stacklevel=5)
         return lo, hi
+
+    def _epsilon_bracket_refined(self, delta: float, rtol: float) -> tuple[float, float, str | None]:
+        """The bracket, and why it misses its target (None: it does not).
+
+        A component whose own model has an accuracy setting (``refined()``:
+        a finer version of itself, or None; e.g. the allocation laws' grid)
+        is refined when the bracket misses its target, and the brackets are
+        intersected (both are certified).
+        """
+        engine = self._engine()
+        lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
+        miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
+        if miss is None or self._h_fixed is not None:
+            return lo, hi, miss
+        if not self._refined_box:
+            finer = tuple((getattr(m, "refined", lambda: None)() or m, k) for m, k in self._components)
+            changed = any(f is not m for (f, _), (m, _) in zip(finer, self._components))
+            self._refined_box.append(PLD(finer) if changed else None)
+        refined = self._refined_box[0]
+        if refined is None:
+            return lo, hi, miss
+        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol)
+        lo, hi = max(lo, lo2), min(hi, hi2)
+        return lo, hi, (None if hi - lo <= rtol * hi + EPS_ATOL else miss2)
 
     def _tv_upper(self) -> float:
         """Upper bound on delta(0), the composition's total variation (1 if unknown)."""
