@@ -151,3 +151,27 @@ def test_single_small_q_step_against_closed_form(sigma, q, delta):
     assert _exact_single_step_delta(sigma, q, hi) <= delta * (1 + 1e-9)
     if lo > 0:
         assert _exact_single_step_delta(sigma, q, lo) >= delta * (1 - 1e-9)
+
+
+@settings(max_examples=8, deadline=None)
+@given(sigma=st.floats(0.5, 2.0), log_q=st.floats(-5.0, -3.0), steps=st.integers(2, 2000),
+       log_delta=st.floats(-12.0, -6.0))
+def test_split_bracket_intersects_the_whole_law_bracket(sigma, log_q, steps, log_delta):
+    """Across the small-q, strict-delta corner: the bracket the decomposition
+    certifies (whatever it is narrowed to) and the one grid pair's bracket
+    (the decomposition switched off) both contain epsilon, so they intersect."""
+    from pld import queries
+
+    q, delta = 10.0 ** log_q, 10.0 ** log_delta
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+        keep = queries._refine_by_jumps
+        try:
+            queries._refine_by_jumps = lambda engine, d, r, a, b, used: (a, b)
+            lo1, hi1 = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+        finally:
+            queries._refine_by_jumps = keep
+    assert 0.0 <= lo <= hi
+    assert lo <= hi1 * (1 + 1e-12) and lo1 <= hi * (1 + 1e-12)
+    assert hi - lo <= (hi1 - lo1) * (1 + 1e-9) + 1e-15  # never wider than without it
