@@ -111,7 +111,7 @@ def test_dask_local_cluster_rows_equal_serial(serial_rows):
 
 def test_iterator_streams_and_unordered_rows_carry_their_index(serial_rows):
     run = sweeps.iter_sweep(iter(CONFIGS[:4]), executor="serial", ordered=False)
-    assert next(run)["index"] == 0  # a generator is read as work is sent
+    assert next(run)["index"] == 0  # a generator is read a window at a time, as work is sent
     rest = list(run)
     assert sorted(r["index"] for r in rest) == [1, 2, 3] and run.done == 4
 
