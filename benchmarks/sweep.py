@@ -20,7 +20,13 @@ cost per configuration is measured with a no-op work function over all 10^4
 configurations (validation, cost estimates, chunking, pickling, ordering).
 The machine's load (``os.getloadavg``) is printed next to every number, with
 the CPU seconds each mode used: on a shared machine wall times move with the
-load, CPU seconds much less.
+load, CPU seconds much less.  Where Linux shares CPU between sessions
+(autogroup, printed), a busy machine gives the benchmark one session's share
+however many workers it runs, so the speed-ups only show on a quiet machine;
+each mode's time on an idle machine is therefore also estimated from CPU
+accounting: a pool's busiest worker's CPU seconds, and for the in-process run
+its main thread's CPU seconds plus the part of its sleep (waiting for a side
+thread) the side threads spent on a CPU (per-thread ``schedstat``).
 """
 
 from __future__ import annotations
@@ -74,19 +80,69 @@ def parallel_capacity(workers: int) -> float:
     return workers * alone / together
 
 
-def _cpu_seconds(pool) -> float:
-    """User + system CPU seconds the pool's worker processes have used (Linux
-    /proc; NaN elsewhere): the work a sweep costs whatever the machine's load,
-    so 1 and W workers can be compared on a busy machine."""
-    total = 0.0
+def _worker_cpu_seconds(pool) -> list[float]:
+    """User + system CPU seconds each of the pool's worker processes has used
+    (Linux /proc; empty elsewhere): the work a sweep costs whatever the
+    machine's load."""
+    out = []
     try:
         for pid in list(pool._processes):
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            out.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     except (OSError, AttributeError, ValueError, IndexError):
-        return float("nan")
-    return total
+        return []
+    return out
+
+
+def _schedstat() -> dict[int, tuple[float, float]]:
+    """This process's threads: ``{tid: (seconds on a CPU, seconds runnable but
+    waiting for one)}`` (Linux /proc/<pid>/task/<tid>/schedstat; empty elsewhere)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run, wait, _ = (int(x) for x in f.read().split())
+            out[int(tid)] = (run / 1e9, wait / 1e9)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def _serial_idle_estimate(before: dict, after: dict, wall: float) -> dict:
+    """What the in-process run would take on an otherwise idle machine.
+
+    The main thread is, at every moment, on a CPU, waiting for one (the load's
+    doing), or asleep: waiting for a side thread's result.  On an idle machine
+    the first stays, the second goes, and the third shrinks to the part the
+    side thread spent on a CPU (``rho``, its share of its runnable time).
+    Bounds: the main thread's CPU time, and that plus all its sleep.
+    """
+    import threading
+
+    main = threading.get_native_id()
+    d = {t: (a[0] - before.get(t, (0.0, 0.0))[0], a[1] - before.get(t, (0.0, 0.0))[1]) for t, a in after.items()}
+    if main not in d:
+        return {}
+    main_cpu, main_wait = d[main]
+    side_cpu = sum(v[0] for t, v in d.items() if t != main)
+    side_wait = sum(v[1] for t, v in d.items() if t != main)
+    asleep = max(wall - main_cpu - main_wait, 0.0)
+    rho = side_cpu / (side_cpu + side_wait) if side_cpu + side_wait > 0 else 1.0
+    return {"main_cpu_s": main_cpu, "main_runnable_waiting_s": main_wait, "main_asleep_s": asleep,
+            "side_cpu_s": side_cpu, "side_runnable_waiting_s": side_wait,
+            "idle_estimate_s": main_cpu + rho * asleep, "idle_bounds_s": [main_cpu, main_cpu + asleep]}
+
+
+def _autogroup() -> str | None:
+    """Whether the kernel shares CPU between sessions rather than threads (then
+    a busy machine gives this run one session's share however many workers it
+    has, and wall-clock speed-ups say little)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return "on" if f.read().strip() == "1" else "off"
+    except OSError:
+        return None
 
 
 def _timed(label: str, fn) -> tuple[float, object]:
@@ -109,21 +165,32 @@ def _run_mode(mode: str, subset: list, workers: int) -> dict:
     """One timed sweep of ``subset``: wall and CPU seconds, load before and after."""
     load = os.getloadavg()[0]
     c0 = time.process_time()
+    s0 = _schedstat()
     t0 = time.perf_counter()
-    cpu_workers = 0.0
+    per_worker: list[float] = []
     if mode == "serial":
         rows = sweeps.sweep(subset, executor="serial")
     else:
         n = 1 if mode == "pool1" else workers
         with sweeps.process_pool(n) as pool:
             rows = sweeps.sweep(subset, executor=pool, balance=mode != "pool_input_order")
-            cpu_workers = _cpu_seconds(pool)
+            per_worker = _worker_cpu_seconds(pool)
     wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0 + cpu_workers
+    cpu = time.process_time() - c0 + sum(per_worker)
     out = {"mode": mode, "wall_s": wall, "configs_per_s": len(subset) / wall, "cpu_s": cpu,
            "work_s": sum(r["seconds"] for r in rows), "load_before": load, "load_after": os.getloadavg()[0]}
-    print(f"  {mode:>16}: {wall:6.2f} s wall, {out['configs_per_s']:5.1f} configs/s, {cpu:6.1f} CPU s "
-          f"(load {load:.2f} -> {out['load_after']:.2f})", flush=True)
+    # on an idle machine: a pool takes its busiest worker's CPU time (each has a
+    # core), the in-process run what its threads' accounting says
+    if mode == "serial":
+        out.update(_serial_idle_estimate(s0, _schedstat(), wall))
+    elif per_worker:
+        out.update(worker_cpu_s=per_worker, idle_estimate_s=max(per_worker))
+    idle = out.get("idle_estimate_s")
+    if idle:
+        out["idle_configs_per_s"] = len(subset) / idle
+    print(f"  {mode:>16}: {wall:6.2f} s wall, {out['configs_per_s']:5.1f} configs/s, {cpu:6.1f} CPU s, "
+          f"idle-machine estimate {idle or float('nan'):6.2f} s (load {load:.2f} -> {out['load_after']:.2f})",
+          flush=True)
     return out | {"rows": rows}
 
 
@@ -187,16 +254,22 @@ def main(argv=None) -> int:
         "runs": runs,
         "median_configs_per_s": {m: statistics.median(per(m)) for m in modes},
         "median_cpu_s": {m: statistics.median(per(m, "cpu_s")) for m in modes},
+        "autogroup": _autogroup(),
         "parallel_capacity": capacity,
         "overhead_ms_per_config_serial": 1e3 * t_noop_serial / len(every),
         "overhead_ms_per_config_pool": 1e3 * t_noop_pool / len(every),
         "extrapolated_10k_serial_min": len(every) / serial_cps / 60,
         "extrapolated_10k_pool_min": len(every) / pool_cps / 60,
     }
-    for num, den in (("pool", "serial"), ("pool", "pool1"), ("pool1", "serial"), ("pool", "pool_input_order")):
+    for num, den in (("pool", "serial"), ("pool", "pool1"), ("serial", "pool1"), ("pool", "pool_input_order")):
         if num in modes and den in modes:
             rs = ratios(num, den)
             res[f"{num}_over_{den}"] = {"per_round": rs, "median": statistics.median(rs)}
+            try:
+                rs = [a / b for a, b in zip(per(num, "idle_configs_per_s"), per(den, "idle_configs_per_s"))]
+                res[f"{num}_over_{den}_idle_estimate"] = {"per_round": rs, "median": statistics.median(rs)}
+            except (KeyError, statistics.StatisticsError):
+                pass
     if "pool1" in modes:
         res["per_worker_configs_per_s"] = statistics.median(per("pool1"))
     print(json.dumps(res, indent=2))
