@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 
-# a worker is one process per core: a query's two sides run one after the other
-os.environ.setdefault("PLD_THREADS", "1")
+# a worker is one process per core: a query's two sides run one after the other,
+# and no library it calls starts threads of its own (set before numpy and numba
+# load: BLAS, OpenMP and numba's threading layer read these once)
+for _name in ("PLD_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
 import pld.sweeps  # noqa: E402,F401
 

@@ -12,6 +12,7 @@ inputs by the same deterministic code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -113,13 +114,32 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """Within the block, queries made by this thread use no side threads (each
+    builds its sides one after the other): for a worker that is already one of
+    a pool with one per core, such as a sweep's.  Same results either way."""
+    before = getattr(_LOCAL, "single", False)
+    _LOCAL.single = True
+    try:
+        yield
+    finally:
+        _LOCAL.single = before
+
+
 def side_pool() -> ThreadPoolExecutor | None:
     """Worker threads for the dominating sides (two, so that queries from two
     user threads do not wait on each other), or None on a single core.
 
     The threads start on first use, never at import.  ``PLD_THREADS=1`` in the
-    environment turns the concurrency off.
+    environment turns the concurrency off (in this thread only:
+    :func:`single_threaded`).
     """
+    if getattr(_LOCAL, "single", False):
+        return None
     threads = os.environ.get("PLD_THREADS")
     n = int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1)
     if n < 2:

@@ -13,18 +13,21 @@ pld's public API in whatever process runs them, so a row does not depend on
 where or with what it ran: the same configuration gives the same row in a
 serial run, a process pool and a Dask cluster (up to the ``seconds`` field).
 
-Work is sent in chunks of consecutive configurations, sized from the
-measured time per configuration so that a task carries about one second of
-work (the first tasks carry one configuration each, to measure); at most a
-few chunks per worker are in flight and finished rows wait only for earlier
-ones, so memory stays flat however many configurations stream through.
+Work is sent in chunks sized from the measured time per configuration so
+that a task carries about one second of work (the first tasks carry one
+configuration each, to measure).  Configurations are read a window at a time
+and sent most expensive first (by :func:`pld._sweep_work.estimated_cost`), so
+that a sweep ends on short tasks and no worker idles while another finishes
+a long one; rows still come back in input order.  At most a few chunks per
+worker are in flight and finished rows wait only for earlier ones, so memory
+stays flat however many configurations stream through.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import itertools
-import math
 import os
 import sys
 import time
@@ -34,7 +37,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from typing import Any
 
 from pld import _sweep_work
-from pld._sweep_work import COLUMNS, TIMING_FIELDS, normalize
+from pld._sweep_work import COLUMNS, TIMING_FIELDS, estimated_cost, normalize
 
 __all__ = ["sweep", "iter_sweep", "grid", "calibration_grid", "SweepResult", "SweepRun", "COLUMNS",
            "TIMING_FIELDS"]
@@ -46,6 +49,10 @@ TARGET_TASK_SECONDS = 1.0
 INFLIGHT_PER_WORKER = 3
 #: most finished rows held back waiting for an earlier, slower chunk
 MAX_BUFFERED_ROWS = 20_000
+#: configurations read ahead and sent most expensive first (at least this many,
+#: or this many per worker; at most half the buffered rows)
+BALANCE_WINDOW = 4096
+BALANCE_WINDOW_PER_WORKER = 256
 
 
 class SweepInterruptedWarning(UserWarning):
@@ -229,16 +236,23 @@ def _dask_workers(client) -> int:
 
 
 # ------------------------------------------------------------- the engine
-def _run_chunk(work: Callable[[dict], dict], chunk: list) -> list:
-    """Rows of ``[(index, config), ...]`` (runs in a worker)."""
+def _run_chunk(work: Callable[[dict], dict], chunk: list, single_thread: bool = False) -> list:
+    """Rows of ``[(index, config), ...]`` (runs in a worker).
+
+    ``single_thread``: each query on this thread alone (a worker of a pool or
+    cluster is one of one per core: side threads would oversubscribe them).
+    """
+    from pld.engine_cache import single_threaded
+
     rows = []
-    for index, config in chunk:
-        t0 = time.perf_counter()
-        row = work(config)
-        row = {"index": index, **row}
-        if row.get("seconds") is None:
-            row["seconds"] = time.perf_counter() - t0
-        rows.append(row)
+    with single_threaded() if single_thread else contextlib.nullcontext():
+        for index, config in chunk:
+            t0 = time.perf_counter()
+            row = work(config)
+            row = {"index": index, **row}
+            if row.get("seconds") is None:
+                row["seconds"] = time.perf_counter() - t0
+            rows.append(row)
     return rows
 
 
@@ -258,7 +272,7 @@ class SweepRun:
 
     def __init__(self, configs, *, executor=None, chunksize: int | None = None, progress=None,
                  work: Callable[[dict], dict] | None = None, ordered: bool = True, indices=None,
-                 total: int | None = None, target_seconds: float = TARGET_TASK_SECONDS):
+                 total: int | None = None, target_seconds: float = TARGET_TASK_SECONDS, balance: bool = True):
         self._configs = _validated(configs)
         self._total = len(configs) if isinstance(configs, Sequence) else total
         # the rows' index: their position, or what the caller says (a resumed run's rows)
@@ -269,6 +283,7 @@ class SweepRun:
             raise TypeError(f"work must be callable, got {type(work).__name__}")
         self._target = target_seconds
         self._ordered = bool(ordered)
+        self._balance = bool(balance)
         self._executor_arg = executor
         self._progress_arg = progress
         self.interrupted = False
@@ -276,6 +291,8 @@ class SweepRun:
         self.workers = 0
         self._timed_rows = 0
         self._timed_seconds = 0.0
+        self._timed_units = 0.0  # estimated cost of the timed rows (seconds per unit = seconds / units)
+        self._units: dict[int, float] = {}  # estimated cost of each row in flight
         self._gen = self._generate()
 
     def __iter__(self) -> SweepRun:
@@ -288,59 +305,97 @@ class SweepRun:
         """Stop early: cancel what has not started and release the engine."""
         self._gen.close()
 
+    # the configurations not yet sent: read a window at a time, most expensive first
+    def _window_size(self) -> int:
+        return min(max(BALANCE_WINDOW, BALANCE_WINDOW_PER_WORKER * self.workers), MAX_BUFFERED_ROWS // 2)
+
+    def _refill(self, queue: deque, order: deque, source: Iterator, read: int) -> tuple[float, bool]:
+        """Read the next window into ``queue`` as ``(units, index, config)`` (and
+        its indices in input order into ``order``, in ordered mode);
+        ``(its units, whether it is the sweep's last)``."""
+        size = self._window_size()
+        items = [(estimated_cost(c) if self._balance else 1.0, i, c) for i, c in itertools.islice(source, size)]
+        if self._ordered:
+            order.extend(i for _, i, _ in items)
+        if self._balance:
+            items.sort(key=lambda item: -item[0])  # stable: equal estimates keep input order
+        queue.extend(items)
+        last = len(items) < size or (self._total is not None and read + len(items) >= self._total)
+        return sum(item[0] for item in items), last
+
     # chunk sizes: one configuration per task until rows have been timed, then
-    # about target_seconds of work per task, and never so large that the tail
-    # of a known-length sweep leaves workers idle
-    def _next_size(self, submitted: int) -> int:
+    # about target_seconds of (estimated) work per task, and at the end of a
+    # sweep never so large that the tail leaves workers idle
+    def _next_chunk(self, queue: deque, units_left: float, last: bool) -> list:
         if self._chunksize is not None:
-            return self._chunksize
-        if self._timed_rows < self.workers:
-            return 1
-        per = max(self._timed_seconds / self._timed_rows, 1e-6)
-        size = max(1, int(self._target / per))
-        if self._total is not None:
-            left = self._total - submitted
-            size = min(size, max(1, math.ceil(left / (2 * self.workers))))
-        return min(size, MAX_BUFFERED_ROWS // (2 * INFLIGHT_PER_WORKER * self.workers) or 1)
+            n = self._chunksize
+        elif self._timed_rows < self.workers:
+            n = 1
+        else:
+            n = min(len(queue), MAX_BUFFERED_ROWS // (2 * INFLIGHT_PER_WORKER * self.workers) or 1)
+            per_unit = max(self._timed_seconds, 1e-9) / max(self._timed_units, 1e-300)
+            budget = self._target / per_unit
+            if last:
+                budget = min(budget, units_left / (2 * self.workers))
+            chunk = [queue.popleft()]
+            spent = chunk[0][0]
+            while queue and len(chunk) < n and spent + queue[0][0] <= budget:
+                spent += queue[0][0]
+                chunk.append(queue.popleft())
+            return chunk
+        return [queue.popleft() for _ in range(min(n, len(queue)))]
+
+    def _receive(self, rows: list, buffer: dict, bar) -> None:
+        for row in rows:
+            buffer[row["index"]] = row
+            self._timed_rows += 1
+            self._timed_seconds += row.get("seconds") or 0.0
+            self._timed_units += self._units.pop(row["index"], 0.0)
+            bar(1)
 
     def _generate(self) -> Generator[dict, None, None]:
         ex, self.workers, close = _resolve(self._executor_arg)
+        single = not isinstance(ex, _InlineExecutor)  # in a pool or cluster: one thread a query
         bar = _progress_bar(self._progress_arg, self._total)
         source = zip(self._indices, self._configs)
+        queue: deque = deque()  # (estimated cost, index, config) read and not yet sent
+        units_left = 0.0
+        last = False
         pending: dict = {}
         buffer: dict = {}
-        order: deque = deque()  # indices sent, in input order (ordered mode yields in it)
-        submitted = 0
-        exhausted = False
+        # indices read, in input order (ordered mode yields in it)
+        order: deque = deque()
+        read = submitted = 0
         try:
             while True:
-                while (not exhausted and len(pending) < INFLIGHT_PER_WORKER * self.workers
+                while (len(pending) < INFLIGHT_PER_WORKER * self.workers
                        and submitted - self.done < MAX_BUFFERED_ROWS):
-                    chunk = list(itertools.islice(source, self._next_size(submitted)))
-                    if not chunk:
-                        exhausted = True
-                        break
-                    pending[ex.submit(_run_chunk, self._work, chunk)] = chunk[0][0]
+                    if not queue:
+                        if last:
+                            break
+                        units_left, last = self._refill(queue, order, source, read)
+                        read += len(queue)
+                        if not queue:
+                            last = True
+                            break
+                    chunk = self._next_chunk(queue, units_left, last)
+                    for units, index, _ in chunk:
+                        self._units[index] = units
+                        units_left -= units
+                    pending[ex.submit(_run_chunk, self._work, [(i, c) for _, i, c in chunk], single)] = chunk[0][1]
                     submitted += len(chunk)
-                    if self._ordered:
-                        order.extend(index for index, _ in chunk)
                 if not pending:
                     break
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for f in finished:
                     del pending[f]
-                    for row in f.result():
-                        buffer[row["index"]] = row
-                        self._timed_rows += 1
-                        self._timed_seconds += row.get("seconds") or 0.0
+                    self._receive(f.result(), buffer, bar)
                 if not self._ordered:  # as they finish: nothing waits behind a slow chunk
                     for index in sorted(buffer):
                         self.done += 1
-                        bar(1)
                         yield buffer.pop(index)
                 while order and order[0] in buffer:
                     self.done += 1
-                    bar(1)
                     yield buffer.pop(order.popleft())
         except KeyboardInterrupt:
             self.interrupted = True
@@ -348,8 +403,7 @@ class SweepRun:
                 f.cancel()
             # rows finished out of order are still work done: hand them over
             for f in [f for f in pending if f.done() and not f.cancelled() and f.exception() is None]:
-                for row in f.result():
-                    buffer[row["index"]] = row
+                self._receive(f.result(), buffer, bar)
             for index in sorted(buffer):
                 self.done += 1
                 yield buffer.pop(index)
@@ -396,14 +450,15 @@ def _stderr_is_tty() -> bool:
 # ------------------------------------------------------------ public entry
 def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress=None,
                work: Callable[[dict], dict] | None = None, ordered: bool = True, indices=None,
-               total: int | None = None) -> SweepRun:
+               total: int | None = None, balance: bool = True) -> SweepRun:
     """The rows of a sweep as an iterator (memory flat in the number of rows).
 
     Parameters
     ----------
     configs, executor, chunksize, progress, work
         As in :func:`sweep`.  ``configs`` may be a generator (for example
-        :func:`grid`): it is read as work is sent, never as a whole.
+        :func:`grid`): it is read a window of a few thousand at a time as work
+        is sent, never as a whole.
     ordered : bool
         True: rows in input order.  False: each row as soon as its chunk is
         done (its ``index`` says where it belongs), so that nothing finished
@@ -415,6 +470,11 @@ def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress
     total : int, optional
         Number of configurations, for the progress bar when ``configs`` is a
         generator.
+    balance : bool
+        True (default): configurations are read a window at a time (a few
+        thousand) and sent most expensive first, by an estimate of their cost,
+        so that the sweep ends on short tasks.  False: sent in input order.
+        Rows are the same either way.
 
     Returns
     -------
@@ -435,11 +495,11 @@ def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress
     [0, 1]
     """
     return SweepRun(configs, executor=executor, chunksize=chunksize, progress=progress, work=work,
-                    ordered=ordered, indices=indices, total=total)
+                    ordered=ordered, indices=indices, total=total, balance=balance)
 
 
 def sweep(configs, *, executor=None, chunksize: int | None = None, progress=None,
-          work: Callable[[dict], dict] | None = None) -> SweepResult:
+          work: Callable[[dict], dict] | None = None, balance: bool = True) -> SweepResult:
     """Account many configurations; one row per configuration, in input order.
 
     Parameters
@@ -460,11 +520,14 @@ def sweep(configs, *, executor=None, chunksize: int | None = None, progress=None
         per task.
     progress : None, bool or callable
         None: a tqdm bar on a terminal if tqdm is installed, else silent;
-        True/False: on/off; a callable is called with the number of new rows.
+        True/False: on/off; a callable is called with the number of rows newly finished.
     work : callable, optional
         Replaces the accounting of one normalized configuration (a picklable
         top-level function ``dict -> dict``); for measurements of the sweep
         machinery itself.
+    balance : bool
+        Send the most expensive configurations first (default; see
+        :func:`iter_sweep`).  Rows are the same either way.
 
     Returns
     -------
@@ -504,7 +567,8 @@ def sweep(configs, *, executor=None, chunksize: int | None = None, progress=None
     >>> rows[0]["epsilon_upper"] > rows[1]["epsilon_upper"]     # more noise, less epsilon
     True
     """
-    run = iter_sweep(configs, executor=executor, chunksize=chunksize, progress=progress, work=work)
+    run = iter_sweep(configs, executor=executor, chunksize=chunksize, progress=progress, work=work,
+                     balance=balance)
     out = SweepResult(run)
     out.interrupted = run.interrupted
     if run.interrupted:

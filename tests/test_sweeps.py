@@ -60,6 +60,37 @@ def test_process_pool_rows_equal_serial(serial_rows):
     assert not rows.interrupted
 
 
+def test_balanced_pool_rows_equal_serial_in_input_order(serial_rows):
+    # default chunking, most expensive first, and the same in input order
+    with sweeps.process_pool(2) as pool:
+        balanced = sweeps.sweep(CONFIGS, executor=pool)
+        plain = sweeps.sweep(CONFIGS, executor=pool, balance=False)
+    assert _strip(balanced) == _strip(plain) == _strip(serial_rows)
+
+
+def _noop(config):
+    return {"kind": config["kind"], "seconds": 0.0}
+
+
+def test_balance_keeps_input_order_and_the_callers_indices():
+    configs = [{"noise_multiplier": s, "sampling_rate": q, "steps": t}
+               for s, q, t in [(4.0, 0.1, 10), (0.6, 1e-4, 10**6), (1.0, 0.01, 1000), (0.7, 2e-4, 10**5)]]
+    for ordered in (True, False):
+        run = sweeps.iter_sweep(configs, executor="serial", work=_noop, indices=[7, 3, 9, 1], ordered=ordered)
+        got = [r["index"] for r in run]
+        assert (got if ordered else sorted(got)) == ([7, 3, 9, 1] if ordered else [1, 3, 7, 9])
+
+
+def test_estimated_cost_puts_small_noise_and_rate_first():
+    from pld._sweep_work import estimated_cost, normalize
+
+    cost = lambda **c: estimated_cost(normalize(c))
+    assert cost(sigma=0.6, q=1e-4, T=10**5) > cost(sigma=1.0, q=0.01, T=10**5) > cost(sigma=4.0, q=0.1, T=10**3)
+    assert cost(sigma=1.0, q=0.01, T=10**6) > cost(sigma=1.0, q=0.01, T=10**3)
+    assert cost(target_epsilon=1.0, q=0.01, T=1000) > cost(sigma=1.0, q=0.01, T=1000)
+    assert cost(spec={"mechanisms": [{"type": "laplace", "scale": 1.0}]}) > 0
+
+
 def test_any_executor_gives_the_serial_rows(serial_rows):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -80,7 +111,7 @@ def test_dask_local_cluster_rows_equal_serial(serial_rows):
 
 def test_iterator_streams_and_unordered_rows_carry_their_index(serial_rows):
     run = sweeps.iter_sweep(iter(CONFIGS[:4]), executor="serial", ordered=False)
-    assert next(run)["index"] == 0  # a generator is read as work is sent
+    assert next(run)["index"] == 0  # a generator is read a window at a time, as work is sent
     rest = list(run)
     assert sorted(r["index"] for r in rest) == [1, 2, 3] and run.done == 4
 
