@@ -153,11 +153,13 @@ def split(model: LossModel, cut: float) -> tuple[_CutModel, _CutModel, float]:
     lp, lq = model.base.interval_logmasses(np.array([xa]), np.array([math.inf]))  # type: ignore[union-attr]
     lp, _ = model.pair_masses(lp, lq)
     log_b = float(lp[0])
-    kw = dict(atom_x=model.atom_x, atom_log_p=model.atom_log_p, atom_log_q=model.atom_log_q,
-              sampling_rate=model.sampling_rate, direction=model.direction)
-    core = _CutModel(base=_ClippedBase(model.base, -math.inf, xa), loss_hi=cut, cut_log_mass=log_b,
-                     **kw)  # type: ignore[arg-type]
-    jump = _CutModel(base=_ClippedBase(model.base, xa, math.inf, -log_b), loss_lo=cut, **kw)  # type: ignore[arg-type]
+    def cut_model(x_lo: float, x_hi: float, log_scale: float, **bounds: float) -> _CutModel:
+        return _CutModel(model.atom_x, model.atom_log_p, model.atom_log_q,
+                         _ClippedBase(model.base, x_lo, x_hi, log_scale),  # type: ignore[arg-type]
+                         model.sampling_rate, model.direction, **bounds)
+
+    core = cut_model(-math.inf, xa, 0.0, loss_hi=cut, cut_log_mass=log_b)
+    jump = cut_model(xa, math.inf, -log_b, loss_lo=cut)
     return core, jump, log_b
 
 

@@ -243,16 +243,15 @@ class PLD:
             # the FFT engine would have used
             lo, hi = gaussian_exact.epsilon_bounds(mu, delta)
             miss = None
-        out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta,
-               "method": "closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
-                         f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids",
+        jumps = None if mu is not None else engine.cache.get(engine.cache.used, ("jumps", delta, EPS_RTOL))
+        method = ("closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
+                  f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids")
+        if jumps:
+            method += "; the remove direction's heavy upper tail split off by a big-jump decomposition (pld._big_jumps)"
+        out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "method": method,
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
-               "target_met": miss is None, "target_missed_because": miss}
-        jumps = engine.cache.get(engine.cache.used, ("jumps", delta, EPS_RTOL))
-        if jumps and mu is None:
-            out["method"] += ("; the remove direction's heavy upper tail split off by a big-jump "
-                              "decomposition (pld._big_jumps)")
-        out["big_jump_decomposition"] = jumps if (jumps and mu is None) else None
+               "target_met": miss is None, "target_missed_because": miss,
+               "big_jump_decomposition": jumps or None}
         directions: dict[str, dict] = {}
         out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():

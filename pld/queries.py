@@ -111,7 +111,7 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, flo
 
 
 def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
-                     used: dict) -> tuple[float, float]:
+                     used: dict[str, Settings]) -> tuple[float, float]:
     """A bracket the grids left too wide, narrowed by the big-jump decomposition
     of the remove direction (:mod:`pld._big_jumps`) where it applies.
 
