@@ -221,7 +221,9 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
     engines, weights = [], []
     for k in range(k_max + 1):
         comps = tuple(c for c in ((_Part(core), steps - k), (_Part(jump), k)) if c[1] > 0)
-        engines.append(Engine.build(comps, None))
+        engine = Engine.build(comps, None)
+        engine.planner.resolve_subsampled_bulk()
+        engines.append(engine)
         weights.append(_log_binomial(steps, k) + k * log_b)
 
     def grid_pair(k: int, r: float) -> tuple:

@@ -224,3 +224,15 @@ def test_split_bracket_against_importance_sampling():
     assert se_lo < 0.01 * d_lo and se_hi < 0.01 * d_hi  # (the sampler works here)
     assert d_hi <= delta + 4 * se_hi  # the certified upper end is epsilon-DP at delta
     assert d_lo >= delta - 4 * se_lo  # and the lower end is not
+
+
+def test_terms_resolve_a_subsampled_bulk():
+    """sigma 0.35, q 8.8e-6, T 2.2e5, delta 4.8e-9: the core law's bulk lies
+    within q of 0; on a spacing wider than that the dominated side rounds it
+    down a whole cell per step (the bracket was [9.109, 9.140], 34x its
+    target).  The terms start at q / 2 and meet the target; the bracket
+    still contains the one-grid bracket's intersection with it."""
+    sigma, q, steps, delta = 0.34634946304797637, 8.815094767049764e-06, 217640, 4.7596917509542085e-09
+    lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert 9.13 < lo <= hi < 9.15  # dp_accounting's estimate at its 1e-4 grid: 9.1373
