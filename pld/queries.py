@@ -115,12 +115,15 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     """A bracket the grids left too wide, narrowed by the big-jump decomposition
     of the remove direction (:mod:`pld._big_jumps`) where it applies.
 
-    Tuned first at the lower end (the grids' upper end is the loose one),
-    then at the middle of what that gives.  Both brackets are certified, so
-    their intersection is; the other directions keep their own upper ends.
+    The terms are tuned at the epsilon the remove direction's dominating grid
+    gives without its round-off bound, and once more at the middle of the
+    resulting bracket if that estimate fell outside it.  Every bracket is
+    certified, so their intersection is; the other directions keep their own
+    upper ends.  A fixed spacing (``value_discretization_interval``) is the
+    caller's choice of grid: no decomposition then.
     """
     model = _big_jumps.applicable(engine.laws.components)
-    if model is None or "remove" not in used:
+    if model is None or "remove" not in used or engine.planner.h_fixed is not None:
         return lo, hi
     other = 0.0
     for d, settings in used.items():
