@@ -293,6 +293,7 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
     lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
+    lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit)
     # delta(eps) is non-increasing: a lower bound at a larger epsilon holds at
     # every smaller one, an upper bound at a smaller epsilon at every larger one
     if flat.size > 1:
@@ -302,6 +303,46 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     # delta(-inf) = E_P[1] = 1 exactly
     lo = np.where(flat == -math.inf, 1.0, lo)
     hi = np.maximum(np.where(flat == -math.inf, 1.0, hi), lo)
+    return lo, hi
+
+
+def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                           limit: float) -> tuple[np.ndarray, np.ndarray]:
+    """Delta brackets still loose after the grids, narrowed by the big-jump
+    decomposition of the remove direction (:mod:`pld._big_jumps`), tuned at
+    the loosest point: what :func:`_refine_by_jumps` does for an epsilon.
+
+    The remove direction's bracket raises the lower ends; an upper end is the
+    larger of the remove direction's new one and the other directions' own.
+    """
+    model = _big_jumps.applicable(engine.laws.components)
+    if model is None or engine.planner.h_fixed is not None:
+        return lo, hi
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
+    ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > DELTA_LOOSE)
+    if not np.any(ok):
+        return lo, hi
+    j = int(np.flatnonzero(ok)[np.argmax(loose[ok])])
+    eps0 = float(flat[j])
+    try:
+        terms = _big_jumps.build_terms(model, engine.laws.components[0][1], max(float(lo[j]), 1e-6 * float(hi[j])),
+                                       eps0)
+    except (FloatingPointError, GridTooLargeError):
+        terms = None
+    if terms is None:
+        return lo, hi
+    sel = np.flatnonzero(np.isfinite(flat))
+    r_lo, r_hi = terms.delta_bounds(flat[sel])
+    other = np.zeros(sel.size)
+    for d in engine.directions:
+        if d != "remove":
+            pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, delta_query(engine, eps0)),
+                                                  lower=False)
+            other = np.maximum(other, pess.delta(flat[sel]))
+    lo, hi = lo.copy(), hi.copy()
+    lo[sel] = np.maximum(lo[sel], r_lo)
+    hi[sel] = np.maximum(np.minimum(hi[sel], np.maximum(r_hi, other)), lo[sel])
     return lo, hi
 
 

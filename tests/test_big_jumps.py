@@ -236,3 +236,25 @@ def test_terms_resolve_a_subsampled_bulk():
     lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert 9.13 < lo <= hi < 9.15  # dp_accounting's estimate at its 1e-4 grid: 9.1373
+
+
+def test_delta_curve_uses_the_split_too():
+    """A delta query costs and resolves what the matching epsilon query does:
+    at the heavy-tail case the delta brackets at the epsilon bracket's ends
+    are narrow, bracket delta from the right sides, and nest in the one-grid
+    brackets (the decomposition switched off)."""
+    from pld import queries
+
+    delta = 4.49e-12
+    p = pld.dpsgd(0.802, 2.14e-5, 128)
+    lo, hi = p.epsilon_bounds(delta)
+    d_lo, d_hi = p.delta_bounds([lo, hi])
+    assert d_hi[0] >= delta and d_lo[1] <= delta  # consistent with the epsilon bracket
+    assert np.all(d_hi - d_lo <= 1e-3 * d_hi)
+    keep = queries._refine_delta_by_jumps
+    try:
+        queries._refine_delta_by_jumps = lambda engine, flat, a, b, limit: (a, b)
+        g_lo, g_hi = pld.dpsgd(0.802, 2.14e-5, 128).delta_bounds([lo, hi])
+    finally:
+        queries._refine_delta_by_jumps = keep
+    assert np.all(g_lo <= d_lo) and np.all(d_hi <= g_hi)
