@@ -12,7 +12,6 @@ truths not computed by pld.
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 
@@ -120,19 +119,10 @@ def test_refined_rounds_and_the_target():
     assert 6.07381 <= lo <= hi <= 6.16151
 
 
-def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int = 100_000,
-               seed: int = 5) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    a = 1.0 / sigma
-    logy = -a * a / 2 + a * rng.standard_normal((n, t))
-    if direction == "remove":
-        logy[:, :k] += a * a
-    subsets = list(itertools.combinations(range(t), k))
-    terms = np.stack([logy[:, list(s)].sum(axis=1) for s in subsets], axis=1)
-    loss = np.logaddexp.reduce(terms, axis=1) - math.log(len(subsets))
-    loss = loss if direction == "remove" else -loss
-    f = np.maximum(1.0 - np.exp(eps - loss), 0.0)
-    return float(f.mean()), float(f.std() / math.sqrt(n))
+def _other_tests():
+    """tests/test_random_allocation.py: its Monte Carlo of the true k-of-t pair
+    and of many steps (one copy of each)."""
+    return pytest.importorskip("test_random_allocation")
 
 
 def test_k_of_t_label_sum_lower_end():
@@ -142,7 +132,7 @@ def test_k_of_t_label_sum_lower_end():
     d = mech.pld()
     for eps in (0.3, 0.8):
         lo, hi = d.delta_bounds(eps)
-        est = [_mc_k_of_t(sigma, t, k, eps, direction) for direction in ("remove", "add")]
+        est = [_other_tests()._mc_k_of_t(sigma, t, k, eps, direction, seed=5) for direction in ("remove", "add")]
         worst = max(est, key=lambda e: e[0])
         assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
         # above the sum of the outputs' Gaussian (mu = k / (sigma sqrt(t)))
@@ -193,7 +183,7 @@ def test_one_jump_upper_side_against_monte_carlo(monkeypatch):
     """The upper side by the number of heavy coordinates (used for many steps and a
     heavy tail), forced at t = 40: within the Monte Carlo interval's reach and
     next to the direct construction."""
-    sys_path_mc = pytest.importorskip("test_random_allocation")
+    sys_path_mc = _other_tests()
     monkeypatch.setattr(_allocation_sum, "_JUMP_STEPS", 0.0)
     monkeypatch.setattr(_allocation_sum, "_JUMP_ALWAYS", True)
     _allocation_sum.sum_laws.cache_clear()
