@@ -141,10 +141,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     if not eps0 > 0:
         eps0 = 0.5 * hi
     for _ in range(2):
-        try:
-            terms = _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
-        except (FloatingPointError, GridTooLargeError):
-            terms = None  # (the decomposition is an option: the grids' bracket stands)
+        terms = _try_terms(model, steps, delta, eps0, rtol)
         if terms is None:
             break
         rem_lo, rem_hi = _big_jumps.epsilon_bracket(terms, delta, rem_lo, rem_hi)
@@ -306,6 +303,15 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     return lo, hi
 
 
+def _try_terms(model, steps: int, delta: float, eps0: float, rtol: float) -> _big_jumps.Terms | None:
+    """The big-jump terms, or None where they cannot be built: the
+    decomposition is an option, and the grids' bracket stands without it."""
+    try:
+        return _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
+    except (FloatingPointError, GridTooLargeError):
+        return None
+
+
 def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                            limit: float) -> tuple[np.ndarray, np.ndarray]:
     """Delta brackets still loose after the grids, narrowed by the big-jump
@@ -325,11 +331,8 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
         return lo, hi
     j = int(np.flatnonzero(ok)[np.argmax(loose[ok])])
     eps0 = float(flat[j])
-    try:
-        terms = _big_jumps.build_terms(model, engine.laws.components[0][1], max(float(lo[j]), 1e-6 * float(hi[j])),
-                                       eps0)
-    except (FloatingPointError, GridTooLargeError):
-        terms = None
+    terms = _try_terms(model, engine.laws.components[0][1], max(float(lo[j]), 1e-6 * float(hi[j])), eps0,
+                       EPS_RTOL)
     if terms is None:
         return lo, hi
     sel = np.flatnonzero(np.isfinite(flat))
