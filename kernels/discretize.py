@@ -139,11 +139,7 @@ def pessimistic_spread(log_p, log_q, index, points, h, k0):
     return out, log_inf
 
 
-#: slack by which a bucket's merged loss must clear its grid point (per unit
-#: of |loss|): piece masses carry ~1e-13 relative error from the log-CDF
-#: differences, so a merged loss computed a few ulps above ``l_k`` does not
-#: prove that the true one is
-_MERGE_MARGIN = 1e-11
+_U = 2.0 ** -53
 #: cells above the lowest one with mass that the dry run of the downward
 #: pass covers (it looks for buckets the lowering cannot serve)
 _DRY_RUN_CELLS = 4096
@@ -160,9 +156,24 @@ def _swallow(P, Q, mb, p, loss, ref):
     return P, Q, math.log(P / Q) + ref
 
 
-@called_with(F64, F64, I64, f64)
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _margin(e_loss, e_mass, lmin, lmax, k, li):
+    """Bound on ``|computed - true|`` merged loss of a bucket of ``k`` cells.
+
+    ``e_loss``: the largest loss error of its cells (the merged loss is a
+    weighted log-mean of theirs, so it moves by at most that); ``e_mass``: the
+    largest relative error of their P-masses, which tilts the weights by at
+    most ``2 e_mass`` times the total variation between the bucket's P- and
+    Q-weights, itself at most ``expm1(lmax - lmin)``; the bucket's own sums
+    (``k`` terms each), ratio, log and reference shift.
+    """
+    spread = min(1.0, math.expm1(lmax - lmin))
+    return e_loss + 2.01 * e_mass * spread + (2.0 * k + 8.0) * _U * max(1.0, abs(li))
+
+
+@called_with(F64, F64, I64, f64, F64, F64)
 @njit(cache=True, nogil=True, error_model="numpy")
-def optimistic_merge_centred(log_p, log_q, points, h):
+def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
     """Dominated discretisation of a continuous part cut into centred cells.
 
     Parameters
@@ -176,6 +187,11 @@ def optimistic_merge_centred(log_p, log_q, points, h):
         further apart where the law has negligible mass).
     h : float
         Grid spacing.
+    loss_err, mass_err : float64[n + 1]
+        Bounds on the absolute error of each cell's computed loss
+        ``log_p - log_q`` and of its ``log_p`` (``pld.discretize._cells_with_errors``
+        and the default it falls back to).  A cell whose error is not finite is
+        dropped (safe on this side).
 
     Returns
     -------
@@ -229,7 +245,7 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     for i in range(n + 1):
         # (cells below e^{-700} are dropped: dropping mass is safe on this
         # side, and denormal masses would spoil the merged losses)
-        if log_p[i] > -700.0 and log_q[i] > -np.inf:
+        if log_p[i] > -700.0 and log_q[i] > -np.inf and math.isfinite(loss_err[i] + mass_err[i]):
             p[i] = math.exp(log_p[i])
             loss[i] = log_p[i] - log_q[i]
     # A cell whose merged loss is its grid point up to rounding (an atom on a
@@ -285,9 +301,12 @@ def optimistic_merge_centred(log_p, log_q, points, h):
     if fail >= 0:
         best = np.inf
         below = 0.0
-        for i in range(fail + 1):
+        # (from the failing bucket itself: rounding it down may be cheapest,
+        # e.g. a bulk shifted a hair above its grid point, see
+        # pld.composer.bulk_shift)
+        for i in range(fail):
             below += p[i]
-        for i in range(fail + 1, n):
+        for i in range(fail, n):
             cost = p[i] * max(0.0, loss[i] - g[i]) + 0.25 * gap[i] * gap[i] * below
             if cost < best:
                 best = cost
@@ -296,22 +315,29 @@ def optimistic_merge_centred(log_p, log_q, points, h):
                 break
             below += p[i]
     # Pass 1, upwards: buckets below their grid point take the next cells
-    # (the fraction that lifts them exactly there, enlarged by a few ulps).
-    # A bucket's Q-mass is only formed when it swallows a whole cell; one
-    # that hits its target is placed there without recomputing its loss.
+    # (the fraction that lifts them exactly to the target, enlarged by a few
+    # ulps).  A bucket's Q-mass is only formed when it swallows a whole cell;
+    # one that hits its target is placed there without recomputing its loss.
+    # The target is the grid point plus the bucket's margin, recomputed as
+    # cells join (a cell is only taken if it still lies above the raised
+    # target).
     target = np.full(n, -1, dtype=np.int64)  # grid index of a bucket that hit it
+    marg = np.zeros(n)                        # each bucket's final margin
     for i in range(n):
         if avail[i] == 0.0 or ongrid[i]:
             continue
         li = g[i]
-        t = li + _MERGE_MARGIN * max(1.0, abs(li))
+        el, em, lmin, lmax, kc = loss_err[i], mass_err[i] + 2.0 * _U, loss[i], loss[i], 1
+        m = _margin(el, em, lmin, lmax, kc, li)
+        t = li + m
         k = i
         if loss[i] >= t:
             if i >= bottom or i + 1 >= n:
                 continue
             k = i + 1  # aim at the next grid point up
             li = g[k]
-            t = li + _MERGE_MARGIN * max(1.0, abs(li))
+            m = _margin(el, em, lmin, lmax, kc, li)
+            t = li + m
         lifted[i] = True
         P = avail[i]
         mb = loss[i]
@@ -323,6 +349,14 @@ def optimistic_merge_centred(log_p, log_q, points, h):
                 if mb >= t:
                     target[i] = k
                     break
+                m_j = _margin(max(el, loss_err[j]), max(em, mass_err[j] + 2.0 * _U), min(lmin, loss[j]),
+                              max(lmax, loss[j]), kc + 1, li)
+                if loss[j] <= li + m_j:
+                    j += 1  # (too close to the target to lift it once it joins)
+                    continue
+                el, em, lmin, lmax, kc, m = (max(el, loss_err[j]), max(em, mass_err[j] + 2.0 * _U),
+                                             min(lmin, loss[j]), max(lmax, loss[j]), kc + 1, m_j)
+                t = li + m
                 den = -avail[j] * math.expm1(t - loss[j])
                 f = P * math.expm1(t - mb) / den * (1.0 + 1e-12) if den > 0.0 else 2.0
                 if f < 1.0:
@@ -337,8 +371,9 @@ def optimistic_merge_centred(log_p, log_q, points, h):
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = k
-    # Pass 2, downwards: buckets at or above their grid point keep what is
-    # left of their cell and take the lower cells' fraction that lowers them
+        marg[i] = m
+    # Pass 2, downwards: buckets at or above their target keep what is left
+    # of their cell and take the lower cells' fraction that lowers them
     # exactly there (reduced by a few ulps, so they stay at or above it).
     for i in range(n - 1, -1, -1):
         if lifted[i] or avail[i] == 0.0:
@@ -348,7 +383,9 @@ def optimistic_merge_centred(log_p, log_q, points, h):
             avail[i] = 0.0
             continue  # placed below, on its grid point
         li = g[i]
-        t = li + _MERGE_MARGIN * max(1.0, abs(li))
+        el, em, lmin, lmax, kc = loss_err[i], mass_err[i] + 2.0 * _U, loss[i], loss[i], 1
+        m = _margin(el, em, lmin, lmax, kc, li)
+        t = li + m
         P = avail[i]
         mb = loss[i]
         Q = -1.0
@@ -356,6 +393,16 @@ def optimistic_merge_centred(log_p, log_q, points, h):
         j = i - 1
         while j >= 0 and mb > t:
             if avail[j] > 0.0 and loss[j] < t:
+                m_j = _margin(max(el, loss_err[j]), max(em, mass_err[j] + 2.0 * _U), min(lmin, loss[j]),
+                              max(lmax, loss[j]), kc + 1, li)
+                if mb <= li + m_j:
+                    break  # taking cell j would leave the bucket below its raised target
+                el, em, lmin, lmax, kc, m = (max(el, loss_err[j]), max(em, mass_err[j] + 2.0 * _U),
+                                             min(lmin, loss[j]), max(lmax, loss[j]), kc + 1, m_j)
+                t = li + m
+                if loss[j] >= t:
+                    j -= 1  # (no longer below the raised target: it cannot lower the bucket)
+                    continue
                 den = avail[j] * math.expm1(t - loss[j])
                 f = P * (-math.expm1(t - mb)) / den * (1.0 - 1e-12) if den > 0.0 else 2.0
                 if f < 1.0:
@@ -368,10 +415,11 @@ def optimistic_merge_centred(log_p, log_q, points, h):
                 avail[j] = 0.0
             j -= 1
         if mb >= t:
-            target[i] = i  # (at or above its grid point: rounded down there)
+            target[i] = i  # (at or above its target: rounded down to its grid point)
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = i
+        marg[i] = m
     out = np.zeros(n)
     # (what is left above the window is dropped: safe on this side, and at most
     # the truncation budget; kept at the top point it would stand for a heavy
@@ -386,12 +434,12 @@ def optimistic_merge_centred(log_p, log_q, points, h):
             out[target[i]] += pb[i]  # merged loss at (or above) that grid point
             continue
         # a bucket that missed its target: the highest grid point its merged
-        # loss clears
+        # loss clears by its margin
         if not qb[i] > 0.0:
             out[ref[i]] += pb[i]  # infinite merged loss
             continue
         mb = math.log(pb[i] / qb[i]) + g[ref[i]]
-        mb -= _MERGE_MARGIN * max(1.0, abs(mb))
+        mb -= marg[i] + 4.0 * _U * max(1.0, abs(mb))
         k = min(i + 1, n - 1)
         while k >= 0 and g[k] > mb:
             k -= 1

@@ -59,6 +59,7 @@ MAX_TERMS = 24
 COARSE_RTOL = 1e-2
 #: relative slack on every weight (rounding of log C(T, k), of k log b and exp)
 _WEIGHT_SLACK = 1e-11
+_U = 2.0 ** -53
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,24 @@ class _ClippedBase:
         xb = np.clip(np.asarray(xb, float), self.x_lo, self.x_hi)
         lp, lq = self.inner.interval_logmasses(xa, xb)  # type: ignore[attr-defined]
         return lp + self.log_scale, lq + self.log_scale
+
+    @property
+    def interval_logmasses_with_errors(self):
+        """The inner base's error-bounded masses on the clipped cells, plus the
+        rounding of adding the scale (an AttributeError, as for a missing
+        method, when the inner base does not bound its errors)."""
+        inner = getattr(self.inner, "interval_logmasses_with_errors", None)
+        if inner is None:
+            raise AttributeError("interval_logmasses_with_errors")
+
+        def masses(xa: np.ndarray, xb: np.ndarray):
+            xa = np.clip(np.asarray(xa, float), self.x_lo, self.x_hi)
+            xb = np.clip(np.asarray(xb, float), self.x_lo, self.x_hi)
+            lp, lq, ep, eq = inner(xa, xb)
+            lp, lq = lp + self.log_scale, lq + self.log_scale
+            with np.errstate(invalid="ignore"):
+                return lp, lq, ep + _U * np.abs(lp), eq + _U * np.abs(lq)
+        return masses
 
     def x_range(self) -> tuple[float, float]:
         lo, hi = self.inner.x_range()  # type: ignore[attr-defined]

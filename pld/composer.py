@@ -20,9 +20,11 @@ al. 2022 for the connect-the-dots discretisation).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -53,6 +55,7 @@ MIN_LEVEL_POINTS = 1 << 12
 EARLY_LEVEL_POINTS = 1 << 14
 #: first-step windows longer than this may use wide cells in their tails
 _WIDE_CELLS_FROM = 4096
+_U = 2.0 ** -53
 
 
 class GridTooLargeError(MemoryError):
@@ -409,14 +412,16 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     squaring (see :class:`_Levels` for the re-gridding of later levels).
     """
     levels = _Levels(step, h, lam, total_steps, log_eta)
+    shift = 0.0 if pessimistic else bulk_shift(step.model, step.ex, h, step.k_lo, step.k_hi, step.count)
     base = discretize(step.model, h, step.k_lo, step.k_hi, lam, pessimistic, cells=step.cells,
-                      points=step.points)
+                      points=step.points, loss_shift=shift)
     step.power_steps[pessimistic] = 1
-    start = _power_start(step, base, h, levels, pessimistic)
+    start = _power_start(step, base, h, levels, pessimistic, shift)
     if start is None:
         result, result_count, cur, cur_count, remaining = None, 0, base, 1, step.count
     else:
         result, result_count, cur, cur_count, remaining = start
+        shift = 0.0  # (taken off the power's levels already, on their finer lattice)
     while True:
         if remaining & 1:
             if result is None:
@@ -431,10 +436,106 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
         cur_count *= 2
         cur = levels.fit(_truncate(cur.convolve(cur), levels.window(cur_count)), cur_count)
     assert result is not None
-    return result
+    # (the total shift exactly: count times the float shift the cells were cut with)
+    return _unshift(result, Fraction(step.count) * Fraction(shift)) if shift else result
 
 
-def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool):
+#: a cell holding at least this P-mass is a bulk worth a shift (see bulk_shift)
+BULK_MASS = 0.5
+#: a shifted bulk is aimed this far (relative to the shift, plus 1e-13
+#: absolute for its loss's error bound) above its grid point
+BULK_SHIFT_ROOM = 1e-6
+#: what taking a shift off costs, in first spacings (it is taken off the FFT
+#: power's levels, which the squarings then copy a few times)
+UNSHIFT_SPACINGS = 8.0
+
+
+def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: int) -> float:
+    """Per-step loss shift that puts a step's bulk on a grid point (dominated
+    side), or 0.
+
+    Without the record a Poisson-subsampled step's loss lies within about
+    ``q`` of 0, most of it near the bottom of its support, ``log(1 - q)``.  On
+    a grid coarser than ``q`` that bulk is one cell, whose merged loss lies
+    between grid points; the dominated side can neither lift it onto the
+    point above (only the whole tail would lift it: the pair's total merged
+    loss is 0) nor lower it to the point below (nothing lies below the
+    support), so it rounds it down, up to ``h`` per step and ``T h`` over
+    ``T`` steps.  Discretising ``L + s`` instead, with ``s`` the bulk cell's
+    distance to its grid point, puts the bulk on the point.  The shift is
+    exact: it is the pair with Q scaled by ``e^-s``, composing ``T`` such steps
+    gives ``L_T + T s``, and :func:`_unshift` takes ``T s`` back off, rounded
+    to the safe side on the result's lattice: the cost is under one final
+    grid spacing instead of up to ``T`` first ones.  (The cell's edges move
+    with the shift, so ``s`` is found by a few fixed-point steps; a shift that
+    falls short only costs accuracy: validity never depends on it.)  A bulk
+    the kernel can lift or lower onto its point itself (enough mass above or
+    below it) is left alone, as is one whose rounding costs less over
+    ``count`` steps than taking a shift off.
+    """
+    if (getattr(model, "base", None) is None or getattr(model, "side_model", None) is not None
+            or not np.any(np.isfinite(ex.log_p))):
+        return 0.0
+    mode = int(round(float(ex.loss[int(np.argmax(ex.log_p))]) / h))
+    js = np.arange(max(k_lo, mode - 1), min(k_hi, mode + 1) + 1)
+    if js.size == 0:
+        return 0.0
+    lp, _ = model.cells(np.concatenate((js - 0.5, [js[-1] + 0.5])) * h)
+    best = int(np.argmax(lp[1:-1]))
+    if not lp[1 + best] > math.log(BULK_MASS):
+        return 0.0
+    g = float(js[best]) * h
+    # (what lies above within the window only: the dominated side drops the rest)
+    lp, lq = model.cells(np.array([g - 0.5 * h, g + 0.5 * h, (k_hi + 0.5) * h]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loss = float(lp[1] - lq[1])
+        # lifted onto g by part of what lies above, or lowered by part of what
+        # lies below, unless nearly all of it would be needed (a remove
+        # direction's bulk: the whole law's merged loss is exactly 0)
+        if loss < g:
+            reach = float(np.logaddexp(lp[1], lp[2]) - np.logaddexp(lq[1], lq[2]))
+            stuck, cost = not reach >= g + 0.01 * (g - loss), h - (g - loss)
+        else:
+            reach = float(np.logaddexp(lp[0], lp[1]) - np.logaddexp(lq[0], lq[1]))
+            stuck, cost = not reach <= g - 0.01 * (loss - g), loss - g
+    # (the shift comes off on a lattice: up to a spacing per level it is taken
+    # off at, a handful of them; not worth it for a bulk that costs less)
+    if not stuck or count * cost <= UNSHIFT_SPACINGS * h:
+        return 0.0
+    shift = 0.0
+    for _ in range(8):
+        lp, lq = model.cells(np.array([g - 0.5 * h, g + 0.5 * h]) - shift)
+        if not (lp[1] > math.log(BULK_MASS) and lq[1] > -np.inf):
+            return 0.0
+        above = float(lp[1] - lq[1]) + shift - g  # the shifted cell's loss over its point
+        room = BULK_SHIFT_ROOM * abs(shift) + 1e-13
+        if room <= above <= 4.0 * room + 1e-12 * h:
+            return shift
+        shift -= above - 2.0 * room
+        if abs(shift) > 0.5 * h:
+            return 0.0
+    return shift if above >= 0.0 else 0.0
+
+
+def _unshift(g: GridPLD, total_shift: Fraction) -> GridPLD:
+    """The dominated grid of ``L_T`` from that of ``L_T + total_shift``: the
+    lattice moved down by ``ceil(total_shift / h)`` points (each loss lowered
+    by less than one spacing more than the shift: safe on this side), the
+    untilted masses kept (``log_scale`` moves by ``lam`` times the drop)."""
+    q = total_shift / Fraction(g.h)
+    k = -((-q.numerator) // q.denominator)  # ceil, exactly
+    if k == 0:
+        return g
+    exact = Fraction(g.log_scale) - Fraction(g.lam) * Fraction(k) * Fraction(g.h)
+    log_scale = float(exact)
+    p = g.p * math.exp(float(exact - Fraction(log_scale)))
+    l2 = float(np.sqrt(np.dot(p, p)))
+    err = g.err * (1.0 + 1e-15) + 4.0 * _U * (abs(log_scale) + 2.0) * l2
+    return dataclasses.replace(g, k0=g.k0 - k, p=p, log_scale=log_scale, err=err, rel_err=None)
+
+
+def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool,
+                 loss_shift: float = 0.0):
     """The early levels by one FFT power: ``(result, result_count, cur,
     cur_count, remaining)`` for the squaring loop, or None (squaring from one step).
 
@@ -469,6 +570,11 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
                                           total=count)
             if powered is not None:
                 step.power_steps[pessimistic] = jump
+                if loss_shift:
+                    # a bulk shift (bulk_shift) comes off here, on the first
+                    # spacing: under h per level, and the levels below are
+                    # re-gridded to coarser spacings
+                    powered = [_unshift(g, Fraction(c) * Fraction(loss_shift)) for g, c in zip(powered, counts)]
                 cur = levels.fit(powered[0], jump)
                 result, result_count = (levels.fit(powered[1], first), first) if rem else (None, 0)
                 return result, result_count, cur, jump, (1 << shift) - (1 if folded else 0)

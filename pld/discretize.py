@@ -20,7 +20,7 @@ from pld.kernels import optimistic_merge_centred, pessimistic_spread
 
 def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: float,
                pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None,
-               points: np.ndarray | None = None) -> GridPLD:
+               points: np.ndarray | None = None, loss_shift: float = 0.0) -> GridPLD:
     """Discretise ``model`` onto the grid ``l = k h`` for ``k_lo <= k <= k_hi``.
 
     Parameters
@@ -46,7 +46,14 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
         wide cell saves work at no cost in validity (either construction is
         valid on any partition) and a cost in accuracy of its mass times its
         width squared (see :func:`pld._windows.cell_points`).
+    loss_shift : float, optional
+        Dominated side only: discretise the law of ``L + loss_shift`` (the
+        pair with its Q-mass scaled by ``e^-loss_shift``, which moves every
+        loss by that constant and nothing else; see
+        :func:`pld.composer.bulk_shift` for why and how it is undone).
     """
+    if loss_shift and pessimistic:
+        raise ValueError("loss_shift is for the dominated side only")
     side = getattr(model, "side_model", None)
     if side is not None:
         # a model known only through a dominating and a dominated pair
@@ -66,7 +73,9 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
     inf_exact = float(np.exp(inf_lp).sum()) if inf_lp.size else 0.0
     if pessimistic:
         return _dominating(model, h, int(k_lo), n, pts, lam, cells, atoms, inf_exact)
-    return _dominated(model, h, int(k_lo), int(k_hi), n, pts, lam, atoms, inf_exact)
+    if loss_shift:
+        atoms = (atoms[0] + loss_shift, atoms[1], atoms[2] - loss_shift)
+    return _dominated(model, h, int(k_lo), int(k_hi), n, pts, lam, atoms, inf_exact, loss_shift)
 
 
 def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float, cells, atoms: tuple,
@@ -99,8 +108,37 @@ def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float,
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
 
 
+#: loss error assumed per unit of |loss| for a cell whose model does not bound
+#: its masses' errors: piece masses carry ~1e-13 relative error from the
+#: log-CDF differences, so a merged loss computed a few ulps above its grid
+#: point does not prove that the true one is
+_MERGE_MARGIN = 1e-11
+_U = 2.0 ** -53
+
+
+def _cells_with_errors(model, grid: np.ndarray):
+    """``(log_p, log_q, loss error, log_p error)`` of the cells between the
+    points of ``grid`` (and above its last point), for the dominated side.
+
+    Models with a Gaussian base bound their cells' errors
+    (:meth:`pld._models.LossModel.cells_with_errors`); any other model gets
+    None, and the caller assumes ``1e-11`` per unit of loss, the margin the
+    dominated side always used.
+    Over ``T`` steps the margin moves the lower end by about ``T`` times it:
+    at a million subsampled steps the fixed one cost 1e-5 of epsilon, the
+    bounded ones (~1e-15 near loss 0) cost nothing visible.
+    """
+    hook = getattr(model, "cells_with_errors", None)
+    got = hook(grid) if hook is not None else None
+    if got is None:
+        lp, lq = model.cells(grid)
+        return lp[1:].copy(), lq[1:].copy(), None, None
+    lp, lq, loss_err, mass_err = got
+    return lp[1:].copy(), lq[1:].copy(), loss_err[1:].copy(), mass_err[1:].copy()
+
+
 def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, lam: float, atoms: tuple,
-               inf_exact: float) -> GridPLD:
+               inf_exact: float, loss_shift: float = 0.0) -> GridPLD:
     """Cells centred on the points, each merged onto its point (a post-processing).
 
     Buckets are one cell wide (see optimistic_merge_centred); each atom off the
@@ -119,8 +157,19 @@ def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, l
     # cell edges half way between points, in grid units (halves: exact)
     e_in = 0.5 * (pts[:-1] + pts[1:])
     edges = np.concatenate(([-0.5], e_in, [n - 0.5]))
-    mid_lp, mid_lq = model.cells((k_lo + edges) * h)
-    mid_lp, mid_lq = mid_lp[1:].copy(), mid_lq[1:].copy()
+    mid_lp, mid_lq, loss_err, mass_err = _cells_with_errors(model, (k_lo + edges) * h - loss_shift)
+    if loss_shift:
+        # the shifted pair: Q scaled by e^-loss_shift (its rounding joins the loss error)
+        mid_lq = mid_lq - loss_shift
+        if loss_err is not None:
+            with np.errstate(invalid="ignore"):
+                loss_err = loss_err + _U * (np.abs(mid_lq) + abs(loss_shift))
+    if loss_err is None:
+        # (per unit of the loss relative to the window's centre, where the
+        # kernel works)
+        with np.errstate(invalid="ignore"):
+            loss_err = _MERGE_MARGIN * np.maximum(1.0, np.abs(mid_lp - mid_lq - shift))
+        mass_err = np.zeros_like(mid_lp)
     keep = (a_loss >= l0 - 0.5 * h) & (a_lp > -np.inf) & (a_lq > -np.inf)
     t = (a_loss - l0) / h
     near = np.minimum(np.floor(t + 0.5), n).astype(np.int64)  # nearest grid offset
@@ -132,7 +181,15 @@ def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, l
         cell = np.where(t[into] >= n - 0.5, m, np.searchsorted(e_in, t[into], side="right"))
         np.logaddexp.at(mid_lp, cell, a_lp[into])
         np.logaddexp.at(mid_lq, cell, a_lq[into])
-    pt_mass = optimistic_merge_centred(mid_lp, mid_lq + shift, k_lo - k_mid + pts, h)
+        # (an atom's masses carry no error bound: its cell takes the default one)
+        with np.errstate(invalid="ignore"):
+            fallback = _MERGE_MARGIN * np.maximum(1.0, np.abs(mid_lp[cell] - mid_lq[cell] - shift))
+        loss_err[cell] = np.fmax(loss_err[cell], fallback)  # (fmax: an empty cell had NaN)
+    # the shift to the window's centre and the kernel's grid points are rounded too
+    with np.errstate(invalid="ignore"):
+        loss_err = loss_err + 4.0 * _U * (np.abs(mid_lq) + np.abs(mid_lp - mid_lq) + 2.0 * abs(shift) + 1.0)
+    pt_mass = optimistic_merge_centred(mid_lp, mid_lq + shift, k_lo - k_mid + pts, h,
+                                       np.where(np.isfinite(loss_err), loss_err, np.inf), mass_err)
     if m == n:
         mass = pt_mass
     else:

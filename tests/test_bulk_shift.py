@@ -1,0 +1,91 @@
+"""The dominated side's bulk shift (pld.composer.bulk_shift), against independent truths.
+
+A Poisson-subsampled step on a grid coarser than its sampling rate has its
+bulk in one cell, which the dominated side used to round down a whole cell per
+step.  Shifting the step's loss by a constant puts the bulk on its grid point;
+the shift is exact and comes off the composed lattice on the safe side.  The
+truths here are the single-step closed form and the tilted rounding oracle of
+tests/oracles.py (numpy/scipy only).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pld
+from pld import composer as C
+from pld.discretize import discretize
+from pld.dpsgd import dpsgd_mechanism
+from pld.grid import GridPLD
+from pld.planner import Query
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import oracles  # noqa: E402
+
+
+def _first_step(sigma: float, q: float, h: float):
+    eng = pld.dpsgd(sigma, q, 1000)._engine()
+    query = Query("delta", 1e-8)
+    entry = eng.composer._prepare("remove", h, 0.0, eng.planner.log_eta("remove", query))
+    return entry.prepared[0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(sigma=st.floats(0.5, 2.0), log_q=st.floats(math.log(3e-6), math.log(1e-4)), ratio=st.floats(4.0, 40.0))
+def test_one_shifted_step_stays_below_the_closed_form(sigma, log_q, ratio):
+    q = math.exp(log_q)
+    h = ratio * q
+    step = _first_step(sigma, q, h)
+    shift = C.bulk_shift(step.model, step.ex, h, step.k_lo, step.k_hi, 10**9)
+    g = discretize(step.model, h, step.k_lo, step.k_hi, 0.0, False, points=step.points, loss_shift=shift)
+    assert g.k0 == step.k_lo
+    # the grid holds L + shift: delta of L at eps is the grid's at eps + shift
+    for eps in np.concatenate((np.linspace(-q, 3 * h, 9), [0.05, 0.5, 2.0])):
+        exact = oracles.subsampled_gaussian_delta_single(float(eps), sigma, q, "remove")
+        got = float(g.delta(eps + shift)[0])
+        assert got <= exact * (1 + 1e-9) + 1e-300, (eps, got, exact, shift)
+
+
+def test_the_shift_is_found_where_the_bulk_is_stuck():
+    # (sigma 0.8, q 2e-5: nearly all mass within q of log(1 - q), one cell at 5 q)
+    q = 2e-5
+    step = _first_step(0.8, q, 5 * q)
+    assert C.bulk_shift(step.model, step.ex, 5 * q, step.k_lo, step.k_hi, 10**6) != 0.0
+    # a grid that resolves the bulk needs none
+    fine = _first_step(0.8, q, q / 8)
+    assert C.bulk_shift(fine.model, fine.ex, q / 8, fine.k_lo, fine.k_hi, 10**6) == 0.0
+
+
+def test_unshift_moves_the_lattice_down_and_keeps_the_masses():
+    rng = np.random.default_rng(5)
+    p = rng.random(50)
+    g = GridPLD.from_log_masses(np.log(p / p.sum()), -20, 0.01, 3.0, 0.0, False)
+    total = Fraction(0.0234)  # 2.34 spacings: down by 3
+    out = C._unshift(g, total)
+    assert out.k0 == g.k0 - 3 and out.h == g.h
+    np.testing.assert_allclose(out.log_masses(), g.log_masses(), rtol=0, atol=1e-13)
+    assert out.err >= g.err
+    up = C._unshift(g, -total)  # a negative shift moves it up, by 2 (never past the shift)
+    assert up.k0 == g.k0 + 2
+
+
+@pytest.mark.parametrize("sigma, q, steps, delta", [(1.0, 5e-5, 5000, 1e-6)])
+def test_a_coarse_composition_with_the_shift_brackets_the_oracle(sigma, q, steps, delta, monkeypatch):
+    """At a fixed spacing of 2 q the lower end is certified (below the oracle's
+    upper end) and far tighter than without the shift (which gives 0)."""
+    ref = oracles.subsampled_gaussian_epsilon(sigma, q, steps, delta)
+    mech = dpsgd_mechanism(sigma, q)
+    h = 2 * q
+    lo, hi = mech.pld(value_discretization_interval=h).self_compose(steps).epsilon_bounds(delta)
+    assert lo <= ref.upper and hi >= ref.lower, (lo, hi, ref)
+    monkeypatch.setattr(C, "bulk_shift", lambda *a: 0.0)
+    lo0, _ = mech.pld(value_discretization_interval=h).self_compose(steps).epsilon_bounds(delta)
+    assert lo > lo0 + 0.5 * (hi - lo0)
