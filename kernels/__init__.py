@@ -11,13 +11,20 @@ per machine.
 from . import _aot
 
 __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merge_centred", "pessimistic_spread",
-           "hockey_stick_suffix",
+           "hockey_stick_suffix", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents"]
 
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
-    from .discretize import cell_points, log_diff_exp, log_diff_exp_error, optimistic_merge_centred, pessimistic_spread
+    from .discretize import (
+        cell_points,
+        log_diff_exp,
+        log_diff_exp_error,
+        optimistic_merge_centred,
+        pessimistic_spread,
+        subsampled_mass_errors,
+    )
     from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating

@@ -98,6 +98,36 @@ def log_diff_exp_error(la, lb, za, zb, r):
     return out
 
 
+@called_with(F64, F64, F64, F64, f64, f64)
+@njit(cache=True, nogil=True)
+def subsampled_mass_errors(lp, lq, ep, eq, log_q, log_1mq):
+    """Poisson-subsampled (remove) log masses with error bounds, entrywise.
+
+    Returns ``(mix, loss_err, mix_err)``: ``mix = log((1-q) e^lq + q e^lp)``,
+    and bounds on the errors of ``mix - lq`` and of ``mix`` given errors
+    ``ep, eq`` of ``lp, lq``.  With ``s = q e^lp / e^mix`` the loss moves by
+    ``s (ep + eq)``; every operation's rounding is added
+    (pld._models.poisson_subsampled_errors states the argument).
+    """
+    n = lp.shape[0]
+    mix = np.empty(n)
+    loss_err = np.empty(n)
+    mix_err = np.empty(n)
+    u = 2.0 ** -53
+    for i in range(n):
+        a = log_1mq + lq[i]
+        b = log_q + lp[i]
+        m = _logaddexp(a, b)
+        mix[i] = m
+        share = 1.0
+        if m > -np.inf:
+            share = min(1.0, math.exp(b - m))
+        rounding = 2.0 * u * (abs(lp[i]) + abs(lq[i]) + abs(log_q) + abs(m) + 4.0)
+        loss_err[i] = share * (ep[i] + eq[i]) + rounding
+        mix_err[i] = (1.0 - share) * eq[i] + share * ep[i] + rounding
+    return mix, loss_err, mix_err
+
+
 @njit(cache=True, nogil=True)
 def _logaddexp(a: float, b: float) -> float:
     if a == -np.inf:

@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from scipy.special import log_ndtr, logsumexp
 
-from pld.kernels import log_diff_exp, log_diff_exp_error
+from pld.kernels import log_diff_exp, log_diff_exp_error, subsampled_mass_errors
 
 _NEG_INF = -np.inf
 #: unit roundoff of float64
@@ -119,14 +119,9 @@ def poisson_subsampled_errors(lp: np.ndarray, lq: np.ndarray, ep: np.ndarray, eq
         if direction == "remove":
             return lp, lq, loss_err, ep
         return lq, lp, loss_err, eq
-    log_q = math.log(q)
-    mix = np.logaddexp(np.log1p(-q) + lq, log_q + lp)
-    with np.errstate(invalid="ignore", over="ignore"):
-        share = np.minimum(np.exp(log_q + lp - mix), 1.0)
-        share = np.where(np.isfinite(share), share, 1.0)
-        rounding = 2.0 * _U * (np.abs(lp) + np.abs(lq) + abs(log_q) + np.abs(mix) + 4.0)
-        loss_err = share * (ep + eq) + rounding
-        mix_err = (1.0 - share) * eq + share * ep + rounding
+    # (one fused pass: subsampled_mass_errors)
+    mix, loss_err, mix_err = subsampled_mass_errors(*(np.ascontiguousarray(a, dtype=float) for a in (lp, lq, ep, eq)),
+                                                    math.log(q), math.log1p(-q))
     if direction == "remove":
         return mix, lq, loss_err, mix_err
     return lq, mix, loss_err, eq
