@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import sys
 import threading
 import warnings
 
@@ -30,9 +31,28 @@ import scipy.fft
 
 from pld.kernels import l1_l2_norms
 
-try:  # pragma: no cover - exercised when pyfftw is installed
-    import pyfftw
 
+def _import_pyfftw():
+    """``pyfftw``, imported without its dask interface.
+
+    ``pyfftw.interfaces`` imports ``dask.array`` whenever dask is installed
+    (for ``pyfftw.interfaces.dask_fft``, which pld does not use): 0.3-0.7 s of
+    every process start that has dask (pld's sweeps extra).  dask is hidden
+    from that one import unless it is loaded already, and restored after.
+    """
+    hide = "dask" not in sys.modules
+    if hide:
+        sys.modules["dask"] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
+    try:
+        import pyfftw
+    finally:
+        if hide and sys.modules.get("dask", 0) is None:
+            del sys.modules["dask"]
+    return pyfftw
+
+
+try:  # pragma: no cover - exercised when pyfftw is installed
+    pyfftw = _import_pyfftw()
     _HAVE_PYFFTW = True
 except ImportError:  # pragma: no cover
     _HAVE_PYFFTW = False

@@ -49,3 +49,22 @@ def test_python_dash_m_pld_runs_the_command():
                         "0.05", "--steps", "50", "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["epsilon_upper"] == pytest.approx(pld.dpsgd(2.0, 0.05, 50).epsilon(1e-5), rel=1e-9)
+
+
+def test_a_query_does_not_import_dask_and_dask_still_imports_after():
+    """pyfftw's interfaces import dask.array when dask is installed (a few tenths
+    of a second per process); pld hides it from that import (pld._fft)."""
+    import importlib.util
+
+    p = _python("import sys, pld\n"
+                "pld.dpsgd(1.1, 0.01, 100).epsilon_bounds(1e-5)\n"
+                "print('dask.array' in sys.modules)\n"
+                "import importlib.util\n"
+                "if importlib.util.find_spec('dask') is not None:\n"
+                "    import dask.array\n"
+                "    print(dask.array.__name__)\n")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split()
+    assert lines[0] == "False"
+    if importlib.util.find_spec("dask") is not None:
+        assert lines[1] == "dask.array"
