@@ -376,12 +376,17 @@ class _Levels:
         self.per_step_bias = max(ex.added_variance(h), h * h / 6)
         self.sd1 = math.sqrt(max(ex.mean_var()[1], 0.0))
 
-    def window(self, c: int) -> tuple[float, float]:
+    def window(self, c: int, loss_shift: float = 0.0) -> tuple[float, float]:
+        """The level's window; for a law shifted by ``loss_shift`` per step
+        (:func:`bulk_shift`), moved with it (``c`` times: over 10^5 steps a
+        shift of 5e-6 moves the law by more than its window is wide)."""
         step = self.step
         hit = step.windows.get(c)
         if hit is None:
             hit = step.windows[c] = _level_window(step.ex_sizing or step.ex, step.ex_grid, c, self.h, self.lam,
                                                   self.total_steps, self.log_eta)
+        if loss_shift:
+            return hit[0] + c * loss_shift, hit[1] + c * loss_shift
         return hit
 
     def fit(self, g: GridPLD, c: int) -> GridPLD:
@@ -429,12 +434,12 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
             else:
                 result_count += cur_count
                 a, b = _same_grid(result, cur)
-                result = levels.fit(_truncate(a.convolve(b), levels.window(result_count)), result_count)
+                result = levels.fit(_truncate(a.convolve(b), levels.window(result_count, shift)), result_count)
         remaining >>= 1
         if not remaining:
             break
         cur_count *= 2
-        cur = levels.fit(_truncate(cur.convolve(cur), levels.window(cur_count)), cur_count)
+        cur = levels.fit(_truncate(cur.convolve(cur), levels.window(cur_count, shift)), cur_count)
     assert result is not None
     # (the total shift exactly: count times the float shift the cells were cut with)
     return _unshift(result, Fraction(step.count) * Fraction(shift)) if shift else result
@@ -561,7 +566,7 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
             folded = 0 < rem and shift <= 2
             first = jump + rem if folded else rem
             counts = (jump, first) if rem else (jump,)
-            windows = tuple(_padded(levels.window(c), h) for c in counts)
+            windows = tuple(_padded(levels.window(c, loss_shift), h) for c in counts)
             power_points = max(POWER_POINTS, _fft_size(2 * base.size))
             if generous:
                 level = int((windows[0][1] - windows[0][0]) / h) + 1
