@@ -210,8 +210,10 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     # will carry (itself about total transforms' worth)
     # (extended: the forward transform's share drops by u_ld / u, and what
     # is left is about one double rounding of the step, see the notes)
-    per = (_C_ERR * _U_LD * 20.0 + _U) if extended else _C_ERR * _U * 20.0
-    est = max(c_top, total or 0) * per * p2
+    if extended:
+        est = max(c_top, total or 0) * (_C_ERR * _U_LD * 20.0 + _U) * p2
+    else:
+        est = max(c_top, total or 0) * _C_ERR * _U * 20.0 * p2
     log_tau = math.log(max(1e-3 * est, 1e-300))
     # each count's range: its window and its tilted law's, within its support
     ranges = []
@@ -252,7 +254,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
         # l2 bound, so also a bound per entry)
         fwd_err = _C_ERR * u_fwd * log_n * p2
-        m_bound = l1 + max(math.sqrt(n) * g.err, math.sqrt(size) * fwd_err)
+        m_bound = l1 + max(math.sqrt(n) * g.err, math.sqrt(size) * _C_ERR * u_fwd * log_n * p2)
         results = []
         for idx, (c, win) in enumerate(zip(counts, windows)):
             growth = (c - 1) * math.log(m_bound)
@@ -336,8 +338,11 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
     """
     top = max(c_a, c_b)
     c_min = c_a if c_b <= 0 else min(c_a, c_b)
-    base = x.copy()
-    base[(base.real * base.real + base.imag * base.imag) < math.exp(-2.0 * 691.0 / c_min)] = 0.0
+    # (only the live entries are powered: with many steps most of a smooth
+    # law's spectrum is below the threshold, and long double products are
+    # ten times slower than double ones)
+    live = np.flatnonzero((x.real * x.real + x.imag * x.imag) >= math.exp(-2.0 * 691.0 / c_min))
+    base = x[live]
     acc: list = [None, None]
     bit = 1
     while bit <= top:
@@ -348,8 +353,11 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
         bit <<= 1
         if bit <= top:
             np.multiply(base, base, out=base)
-    first = acc[0].astype(np.complex128)
-    second = acc[1].astype(np.complex128) if c_b > 0 else np.empty(0, dtype=np.complex128)
+    first = np.zeros(x.size, dtype=np.complex128)
+    first[live] = acc[0]
+    second = np.zeros(x.size if c_b > 0 else 0, dtype=np.complex128)
+    if c_b > 0:
+        second[live] = acc[1]
     return first, second
 
 
