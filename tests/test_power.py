@@ -396,3 +396,42 @@ def test_extended_power_brackets_the_exact_gaussian_composition(steps):
     assert np.all(pess.delta(eps) >= d_exact * (1 - 1e-12))
     assert pess.err < 0.1 * pair.dominating.err
     assert pess.epsilon(delta) - opt.epsilon(delta) <= 1e-4 * exact
+
+
+@needs_ld
+def test_the_planner_switches_to_extended_precision_where_round_off_dominates(monkeypatch):
+    """DP-SGD at q = 1e-5 over 3e5 steps: in double the FFT power's round-off
+    alone exceeds the remove direction's target; the planner redoes that
+    grid in extended precision (explain says so) and the bracket narrows.
+    With no wider type (simulated) it stays in double."""
+    import pld
+
+    args, delta = (2.0, 1e-5, 300_000), 1e-7
+
+    def round_off_part(pair) -> float:
+        pe, op = pair.dominating, pair.dominated
+        return (pe.epsilon(delta) - pe.without_error().epsilon(delta)
+                + op.without_error().epsilon(delta) - op.epsilon(delta))
+
+    p = pld.dpsgd(*args)
+    lo, hi = p.epsilon_bounds(delta)
+    info = p.explain(delta)["directions"]
+    assert info["remove"]["fft_precision"] == "extended"
+    ext = p.grids(delta)["remove"]
+    assert ext.settings.precision == "extended"
+    monkeypatch.setattr(_power._fft, "extended_available", lambda: False)
+    q = pld.dpsgd(*args)
+    lo_d, hi_d = q.epsilon_bounds(delta)
+    assert all(d["fft_precision"] == "double" for d in q.explain(delta)["directions"].values())
+    # both certified: they overlap; the extended one is narrower, by its round-off
+    # (what is left is the dominated side's per-step margin, ~T 1e-11)
+    assert max(lo, lo_d) <= min(hi, hi_d)
+    assert hi - lo < 0.9 * (hi_d - lo_d)
+    assert round_off_part(ext) < 0.05 * round_off_part(q.grids(delta)["remove"])
+
+
+def test_default_workloads_stay_in_double_precision():
+    import pld
+
+    p = pld.dpsgd(1.1, 256 / 60000, 14063)
+    assert all(d["fft_precision"] == "double" for d in p.explain(1e-5)["directions"].values())
