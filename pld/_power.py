@@ -176,9 +176,28 @@ def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
     return float(np.logaddexp(up, dn))
 
 
+def _ranges(mgf: tuple, g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
+            log_tau: float) -> tuple[list[tuple[int, int, int, int]], int] | None:
+    """Each count's lattice range ``(a0, a1, s_lo, s_hi)`` (its window and its
+    tilted law's beyond tilted mass ``e^log_tau``, within its support) and
+    the transform length that holds them all, or None (an empty range)."""
+    h = g.h
+    n = g.p.size
+    ranges = []
+    for c, win in zip(counts, windows):
+        lo_t, hi_t = _tail_exponents(mgf, c, log_tau)
+        s_lo, s_hi = c * g.k0, c * (g.k0 + n - 1)
+        a0 = max(s_lo, min(int(math.floor(lo_t / h)), int(math.floor(win[0] / h))))
+        a1 = min(s_hi, max(int(math.ceil(hi_t / h)), int(math.ceil(win[1] / h))))
+        if a1 < a0:
+            return None
+        ranges.append((a0, a1, s_lo, s_hi))
+    return ranges, _fft._canonical_size(max(max(a1 - a0 + 1 for a0, a1, _, _ in ranges), n))
+
+
 def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
                         max_points: int, total: int | None = None,
-                        precision: str = "double") -> list[GridPLD] | None:
+                        precision: str = "double", loose_aliasing: bool = False) -> list[GridPLD] | None:
     """``g`` composed ``c`` times for each ``c`` in ``counts`` (one or two of
     them), truncated to the matching loss window.
 
@@ -189,13 +208,14 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     round-off it accumulates (about ``total`` times a transform's) sets how
     much aliasing is negligible.  ``precision`` ``"extended"`` computes the
     forward transform and the powers in long double (see the module notes;
-    ``"double"`` where the platform has no wider type).
+    ``"double"`` where the platform has no wider type); its aliasing is
+    held to its own, smaller, round-off unless ``loose_aliasing`` (then to
+    the double path's, for a power the stricter transform would not fit).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     extended = precision == "extended" and _fft.extended_available()
     c_top = max(counts)
-    h = g.h
     n = g.p.size
     if _fft._canonical_size(n) > max_points:
         return None
@@ -207,27 +227,17 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     mgf = g.__dict__.get("_alias_mgf") or _tilted_log_mgf(g)
     object.__setattr__(g, "_alias_mgf", mgf)  # a retry with fewer steps reuses it
     # aliasing is held to a thousandth of the round-off the whole composition
-    # will carry (itself about total transforms' worth)
-    # (extended: the forward transform's share drops by u_ld / u, and what
-    # is left is about one double rounding of the step, see the notes)
-    if extended:
+    # will carry (itself about total transforms' worth).  Extended: the
+    # forward transform's share drops by u_ld / u, and what is left is about
+    # one double rounding of the step (see the notes)
+    if extended and not loose_aliasing:
         est = max(c_top, total or 0) * (_C_ERR * _U_LD * 20.0 + _U) * p2
     else:
         est = max(c_top, total or 0) * _C_ERR * _U * 20.0 * p2
-    log_tau = math.log(max(1e-3 * est, 1e-300))
-    # each count's range: its window and its tilted law's, within its support
-    ranges = []
-    for c, win in zip(counts, windows):
-        lo_t, hi_t = _tail_exponents(mgf, c, log_tau)
-        s_lo, s_hi = c * g.k0, c * (g.k0 + n - 1)
-        a0 = max(s_lo, min(int(math.floor(lo_t / h)), int(math.floor(win[0] / h))))
-        a1 = min(s_hi, max(int(math.ceil(hi_t / h)), int(math.ceil(win[1] / h))))
-        if a1 < a0:
-            return None
-        ranges.append((a0, a1, s_lo, s_hi))
-    size = _fft._canonical_size(max(max(a1 - a0 + 1 for a0, a1, _, _ in ranges), n))
-    if size > max_points:
+    fit = _ranges(mgf, g, counts, windows, math.log(max(1e-3 * est, 1e-300)))
+    if fit is None or fit[1] > max_points:
         return None
+    ranges, size = fit
     # a count whose whole support fits has no aliasing at all
     starts = [s_lo if s_hi - s_lo + 1 <= size else a0 for a0, _, s_lo, s_hi in ranges]
     log_n = math.log2(size) + 1.0

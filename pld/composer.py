@@ -454,7 +454,11 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
     re-gridded squarings.
     """
     count = step.count
-    for generous in (False, True):
+    # extended precision: every transform that holds its aliasing to its own
+    # round-off first, then (rather than squaring from one step, with the
+    # double round-off of every level) the double path's allowance
+    for loose, generous in ([(False, False), (False, True), (True, False), (True, True)]
+                            if precision == "extended" else [(False, False), (False, True)]):
         shift = _power_shift(count)
         while (count >> shift) >= 4:
             jump = count >> shift
@@ -474,7 +478,7 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
                 level = int((windows[0][1] - windows[0][0]) / h) + 1
                 power_points = max(power_points, 2 * _fft_size(level))
             powered = self_compose_powers(base, counts, windows, min(power_points, 2 * MAX_GRID_POINTS),
-                                          total=count, precision=precision)
+                                          total=count, precision=precision, loose_aliasing=loose)
             if powered is not None:
                 step.power_steps[pessimistic] = jump
                 cur = levels.fit(powered[0], jump)

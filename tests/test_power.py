@@ -435,3 +435,25 @@ def test_default_workloads_stay_in_double_precision():
 
     p = pld.dpsgd(1.1, 256 / 60000, 14063)
     assert all(d["fft_precision"] == "double" for d in p.explain(1e-5)["directions"].values())
+
+
+@needs_ld
+def test_extended_takes_the_double_aliasing_allowance_where_its_own_does_not_fit():
+    """Holding aliasing to the extended path's smaller round-off asks for a
+    longer transform; where that does not fit, ``loose_aliasing`` takes the
+    double path's allowance, and the result is still at least as accurate
+    as the double power's (the composer tries it before squaring from one
+    step, which would carry the double round-off of every level)."""
+    g = _random_step(21, 100, 0.05, 0.0)
+    c = 3200  # (the double range fits 20480 points, the extended one does not)
+    win = (_window(g, c, 0.5),)
+    double = _power.self_compose_powers(g, (c,), win, 1 << 20, total=c)
+    assert double is not None
+    # the longest transform the double path needs: the strict extended one does not fit it
+    mgf = _power._tilted_log_mgf(g)
+    est = c * _power._C_ERR * _power._U * 20.0 * float(np.linalg.norm(g.p))
+    size = _power._ranges(mgf, g, (c,), win, math.log(1e-3 * est))[1]
+    assert _power.self_compose_powers(g, (c,), win, size, total=c, precision="extended") is None
+    ext = _power.self_compose_powers(g, (c,), win, size, total=c, precision="extended", loose_aliasing=True)
+    assert ext is not None
+    assert ext[0].err <= double[0].err
