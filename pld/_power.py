@@ -285,7 +285,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
                 # (relative to ||Y_ld|| <= ||Y|| / (1 - u)), then the error
                 # the stored step itself carries, at its best split
                 comp = lip * fwd_err + (_U + kappa / (1.0 - kappa)) / (1.0 - _U) * y_norm
-                a_norm = y_norm + comp  # >= ||F^-1 (F p)^c||_2
+                a_norm = y_norm + comp + size * c * 1e-300  # >= ||F^-1 (F p)^c||_2
                 round_off = (comp + min(lip * e0 + math.expm1(c * math.log1p(r0)) * a_norm for r0, e0 in split)
                              + inv_rel * y_norm + size * c * 1e-300)
             else:
