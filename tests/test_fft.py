@@ -400,3 +400,27 @@ def test_long_double_rfft_within_higham_bound_of_the_exact_dft(n):
         assert err > 0
     assert worst * MAX_LOOSENESS >= 1.0
     RATIOS[f"rfft_ld_{n}"] = worst
+
+
+@pytest.mark.skipif(not _fft.extended_available(), reason="long double is a double on this platform")
+@pytest.mark.parametrize("n", [3072, 3584, 4096, 5120])
+def test_long_double_rfft_bound_on_longer_zero_padded_transforms(n):
+    """As the FFT power uses it: a step of a few hundred points zero-padded
+    to a transform many times longer (the exact reference costs only the
+    non-zero inputs)."""
+    rng = np.random.default_rng(n)
+    m = 200
+    x = np.exp(-0.5 * ((np.arange(m) - m / 3) / (m / 12)) ** 2) * rng.uniform(0.5, 1.0, m)
+    x = np.round(x * 2.0 ** 60) * 2.0 ** -60
+    got = _fft.rfft_extended(x, n)
+    re, im = _exact_rdft(x, n)
+    scale = Fraction(1 << (2 * _FIX))
+    sq = 0.0
+    for k in range(n // 2 + 1):
+        dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
+        di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
+        sq += (1.0 if k == 0 or 2 * k == n else 2.0) * (dr * dr + di * di)
+    err = math.sqrt(sq)
+    bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
+    assert 0 < err <= bound, (n, err, bound)
+    RATIOS[f"rfft_ld_padded_{n}"] = err / bound
