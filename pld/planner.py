@@ -496,9 +496,11 @@ class Planner:
         the target, and in long runs a tilt seldom can: the power's forward
         transform, whose error is multiplied by the number of steps it
         composes, is then nearly all of it, and long double cuts that by
-        ``2^11`` (in the measured DP-SGD runs, 1e5 .. 3e6 steps, the round-off
-        part by 30-100x).  It costs about 3x the power, so only then, and
-        only where a power was used and the platform has a wider type.
+        ``2^11`` (on 16 coverage misses, DP-SGD with q < 1e-4 and 5e5 .. 3e6
+        steps, the round-off part of the bracket fell 3-70x, median 40x).  It
+        costs 1.5-3x a materialisation (the long double transform), so only
+        then, and only where a power was used and the platform has a wider
+        type.
         """
         if not (err_part > 0.3 * width and err_part >= 0.5 * target) or not _fft.extended_available():
             return False
