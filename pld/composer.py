@@ -1,4 +1,4 @@
-"""Composition: from settings ``(h, lam, log_eta)`` to certified grids.
+"""Composition: from settings ``(h, lam, log_eta, precision)`` to certified grids.
 
 For one direction and one :class:`pld.planner.Settings` the composer
 
@@ -6,7 +6,9 @@ For one direction and one :class:`pld.planner.Settings` the composer
    spread on the dominating side, centred merge on the dominated side,
    :mod:`pld.discretize`), inside a first-step window sized by the tilted law,
 2. self-composes each component: the early levels by one FFT power with
-   certified aliasing (:mod:`pld._power`), the rest by repeated squaring with
+   certified aliasing (:mod:`pld._power`; ``precision`` ``"extended"`` does
+   its forward transform and powers in long double, for compositions whose
+   bracket the power's round-off would dominate), the rest by repeated squaring with
    FFT convolutions on re-gridded levels, truncating each level to a
    Chernoff-sized window with the truncated mass moved to the safe side,
 3. convolves the components (heterogeneous compositions), each partial
@@ -31,7 +33,7 @@ import numpy as np
 from pld import _windows as w
 from pld._fft import _canonical_size as _fft_size
 from pld._models import LossModelProtocol
-from pld._power import self_compose_powers
+from pld._power import PRECISIONS, self_compose_powers
 from pld.discretize import discretize
 from pld.engine_cache import EngineCache, side_pool
 from pld.grid import GridPLD
@@ -96,35 +98,40 @@ class Composer:
             n = max(n, int((hi - lo) / h) + 2)
         return n
 
-    def power_steps(self, direction: str, h: float, lam: float, log_eta) -> list[int]:
+    def power_steps(self, direction: str, h: float, lam: float, log_eta, precision: str = "double") -> list[int]:
         """Steps composed by one FFT power per component (1: squaring only)."""
-        entry = self.cache.get(self.cache.grids, (direction, h, lam, log_eta))
+        entry = self.cache.get(self.cache.grids, (direction, h, lam, log_eta, precision))
         if entry is None:
             return []
         return [step.power_steps.get(True, 1) for step in entry.prepared]
 
-    def speculate(self, direction: str, h: float, lam: float, log_eta) -> None:
+    def speculate(self, direction: str, h: float, lam: float, log_eta, precision: str = "double") -> None:
         """Start building a dominating grid in the background (two cores), if not known."""
         pool = side_pool()
         if pool is None:
             return
-        key = (direction, h, lam, log_eta)
+        key = (direction, h, lam, log_eta, precision)
         with self.cache.lock:
             if key in self.cache.grids or key in self.cache.inflight:
                 return
             # (the pid: a forked child must not wait on its parent's threads)
             self.cache.inflight[key] = (os.getpid(), pool.submit(self.materialize, direction, h, lam, log_eta,
-                                                                 serial=True, lower=False))
+                                                                 precision, serial=True, lower=False))
 
-    def materialize(self, direction: str, h: float, lam: float, log_eta,
+    def materialize(self, direction: str, h: float, lam: float, log_eta, precision: str = "double", *,
                     serial: bool = False, lower: bool = True) -> tuple[GridPLD, GridPLD | None]:
         """``(dominating, dominated)`` grids of one direction (cached).
 
-        ``lower=False`` may leave the dominated side out (None): a direction
-        whose upper end stays below the other's lower end needs no lower end.
-        ``serial`` builds both sides in the calling thread (background builds).
+        The positional arguments are a :class:`pld.planner.Settings`
+        (``materialize(d, *settings)``); ``precision`` is the FFT power's
+        arithmetic (:data:`pld._power.PRECISIONS`).  ``lower=False`` may leave
+        the dominated side out (None): a direction whose upper end stays below
+        the other's lower end needs no lower end.  ``serial`` builds both sides
+        in the calling thread (background builds).
         """
-        key = (direction, h, lam, log_eta)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        key = (direction, h, lam, log_eta, precision)
         cache = self.cache
         with cache.lock:
             hit = cache.grids.get(key)
@@ -138,7 +145,7 @@ class Composer:
         steps = self.laws.exploration(direction).steps()
 
         def side(pessimistic: bool) -> GridPLD:
-            return _compose_components(entry, h, lam, pessimistic, steps, log_eta)
+            return _compose_components(entry, h, lam, pessimistic, steps, log_eta, precision)
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
@@ -180,11 +187,11 @@ class Composer:
 
 
 def _compose_components(entry: Materialized, h: float, lam: float, pessimistic: bool, steps: int,
-                        log_eta) -> GridPLD:
+                        log_eta, precision: str = "double") -> GridPLD:
     """One side: every component self-composed, then convolved in order."""
     total = None
     for k, step in enumerate(entry.prepared):
-        g = _self_compose(step, h, lam, pessimistic, steps, log_eta)
+        g = _self_compose(step, h, lam, pessimistic, steps, log_eta, precision)
         if total is None:
             total = g
         else:
@@ -404,7 +411,7 @@ class _Levels:
 
 
 def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_steps: int,
-                  log_eta) -> GridPLD:
+                  log_eta, precision: str = "double") -> GridPLD:
     """``count``-fold composition: one FFT power, then squaring with windowed truncation.
 
     The levels up to the first late one (``8 c >= count``) all sit on the
@@ -421,7 +428,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     base = discretize(step.model, h, step.k_lo, step.k_hi, lam, pessimistic, cells=step.cells,
                       points=step.points, loss_shift=shift)
     step.power_steps[pessimistic] = 1
-    start = _power_start(step, base, h, levels, pessimistic, shift)
+    start = _power_start(step, base, h, levels, pessimistic, precision, shift)
     if start is None:
         result, result_count, cur, cur_count, remaining = None, 0, base, 1, step.count
     else:
@@ -540,7 +547,7 @@ def _unshift(g: GridPLD, total_shift: Fraction) -> GridPLD:
 
 
 def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool,
-                 loss_shift: float = 0.0):
+                 precision: str = "double", loss_shift: float = 0.0):
     """The early levels by one FFT power: ``(result, result_count, cur,
     cur_count, remaining)`` for the squaring loop, or None (squaring from one step).
 
@@ -552,7 +559,11 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
     re-gridded squarings.
     """
     count = step.count
-    for generous in (False, True):
+    # extended precision: every transform that holds its aliasing to its own
+    # round-off first, then (rather than squaring from one step, with the
+    # double round-off of every level) the double path's allowance
+    for loose, generous in ([(False, False), (False, True), (True, False), (True, True)]
+                            if precision == "extended" else [(False, False), (False, True)]):
         shift = _power_shift(count)
         while (count >> shift) >= 4:
             jump = count >> shift
@@ -572,7 +583,7 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
                 level = int((windows[0][1] - windows[0][0]) / h) + 1
                 power_points = max(power_points, 2 * _fft_size(level))
             powered = self_compose_powers(base, counts, windows, min(power_points, 2 * MAX_GRID_POINTS),
-                                          total=count)
+                                          total=count, precision=precision, loose_aliasing=loose)
             if powered is not None:
                 step.power_steps[pessimistic] = jump
                 if loss_shift:

@@ -55,8 +55,8 @@ class GridPair:
 
     ``dominating`` bounds delta from above at every epsilon (its error bound
     and mass at +inf included), ``dominated`` from below; ``settings`` are the
-    spacing, tilt and truncation budget they were built with, and
-    ``power_steps`` the steps each component composed by one FFT power.
+    spacing, tilt, truncation budget and FFT power precision they were built
+    with, and ``power_steps`` the steps each component composed by one FFT power.
     """
 
     direction: str
@@ -267,6 +267,9 @@ class PLD:
                 "tilt": pair.settings.lam,
                 # per component: steps composed by one FFT power (1: squaring only)
                 "fft_power_steps": list(pair.power_steps),
+                # arithmetic of the FFT power: "extended" (long double) where
+                # its round-off would have dominated the bracket
+                "fft_precision": pair.settings.precision,
                 "grid_points": pess.size, "fft_error_bound": pess.err,
                 "infinity_mass_upper": pess.inf_mass,
                 "loss_window": (pess.k0 * pess.h, (pess.k0 + pess.size - 1) * pess.h),
@@ -285,7 +288,7 @@ class PLD:
         used = queries.used_settings(engine, delta)
         if tilt is not None:
             tilt = v.real("tilt", tilt, low=0.0)
-            used = {d: Settings(s.h, tilt, s.log_eta) for d, s in used.items()}
+            used = {d: s._replace(lam=tilt) for d, s in used.items()}
         out = {}
         for d, s in used.items():
             pess, opt = engine.composer.materialize(d, *s)

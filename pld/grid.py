@@ -160,7 +160,14 @@ class GridPLD:
             full[at] = p
             p = full
         bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
-        return cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
+        out = cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
+        # the per-entry bounds |p_i - p*_i| <= rel_i p_i (on the entries `at`
+        # when sparse), kept for the extended-precision FFT power, whose
+        # bound splits the error into an entrywise relative part and an l2
+        # rest (pld._power.input_error_split); not a field: a copy with
+        # another vector (dataclasses.replace) must not inherit them
+        object.__setattr__(out, "_rel_entries", (rel, at if sparse else None))
+        return out
 
     def _finite_mass_upper(self) -> float:
         if self.log_mgf_bound is not None:

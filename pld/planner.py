@@ -6,7 +6,9 @@ truncation budget ``log_eta``.  The planner estimates them from the explored
 loss laws (:mod:`pld.laws`), then refines: the discretisation bias of both
 sides is second order in ``h``, so a bracket ``r`` times too wide from
 discretisation is fixed by a spacing ``sqrt(r)`` times finer, and a bracket
-kept wide by FFT round-off by a stronger tilt.  Settings never decide whether
+kept wide by FFT round-off by a stronger tilt, or by the FFT power in
+extended precision (``Settings.precision``; long runs, where one transform's
+error is multiplied by the number of steps).  Settings never decide whether
 an answer is certified, only how narrow it is: every grid the planner asks
 for is certified by the composer and the evaluator.
 
@@ -22,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from pld import _fft
 from pld import _windows as w
 from pld.composer import MAX_GRID_POINTS, Composer
 from pld.engine_cache import EngineCache
@@ -84,11 +87,18 @@ class LogEta(NamedTuple):
 
 
 class Settings(NamedTuple):
-    """One direction's grid: spacing ``h``, tilt ``lam``, truncation budget."""
+    """One direction's grid: spacing ``h``, tilt ``lam``, truncation budget,
+    and the arithmetic of the FFT power (``"double"`` or ``"extended"``,
+    :mod:`pld._power`).
+
+    The fields are :meth:`pld.composer.Composer.materialize`'s positional
+    arguments after the direction: ``materialize(d, *settings)``.
+    """
 
     h: float
     lam: float
     log_eta: LogEta
+    precision: str = "double"
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,17 @@ def round_spacing(h: float) -> float:
     """Round to 3 significant digits so cached grids are reused across queries."""
     e = math.floor(math.log10(h))
     return round(h / 10 ** e, 2) * 10 ** e
+
+
+def _width_floor(h1: float, w1: float, h2: float, w2: float) -> float:
+    """The width left at ``h = 0`` by a line through ``(h1, w1)`` and ``(h2,
+    w2)`` (``h2 < h1``), ``-inf`` when the finer grid was no narrower.
+
+    A width ``a + b h^k`` with ``k >= 1`` has ``a`` at least this (the line
+    is the most hopeful extrapolation of such a curve)."""
+    if not w2 < w1:
+        return -math.inf
+    return w2 - (w1 - w2) * h2 / (h1 - h2)
 
 
 class Planner:
@@ -366,22 +387,24 @@ class Planner:
             return Settings(self.h_fixed, min(lam, w.quantize_tilt(MAX_TILT_PER_CELL / self.h_fixed)), log_eta)
         key = self._spacing_key(direction, query, lam_star, log_eta)
         memo = self.cache.get(self.cache.spacings, key)
+        precision = "double"
         if memo is not None:
-            h, lam = memo[:2]
-            if len(memo) > 2:
+            h, lam, precision = memo[:3]
+            if len(memo) > 3:
                 # refining already ended short of the target here: asking
                 # again would only repeat that work
-                return Settings(h, lam, log_eta)
+                return Settings(h, lam, log_eta, precision)
         else:
             early = self._below_floor(direction, query, floor, probe, lam_star, log_eta)
             if isinstance(early, Settings):
                 return early
             h, lam = early
-        met, h, lam = self._refine(direction, query, h, lam, lam_star, log_eta, floor)
-        if memo is None or h < memo[0]:
-            # (a third entry marks settings that could not meet the target)
-            self.cache.put(self.cache.spacings, key, (h, lam) if met else (h, lam, "short"))
-        return Settings(h, lam, log_eta)
+        met, found = self._refine(direction, query, Settings(h, lam, log_eta, precision), lam_star, floor)
+        if memo is None or found.h < memo[0] or found.precision != memo[2]:
+            # (a fourth entry marks settings that could not meet the target)
+            entry = (found.h, found.lam, found.precision)
+            self.cache.put(self.cache.spacings, key, entry if met else (*entry, "short"))
+        return found
 
     def _below_floor(self, direction: str, query: Query, floor: float, probe: Settings | None,
                      lam_star: float, log_eta: LogEta) -> Settings | tuple[float, float]:
@@ -405,12 +428,13 @@ class Planner:
                 return Settings(h, lam, log_eta)
         return h, lam
 
-    def _refine(self, direction: str, query: Query, h: float, lam: float, lam_star: float,
-                log_eta: LogEta, floor: float) -> tuple[bool, float, float]:
-        """Refine ``(h, lam)`` until the bracket meets its target or stops
-        narrowing; ``(target met, h, lam)`` of the narrowest bracket seen."""
+    def _refine(self, direction: str, query: Query, start: Settings, lam_star: float,
+                floor: float) -> tuple[bool, Settings]:
+        """Refine ``start`` until the bracket meets its target or stops
+        narrowing; ``(target met, settings)`` of the narrowest bracket seen."""
         points = self.composer.grid_points
-        best = (math.inf, h, lam)
+        h, lam, log_eta, precision = start
+        best = (math.inf, start)
         stalled = 0
         weakened = False
         prev = None
@@ -421,11 +445,11 @@ class Planner:
         for _ in range(tries):
             while points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = self.align(direction, round_spacing(2.0 * h))  # a new tilt can widen the grid
-            width, target, value, err_part = self.width(direction, query, h, lam, log_eta)
+            width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
             last_target = target
             if width < best[0]:
                 stalled = 0 if width < 0.9 * best[0] else stalled + 1
-                best = (width, h, lam)
+                best = (width, Settings(h, lam, log_eta, precision))
             else:
                 stalled += 1
             if stalled >= patience:
@@ -433,18 +457,54 @@ class Planner:
             if (prev is not None and prev[1] == lam and h <= prev[0] / 3.0 and width > 0.75 * prev[2]
                     and points(direction, h, lam, log_eta) > FUTILE_POINTS):
                 break  # a 3x finer spacing took off < 1/4: the rest is not discretisation
-            prev = (h, lam, width)
+            if precision == "extended" and prev is not None and prev[1] == lam and prev[3] == precision:
+                # Once the round-off is small, what h does not control shows:
+                # the discretisation part extrapolated to h = 0 (linearly, the
+                # most hopeful of the orders h^1 .. h^2).  Where that already
+                # misses the target and no grid could take off a quarter of
+                # the width, finer grids cost time for nothing (after the
+                # switch the spacing is refined from a grid sized for a
+                # round-off-bound bracket: 1e6-point grids were built so)
+                rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
+                if h < prev[0] and rest > target and rest > 0.75 * width:
+                    break
+            prev = (h, lam, width, precision, err_part)
             if _DEBUG:
-                print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} width={width:.3g} "
+                print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} {precision} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
             if width <= target or not math.isfinite(value) or value <= floor:
                 break
+            if precision == "double" and self._extend(direction, Settings(h, lam, log_eta), width, target, err_part):
+                # (same grid, h refined from there on: the discretisation
+                # part is then most of what is left)
+                precision = "extended"
+                continue
             step = self._next_step(direction, h, lam, lam_star, log_eta, width, target, err_part, weakened)
             if step is None:
                 break
             h, lam, weakened = step
-        width, h, lam = best
-        return width <= last_target, h, lam
+        width, found = best
+        return width <= last_target, found
+
+    def _extend(self, direction: str, settings: Settings, width: float, target: float, err_part: float) -> bool:
+        """Whether to redo ``settings`` (double precision) with the FFT power in
+        extended precision (:mod:`pld._power`), before a stronger tilt or a
+        finer spacing.
+
+        Where the round-off takes a real part of the width (30%, as for a
+        stronger tilt) and alone half the target, a finer grid cannot meet
+        the target, and in long runs a tilt seldom can: the power's forward
+        transform, whose error is multiplied by the number of steps it
+        composes, is then nearly all of it, and long double cuts that by
+        ``2^11`` (on 16 coverage misses, DP-SGD with q < 1e-4 and 5e5 .. 3e6
+        steps, the round-off part of the bracket fell 3-70x, median 40x).  It
+        costs 1.5-3x a materialisation (the long double transform), so only
+        then, and only where a power was used and the platform has a wider
+        type.
+        """
+        if not (err_part > 0.3 * width and err_part >= 0.5 * target) or not _fft.extended_available():
+            return False
+        return any(k > 1 for k in self.composer.power_steps(direction, *settings))
 
     def _next_step(self, direction: str, h: float, lam: float, lam_star: float, log_eta: LogEta,
                    width: float, target: float, err_part: float,
@@ -493,7 +553,8 @@ class Planner:
                 return None
         return h_new, lam, weakened
 
-    def width(self, direction: str, query: Query, h: float, lam: float, log_eta: LogEta):
+    def width(self, direction: str, query: Query, h: float, lam: float, log_eta: LogEta,
+              precision: str = "double"):
         """``(width, target, value, round-off part of width)`` of one direction's bracket.
 
         The round-off part (two more evaluations, on the grids without their
@@ -501,7 +562,7 @@ class Planner:
         bracket already meets its target.
         """
         val, rtol = query.value, query.rtol
-        pess, opt = self.composer.materialize(direction, h, lam, log_eta)
+        pess, opt = self.composer.materialize(direction, h, lam, log_eta, precision)
         assert opt is not None
         if query.kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)

@@ -181,14 +181,15 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
         return (f"the remove direction was split by its large steps (big-jump decomposition at loss "
                 f"{last['cut']:.4g}, {last['terms']} terms, tuned at epsilon {last['tuned_at']:.6g}) and its "
                 "terms' grids still leave this width")
-    for d, (h, lam, log_eta) in used.items():
-        width, _, _, round_off = engine.planner.width(d, Query("delta", delta, rtol), h, lam, log_eta)
+    for d, s in used.items():
+        width, _, _, round_off = engine.planner.width(d, Query("delta", delta, rtol), *s)
         if round_off > 0.5 * width:
-            err = engine.composer.materialize(d, h, lam, log_eta, lower=False)[0].err
+            err = engine.composer.materialize(d, *s, lower=False)[0].err
+            how = " (the FFT power already in extended precision)" if s.precision == "extended" else ""
             return (f"floating-point round-off of the FFT composition dominates it (its bound, {err:.3g} of the "
-                    "tilted law, grows with the number of steps; no finer grid removes it)")
-    for d, (h, lam, log_eta) in used.items():
-        if engine.composer.grid_points(d, h, lam, log_eta) * 2 > MAX_GRID_POINTS:
+                    f"tilted law, grows with the number of steps; no finer grid removes it){how}")
+    for d, s in used.items():
+        if engine.composer.grid_points(d, s.h, s.lam, s.log_eta) * 2 > MAX_GRID_POINTS:
             return f"the grid reached its memory cap of {MAX_GRID_POINTS} points"
     return "refining the grid stopped narrowing it (a bias the spacing does not control)"
 

@@ -75,7 +75,8 @@ def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
             parts.append(f"grid spacing {h0:.3g}" + (f" -> {h1:.3g} (evolving)" if h1 not in (None, h0) else ""))
         powers = [k for k in n.get("fft_power_steps") or [] if k > 1]
         if powers:
-            parts.append("first " + "/".join(str(k) for k in powers) + " steps by one FFT power")
+            parts.append("first " + "/".join(str(k) for k in powers) + " steps by one FFT power"
+                         + (" (in extended precision)" if n.get("fft_precision") == "extended" else ""))
         if n.get("grid_points") is not None:
             parts.append(f"{int(n['grid_points'])} grid points")
         if n.get("tilt") is not None:

@@ -316,3 +316,111 @@ def test_reference_exact_conv_fixed_against_python_ints():
         for j, y in enumerate(B.tolist()):
             direct[i + j] += x * y
     assert total == direct
+
+
+# ---------------------------------------------------------------------------
+# the long double forward transform (pld._fft.rfft_extended, used by the
+# extended-precision FFT power): Higham's bound with u_ld
+# ---------------------------------------------------------------------------
+
+#: fixed-point scale of the exact reference DFT: inputs and twiddles are
+#: integers times 2^-_FIX (inputs exactly, twiddles rounded at 2^-200, far
+#: below the long double's 2^-64)
+_FIX = 200
+
+
+def _exact_rdft(x: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """``2^(2 _FIX)`` times the real DFT ``X_k``, ``k = 0 .. n/2``, of ``x``
+    zero-padded to ``n``: integer real and imaginary parts, exact up to the
+    twiddles' rounding (cos and sin from mpmath at 80 digits)."""
+    import mpmath as mp
+
+    xs = []
+    for v in x:
+        f = Fraction(float(v)) * (1 << _FIX)
+        assert f.denominator == 1  # every input is a multiple of 2^-_FIX
+        xs.append(int(f))
+    with mp.workdps(80):
+        cos = [int(mp.nint(mp.cos(2 * mp.pi * t / n) * (1 << _FIX))) for t in range(n)]
+        sin = [int(mp.nint(mp.sin(2 * mp.pi * t / n) * (1 << _FIX))) for t in range(n)]
+    re, im = [], []
+    for k in range(n // 2 + 1):
+        r = i = 0
+        for j, v in enumerate(xs):
+            if v:
+                t = (j * k) % n
+                r += v * cos[t]
+                i -= v * sin[t]
+        re.append(r)
+        im.append(i)
+    return re, im
+
+
+def _ld_fraction(v) -> Fraction:
+    return Fraction(*np.longdouble(v).as_integer_ratio())
+
+
+#: lengths the FFT power uses (pld._fft._canonical_size: 2^k, 5 2^(k-3),
+#: 3 2^(k-2), 7 2^(k-3)), up to 512
+_LD_SIZES = [16, 24, 40, 56, 64, 96, 112, 160, 192, 224, 256, 320, 384, 448, 512]
+
+
+@pytest.mark.skipif(not _fft.extended_available(), reason="long double is a double on this platform")
+@pytest.mark.parametrize("n", _LD_SIZES)
+def test_long_double_rfft_within_higham_bound_of_the_exact_dft(n):
+    """``||fl_ld(F x) - F x||_2 <= C u_ld (log2 N + 1) ||F x||_2`` (full spectrum,
+    ``||F x||_2 = sqrt(N) ||x||_2``) on random non-negative vectors, a PMF-like
+    spiky one and a half-filled one (the power's zero padding), against the
+    exact DFT."""
+    assert _fft._U_LD == 2.0 ** -64
+    rng = np.random.default_rng(n)
+    cases = [rng.random(n), rng.random(n // 2 + 1) ** 8, np.exp(-0.5 * ((np.arange(n) - n / 3) / (n / 20)) ** 2)]
+    assert _fft._canonical_size(n) == n
+    worst = 0.0
+    for x in cases:
+        # inputs on the 2^-_FIX lattice (exactly representable, as the reference needs)
+        x = np.round(np.asarray(x, float) * 2.0 ** 60) * 2.0 ** -60
+        got = _fft.rfft_extended(x, n)
+        assert got.dtype == np.clongdouble
+        re, im = _exact_rdft(x, n)
+        scale = Fraction(1 << (2 * _FIX))
+        sq = 0.0
+        for k in range(n // 2 + 1):
+            dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
+            di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
+            # the half spectrum stands for the whole: k and n - k alike
+            mult = 1.0 if k == 0 or 2 * k == n else 2.0
+            sq += mult * (dr * dr + di * di)
+        err = math.sqrt(sq)
+        norm_full = math.sqrt(n) * float(np.linalg.norm(x))
+        bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * norm_full
+        assert err <= bound, (n, err, bound)
+        worst = max(worst, err / bound)
+        # the reference resolves far below the long double: the error measured is the transform's
+        assert err > 0
+    assert worst * MAX_LOOSENESS >= 1.0
+    RATIOS[f"rfft_ld_{n}"] = worst
+
+
+@pytest.mark.skipif(not _fft.extended_available(), reason="long double is a double on this platform")
+@pytest.mark.parametrize("n", [3072, 3584, 4096, 5120])
+def test_long_double_rfft_bound_on_longer_zero_padded_transforms(n):
+    """As the FFT power uses it: a step of a few hundred points zero-padded
+    to a transform many times longer (the exact reference costs only the
+    non-zero inputs)."""
+    rng = np.random.default_rng(n)
+    m = 200
+    x = np.exp(-0.5 * ((np.arange(m) - m / 3) / (m / 12)) ** 2) * rng.uniform(0.5, 1.0, m)
+    x = np.round(x * 2.0 ** 60) * 2.0 ** -60
+    got = _fft.rfft_extended(x, n)
+    re, im = _exact_rdft(x, n)
+    scale = Fraction(1 << (2 * _FIX))
+    sq = 0.0
+    for k in range(n // 2 + 1):
+        dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
+        di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
+        sq += (1.0 if k == 0 or 2 * k == n else 2.0) * (dr * dr + di * di)
+    err = math.sqrt(sq)
+    bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
+    assert 0 < err <= bound, (n, err, bound)
+    RATIOS[f"rfft_ld_padded_{n}"] = err / bound

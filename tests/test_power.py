@@ -276,3 +276,184 @@ def test_a_remainder_of_a_few_steps_costs_no_width():
         return hi - lo
 
     assert width(14063) <= 1.15 * width(14060)
+
+
+# ------------------------------------------------------------------ extended precision
+needs_ld = pytest.mark.skipif(not _power._fft.extended_available(),
+                              reason="long double is a double on this platform")
+
+
+def _exact_power(p: np.ndarray, c: int) -> list:
+    """The c-fold linear convolution of the doubles ``p`` (>= 0), exactly:
+    the polynomial with coefficients ``p`` raised to the power c by one
+    big-integer power (Kronecker substitution), read back as Fractions."""
+    from fractions import Fraction
+
+    fr = [Fraction(float(v)) for v in p]
+    den = max(f.denominator for f in fr)
+    ints = [int(f * den) for f in fr]
+    assert all(f * den == i for f, i in zip(fr, ints))
+    # a slot holds any coefficient of the c-th power: < (sum of ints)^c
+    width = c * max(1, sum(ints)).bit_length() + 8
+    packed = 0
+    for i in reversed(ints):
+        packed = (packed << width) | i
+    power = packed ** c
+    mask = (1 << width) - 1
+    scale = Fraction(1, den ** c)
+    out = []
+    for _ in range(c * (len(ints) - 1) + 1):
+        out.append((power & mask) * scale)
+        power >>= width
+    return out
+
+
+@needs_ld
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(20, 60), c=st.integers(2, 40),
+       lam=st.floats(0.0, 2.0), narrow=st.booleans())
+def test_extended_power_within_its_error_of_the_exact_power(seed, n, c, lam, narrow):
+    """The extended-precision path (long double forward transform and powers,
+    rounding to double, double inverse) against the exact c-fold of the
+    stored vector.  The step is given an exact vector (``err = 0``), so the
+    bound left is the computation's own (and the aliasing's, narrow
+    windows): the test resolves it, where a long double reference could not."""
+    g0 = _random_step(seed, n, 0.05, lam)
+    g = GridPLD(g0.h, g0.k0, g0.p, g0.lam, g0.log_scale, 0.0, 0.0, False, None, 0.0)
+    lo, hi = _window(g, c, 3.0 if narrow else 40.0)
+    out = _power.self_compose_powers(g, (c,), ((lo, hi),), 1 << 16, precision="extended")
+    assert out is not None
+    r = out[0]
+    ref = _exact_power(g.p, c)
+    scale = math.exp(r.log_scale - c * g.log_scale)
+    idx = r.k0 - c * g.k0 + np.arange(r.size)
+    want = np.array([float(ref[i]) for i in idx])
+    dist = float(np.linalg.norm(r.p * scale - want))
+    assert dist <= r.err * scale * 1.0001 + 1e-300, (dist, r.err * scale)
+    dbl = _power.self_compose_powers(g, (c,), ((lo, hi),), 1 << 16)[0]
+    if not narrow and c >= 16:
+        # (aliasing-free: the bound is the round-off alone, the forward
+        # transform's share of it cut by u_ld / u)
+        assert r.err <= 0.2 * dbl.err, (r.err, dbl.err)
+
+
+@needs_ld
+@pytest.mark.parametrize("pessimistic", [True, False])
+@pytest.mark.parametrize("lam", [0.0, 3.0])
+def test_error_split_holds_entrywise_against_the_exact_vector(pessimistic, lam):
+    """Every split ``(r_0, e_0)`` of a fresh discretisation's error: the
+    entries within ``r_0`` of the exact tilted vector, computed in mpmath
+    from the same log masses, and the others within ``e_0`` in l2."""
+    from fractions import Fraction
+
+    import mpmath as mp
+
+    rng = np.random.default_rng(3)
+    n, k0, h = 80, -30, 0.05
+    losses = (k0 + np.arange(n)) * h
+    lm = -0.5 * ((losses - losses.mean()) / 0.6) ** 2 + rng.uniform(-0.5, 0.0, n) - 40.0
+    g = GridPLD.from_log_masses(lm, k0, h, lam, 0.0, pessimistic)
+    split = _power.input_error_split(g)
+    assert split[0] == (0.0, g.err) and len(split) > 2
+    with mp.workdps(40):
+        exact = []
+        for i, v in enumerate(lm):
+            loss = Fraction(g.k0 + i) * Fraction(g.h)
+            e = mp.mpf(float(v)) + mp.mpf(Fraction(g.lam) * loss) - mp.mpf(g.log_scale)
+            exact.append(mp.exp(e))
+        diff = np.array([float(abs(mp.mpf(float(p)) - x)) for p, x in zip(g.p, exact)])
+    for r0, e0 in split:
+        rest = diff[diff > r0 * g.p]
+        assert float(np.linalg.norm(rest)) <= e0, (r0, e0)
+    # the relative part is where the vector is accurate: a split keeps almost all the mass
+    assert min(e0 for r0, e0 in split if r0 <= 64 * 2.0 ** -53) < 0.1 * g.err
+
+
+@needs_ld
+@pytest.mark.parametrize("steps", [14040, 200_001])
+def test_extended_power_brackets_the_exact_gaussian_composition(steps):
+    """End to end: the grids of a long Gaussian composition built with the
+    FFT power in extended precision (the planner's settings with the
+    precision replaced) bracket the closed-form epsilon and delta, with a
+    much smaller error bound than in double."""
+    import pld
+    from pld.exact import gaussian_delta, gaussian_epsilon
+
+    sigma, delta = 40.0 * math.sqrt(steps / 14040), 1e-6
+    p = pld.Gaussian(sigma).pld().self_compose(steps)
+    mu = math.sqrt(steps) / sigma
+    exact = float(gaussian_epsilon(delta, mu))
+    pair = p.grids(delta)["remove"]
+    assert pair.settings.precision == "double"  # (the planner has no need of it here)
+    engine = p._engine()
+    s = pair.settings._replace(precision="extended")
+    pess, opt = engine.composer.materialize("remove", *s)
+    assert engine.composer.power_steps("remove", *s)[0] > 1  # the power did compose steps
+    assert opt.epsilon(delta) <= exact <= pess.epsilon(delta)
+    eps = exact + mu * np.array([-1.0, 0.0, 0.5, 2.0])
+    d_exact = np.asarray(gaussian_delta(eps, mu))
+    assert np.all(opt.delta(eps) <= d_exact * (1 + 1e-12))
+    assert np.all(pess.delta(eps) >= d_exact * (1 - 1e-12))
+    assert pess.err < 0.1 * pair.dominating.err
+    assert pess.epsilon(delta) - opt.epsilon(delta) <= 1e-4 * exact
+
+
+@needs_ld
+def test_the_planner_switches_to_extended_precision_where_round_off_dominates(monkeypatch):
+    """DP-SGD at q = 1e-5 over 3e5 steps: in double the FFT power's round-off
+    alone exceeds the remove direction's target; the planner redoes that
+    grid in extended precision (explain says so) and the bracket narrows.
+    With no wider type (simulated) it stays in double."""
+    import pld
+
+    args, delta = (2.0, 1e-5, 300_000), 1e-7
+
+    def round_off_part(pair) -> float:
+        pe, op = pair.dominating, pair.dominated
+        return (pe.epsilon(delta) - pe.without_error().epsilon(delta)
+                + op.without_error().epsilon(delta) - op.epsilon(delta))
+
+    p = pld.dpsgd(*args)
+    lo, hi = p.epsilon_bounds(delta)
+    info = p.explain(delta)["directions"]
+    assert info["remove"]["fft_precision"] == "extended"
+    ext = p.grids(delta)["remove"]
+    assert ext.settings.precision == "extended"
+    monkeypatch.setattr(_power._fft, "extended_available", lambda: False)
+    q = pld.dpsgd(*args)
+    lo_d, hi_d = q.epsilon_bounds(delta)
+    assert all(d["fft_precision"] == "double" for d in q.explain(delta)["directions"].values())
+    # both certified: they overlap; the extended one is narrower, by its round-off
+    # (what is left is the dominated side's per-step margin, ~T 1e-11)
+    assert max(lo, lo_d) <= min(hi, hi_d)
+    assert hi - lo < 0.9 * (hi_d - lo_d)
+    assert round_off_part(ext) < 0.05 * round_off_part(q.grids(delta)["remove"])
+
+
+def test_default_workloads_stay_in_double_precision():
+    import pld
+
+    p = pld.dpsgd(1.1, 256 / 60000, 14063)
+    assert all(d["fft_precision"] == "double" for d in p.explain(1e-5)["directions"].values())
+
+
+@needs_ld
+def test_extended_takes_the_double_aliasing_allowance_where_its_own_does_not_fit():
+    """Holding aliasing to the extended path's smaller round-off asks for a
+    longer transform; where that does not fit, ``loose_aliasing`` takes the
+    double path's allowance, and the result is still at least as accurate
+    as the double power's (the composer tries it before squaring from one
+    step, which would carry the double round-off of every level)."""
+    g = _random_step(21, 100, 0.05, 0.0)
+    c = 3200  # (the double range fits 20480 points, the extended one does not)
+    win = (_window(g, c, 0.5),)
+    double = _power.self_compose_powers(g, (c,), win, 1 << 20, total=c)
+    assert double is not None
+    # the longest transform the double path needs: the strict extended one does not fit it
+    mgf = _power._tilted_log_mgf(g)
+    est = c * _power._C_ERR * _power._U * 20.0 * float(np.linalg.norm(g.p))
+    size = _power._ranges(mgf, g, (c,), win, math.log(1e-3 * est))[1]
+    assert _power.self_compose_powers(g, (c,), win, size, total=c, precision="extended") is None
+    ext = _power.self_compose_powers(g, (c,), win, size, total=c, precision="extended", loose_aliasing=True)
+    assert ext is not None
+    assert ext[0].err <= double[0].err
