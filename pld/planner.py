@@ -56,9 +56,6 @@ TILT_FRACTION = 0.7
 #: trusted to 1e7 and not used beyond (a Gaussian composed 1e9 times has more
 #: round-off at the stronger tilt it would pick)
 TILT_MODEL_STEPS = 10**7
-#: first spacing, as a fraction of the smallest Poisson sampling rate, where
-#: a subsampled step's bulk must be resolved (see Planner.resolve_subsampled_bulk)
-BULK_SPACING_FRACTION = 0.5
 #: a direction that should not bind is first tried on a grid this much coarser
 #: (the bias grows like h^2: 16x the bias, a fraction of the cost)
 PROBE_COARSENING = 4.0
@@ -148,30 +145,6 @@ class Planner:
         self.composer = composer
         self.cache = cache
         self.h_fixed = h_fixed
-        #: largest first spacing (None: none); see :meth:`resolve_subsampled_bulk`
-        self.spacing_cap: float | None = None
-
-    def resolve_subsampled_bulk(self) -> None:
-        """Start every grid fine enough to resolve a Poisson-subsampled step's bulk.
-
-        Without the record a subsampled step's loss is ``log(1 - q + q e^x)``:
-        nearly all of its mass lies within about ``q`` of 0, the support's end
-        at ``log(1 - q)`` included.  A spacing wider than that puts the bulk
-        in one cell, whose merged loss is slightly negative; the dominated side
-        cannot lift it onto its grid point without merging in the whole tail
-        (the pair's total merged loss is exactly 0), so it rounds it down a
-        whole cell, ``T h`` off epsilon, which no refinement above ``q``
-        removes (sigma 0.35, q 8.8e-6, T 2e5: [9.109, 9.140] with spacings of
-        1.3e-5, [9.1398, 9.1401] with q / 2).  Used by the big-jump terms
-        (:mod:`pld._big_jumps`), whose core law is bounded and affords it; a
-        whole law's window seldom does, and where one grid already meets the
-        target it would only cost time.
-        """
-        rates = [getattr(mech.loss_model(d), "sampling_rate", 1.0)
-                 for mech, _ in self.laws.components for d in self.laws.directions]
-        rates = [r for r in rates if r < 1.0]
-        if rates:
-            self.spacing_cap = round_spacing(BULK_SPACING_FRACTION * min(rates))
 
     # ------------------------------------------------------------ tilts
     def chernoff(self, direction: str, delta: float) -> tuple[float, float]:
@@ -328,8 +301,6 @@ class Planner:
             if av <= 0.0:
                 break
             h = min(sd / 4, h * math.sqrt(goal / av))
-        if self.spacing_cap is not None and h > self.spacing_cap:
-            h = self.spacing_cap
         return self.align(direction, round_spacing(h))
 
     def first_spacing(self, direction: str, query: Query, lam: float, log_eta: LogEta) -> float:
