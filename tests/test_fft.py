@@ -360,6 +360,20 @@ def _ld_fraction(v) -> Fraction:
     return Fraction(*np.longdouble(v).as_integer_ratio())
 
 
+def _ld_rfft_error(got: np.ndarray, x: np.ndarray, n: int) -> float:
+    """l2 distance (over the whole spectrum) of a long-double half spectrum
+    from the exact DFT of ``x`` zero-padded to ``n``."""
+    re, im = _exact_rdft(x, n)
+    scale = Fraction(1 << (2 * _FIX))
+    sq = 0.0
+    for k in range(n // 2 + 1):
+        dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
+        di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
+        # the half spectrum stands for the whole: k and n - k alike
+        sq += (1.0 if k == 0 or 2 * k == n else 2.0) * (dr * dr + di * di)
+    return math.sqrt(sq)
+
+
 #: lengths the FFT power uses (pld._fft._canonical_size: 2^k, 5 2^(k-3),
 #: 3 2^(k-2), 7 2^(k-3)), up to 512
 _LD_SIZES = [16, 24, 40, 56, 64, 96, 112, 160, 192, 224, 256, 320, 384, 448, 512]
@@ -382,16 +396,7 @@ def test_long_double_rfft_within_higham_bound_of_the_exact_dft(n):
         x = np.round(np.asarray(x, float) * 2.0 ** 60) * 2.0 ** -60
         got = _fft.rfft_extended(x, n)
         assert got.dtype == np.clongdouble
-        re, im = _exact_rdft(x, n)
-        scale = Fraction(1 << (2 * _FIX))
-        sq = 0.0
-        for k in range(n // 2 + 1):
-            dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
-            di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
-            # the half spectrum stands for the whole: k and n - k alike
-            mult = 1.0 if k == 0 or 2 * k == n else 2.0
-            sq += mult * (dr * dr + di * di)
-        err = math.sqrt(sq)
+        err = _ld_rfft_error(got, x, n)
         norm_full = math.sqrt(n) * float(np.linalg.norm(x))
         bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * norm_full
         assert err <= bound, (n, err, bound)
@@ -412,15 +417,7 @@ def test_long_double_rfft_bound_on_longer_zero_padded_transforms(n):
     m = 200
     x = np.exp(-0.5 * ((np.arange(m) - m / 3) / (m / 12)) ** 2) * rng.uniform(0.5, 1.0, m)
     x = np.round(x * 2.0 ** 60) * 2.0 ** -60
-    got = _fft.rfft_extended(x, n)
-    re, im = _exact_rdft(x, n)
-    scale = Fraction(1 << (2 * _FIX))
-    sq = 0.0
-    for k in range(n // 2 + 1):
-        dr = float(_ld_fraction(got[k].real) - Fraction(re[k]) / scale)
-        di = float(_ld_fraction(got[k].imag) - Fraction(im[k]) / scale)
-        sq += (1.0 if k == 0 or 2 * k == n else 2.0) * (dr * dr + di * di)
-    err = math.sqrt(sq)
+    err = _ld_rfft_error(_fft.rfft_extended(x, n), x, n)
     bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
     assert 0 < err <= bound, (n, err, bound)
     RATIOS[f"rfft_ld_padded_{n}"] = err / bound
