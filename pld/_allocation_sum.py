@@ -111,6 +111,16 @@ _MAX_TILTS = 4
 _TILT_STRIDE = 2.5
 
 
+#: a light part's level reaches this many coordinates' caps beyond its bulk
+_CAP_JUMPS = 5.0
+
+
+def _bulk(a: float, m: int, t: int) -> float:
+    """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
+    z_m = float(-ndtri(_TAIL * m / t))
+    return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
+
+
 def window(a: float, m: int, t: int | None = None) -> float:
     """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
     its bulk and the tail of one large ``Y`` (sizing only).  The round has
@@ -187,6 +197,9 @@ class _Run:
     #: coordinates are non-negative, what is cut lands above it, so the
     #: entries below it are exact and nothing cut needs accounting)
     limit: float = math.inf
+    #: every coordinate is at most this (a light part: :mod:`pld._allocation_heavy`); a
+    #: level of ``m`` is then cut at ``min(m cap, bulk + _CAP_JUMPS cap)`` (sizing only)
+    cap: float = math.inf
 
     def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
         """log of the untilting factor of entries ``k`` of a level."""
@@ -395,7 +408,10 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
         return lv
 
     def keep(m: int, step: int) -> int:
-        return int(min(window(a, m, t), run.limit) / (step * d)) + 2
+        w = window(a, m, t)
+        if run.cap < math.inf:
+            w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
+        return int(min(w, run.limit) / (step * d)) + 2
 
     result = None
     cur = x
@@ -465,11 +481,11 @@ def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndar
 
 
 def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float,
-               limit: float = math.inf) -> tuple[_Run, _Level]:
+               limit: float = math.inf, cap: float = math.inf) -> tuple[_Run, _Level]:
     xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
     g = np.arange(xs.size) * d
     y, c0, rel = _tilted(xs, g, theta)
-    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap)
     e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
     py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
     ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
@@ -573,8 +589,8 @@ def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost
     return SideAtoms(remove, add)
 
 
-def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
-                  coarse_sd: float) -> tuple[SideAtoms, float, float]:
+def _lower_merged(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
+                  cap: float = math.inf, info: dict | None = None) -> tuple[SideAtoms, float, float]:
     """The dominated pair: conditional-mean merges (every atom's likelihood ratio is
     its grid value times ``1 +- rho``), untilted.
 
@@ -589,7 +605,9 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     from pld.kernels.allocation import merged_law
 
     g = np.arange(n + 1) * d
-    xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
+    xm, rho0, top, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
+    if info is not None:
+        info["top"] = float(top)  # (the merged cells cover (0, top]; what lies above is dropped)
     e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
     gx = (1.0 - rho0) * g * xm
     # (the products round by an ulp or two each)
@@ -597,7 +615,7 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
     first = _Level(xm, gx, e0, e0p, 1, 1, rho_s=rho0 * (1.0 + 1e-12))
-    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
+    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True, cap=cap), first, coarse_sd)
     assert lv.p is not None
     dev, edev = _dev(lv, d)
     p = lv.p - lv.ep
@@ -645,7 +663,7 @@ class _UpperRuns:
 
 
 def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
-                m: int | None = None, valley=None, fits=None) -> _UpperRuns:
+                m: int | None = None, valley=None, fits=None, cap: float = math.inf) -> _UpperRuns:
     """The ``m``-fold (default ``t``) sum of the upper side: an untilted run, then tilts.
 
     ``cut(theta)``: the coordinate cut of a tilt; ``coord_of(nb)``: the
@@ -670,7 +688,7 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             nb = min(base_cut, int(math.ceil(low_limit / d)) + 1)
         else:
             nb = base_cut if (fixed_cut is not None or theta == 0) else cut(theta)
-        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf)
+        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf, cap)
 
     thetas = [0.0]
     runs_up = [run_up(0.0)]
@@ -903,6 +921,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     w1 = window(a, 1, t)
+    if t >= 2 and w1 / (spacing * sd1) > _TILT_CELLS:
+        # one grid cannot hold both the bulk and the heavy tail of a coordinate:
+        # a light part on a linear grid, the heavy part on a geometric one
+        from pld._allocation_heavy import heavy_laws
+
+        return heavy_laws(sigma, t, spacing)
     d = max(spacing * sd1, w1 / MAX_CELLS)
     n = int(math.ceil(w1 / d))
     coarse = _COARSE_RATIO * spacing

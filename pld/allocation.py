@@ -26,11 +26,15 @@ rebuilds the composition with :meth:`RandomAllocation.refined` rounds (a
 first grid twice as fine, down to ``FINEST_SPACING``) and intersects the two
 certified brackets.
 
-Limits (each told by a warning, never silent): the window of one coordinate
-must reach its heavy log-normal tail (``exp(1/(2 s^2) + 7.7/s)``), so below
-``sigma ~ 0.7`` the first grid needs more than ``2^22`` cells, its spacing is
-raised and :class:`AllocationAccuracyWarning` says the bracket will be wide
-(below ``~0.55`` the round is refused).  The round-off of the ``t``-fold sum
+Small noise: the window of one coordinate must reach its heavy log-normal
+tail (``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid
+below ``sigma ~ 0.75``.  There the round is split by the number of heavy
+coordinates (:mod:`pld._allocation_heavy`): a light part on a linear grid, the
+heavy part of a coordinate on a geometric one, two or more heavy coordinates
+bounded stochastically (``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to
+``0.7`` bracketed to 0.5% or better).  A round of one step at ``sigma < 0.55``
+is refused (it is the Gaussian mechanism: use :class:`pld.Gaussian`).
+Limits (each told by a warning, never silent): the round-off of the ``t``-fold sum
 grows like ``t`` (Young's inequality); the upper side keeps it relative with
 exponentially tilted runs (first grids up to ``2^20`` cells), which resolve
 light tails to any ``delta`` (``sigma = 2``, ``t = 1e5``, ``delta = 1e-10``)
@@ -170,17 +174,22 @@ def _check_round(round_, what: str) -> None:
 def _check_tail(sigma: float, t: int, k: int) -> None:
     """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
     cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
-    after minutes): below about 0.55 at any number of steps."""
+    after minutes): below about 0.55, for rounds of one step only (two or
+    more put the heavy part of a coordinate on a geometric grid:
+    :mod:`pld._allocation_heavy`)."""
     from pld._allocation_sum import MAX_CELLS, window
 
     a = 1.0 / sigma
     steps = -(-t // k)  # the longest block
+    if steps >= 2:
+        return  # (a heavy tail is put on its own geometric grid: pld._allocation_heavy)
     cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
     if cells > MAX_CELLS:
         raise ValueError(
-            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation here, "
-            f"got {sigma:g}: the heavy log-normal tail of one step's likelihood ratio reaches "
-            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve")
+            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation with "
+            f"one step per round here, got {sigma:g}: the log-normal tail of its likelihood ratio reaches "
+            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve "
+            f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
 
 
 @dataclass(frozen=True)

@@ -188,9 +188,12 @@ def test_bad_input():
         RandomAllocation(g, 4, spacing=0.0)
     with pytest.raises(TypeError, match="steps"):
         RandomAllocation(g, 2.5)
-    # a tail no grid resolves is refused at once, not after minutes of [0, inf]
+    # one step at a small sigma (the Gaussian mechanism, whose tail no linear grid
+    # resolves) is refused at once, not after minutes of [0, inf]; two or more steps
+    # put the heavy tail on a geometric grid (tests/test_allocation_tails.py)
     with pytest.raises(ValueError, match="noise multiplier"):
-        RandomAllocation(pld.Gaussian(0.5), 100)
+        RandomAllocation(pld.Gaussian(0.5), 1)
+    RandomAllocation(pld.Gaussian(0.5), 100)
 
 
 def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int = 100_000,

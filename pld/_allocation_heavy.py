@@ -1,0 +1,419 @@
+"""One round of random allocation at a small noise multiplier: a light part on a linear grid,
+the heavy part of each coordinate on a geometric one.
+
+Setting (see :mod:`pld._allocation_sum`): ``Lambda = S/t``, ``S = sum_i Y_i``, the
+``Y_i`` iid under ``Q`` with ``log Y ~ N(-a^2/2, a^2)``, ``a = 1/sigma``; under the
+remove direction's ``P`` one coordinate (the marked one) has ``log Y ~ N(a^2/2, a^2)``.
+Below ``sigma ~ 0.7`` the tail of one coordinate that matters at ``delta = 1e-10``
+reaches ``e^{a^2/2 + 6.4 a}`` (``e^{15}`` at ``sigma = 0.5``, ``e^{27}`` at ``0.3``)
+while the bulk needs a spacing of a fraction of a standard deviation: no single
+linear grid holds both.  The round is split by ``N``, the number of heavy
+coordinates (``Y > B``), a function of the output, so the pair is the
+disjoint union of its restrictions to ``{N = 0}``, ``{N = 1}``, ``{N = j}`` and a
+sub-pair may be replaced by one that dominates it (upper side) or that it
+dominates (lower side).  ``B`` is where ``t Q(Y > B) = kappa`` (``1e-4``), on a light
+grid of at most ``2^20`` cells.
+
+Upper side (dominating):
+
+* ``{N <= 1}``: its Q-measure is ``R * L + t R * H`` (``L``, ``H``: one coordinate's
+  measure on ``[0, B]`` and ``(B, W]``; ``R = L^{*(t-1)}``).  ``L`` is spread onto the
+  linear grid and ``R`` is the tilted-run sum of :mod:`pld._allocation_sum` (light:
+  every level cut at three caps ``B`` beyond its bulk, the cut bounded); ``H`` is
+  spread onto a geometric grid ``B e^{i r}`` (mean-preserving on any grid) and
+  ``R + H`` is spread onto a geometric grid of ``S`` directly, point by point
+  (:func:`pld.kernels.allocation.sum_spread_geometric`).  All spreads: a pair
+  larger in the convex order of ``Lambda`` under ``Q``, i.e. dominating (Blackwell);
+  entrywise upper bounds on the Q-masses at fixed values keep it dominating.
+* ``{N = j}``, ``2 <= j <= J``, remove direction: here a stochastic bound on the
+  loss under ``P`` suffices (``E_P[(1 - c e^{-L})_+]`` is increasing in ``L``, and
+  convolution keeps stochastic order, so a sub-pair whose P-measure of the loss is
+  stochastically larger, with ``Q = P e^{-L}``, dominates in every composition).
+  ``P(N = j) <= p_h C(t-1, j-1) q_h^{j-1} + C(t-1, j) q_h^j`` (``q_h = Q(Y > B)``,
+  ``p_h = P(marked Y > B)``).  Given ``N = j``: the light coordinates are iid
+  ``L / |L|`` (the marked one, if light, is at most ``B``), so their sum is at most
+  ``B + s_R`` except with probability ``tau`` (Chernoff with the light sum's log-MGF
+  bound); each heavy coordinate is at most (stochastically) the size-biased heavy
+  law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically), and a
+  sum of ``j`` is at most ``j`` times their maximum, whose law is closed form.
+  So ``S <= B + s_R + j max`` in law, the maximum rounded up to the geometric grid.
+  ``{N > J}`` and the rest go to ``+inf``.
+* add direction, ``{N >= 2}``: ``S >= 2B`` there, so its Q-mass (at most
+  ``C(t, 2) q_h^2``) is put at ``Lambda = 2B/t`` (the add loss ``-log Lambda`` rounded up).
+* ``Y > W`` for some coordinate (``W``: the marked coordinate's ``1e-18`` quantile): ``+inf``.
+
+Lower side (dominated): reveal ``N`` and, on ``{N = 0}``, the conditional-mean merge
+chain of :func:`pld._allocation_sum._lower_merged` (cells up to ``top <= B``); on
+``{N = 1}``, only the geometric cell ``j`` of the heavy coordinate; drop ``{N >= 2}``.
+On ``{N = 1, j}`` the masses are closed form: ``Q = t F^{t-1} Q_j``, ``P = (t-1) F^{t-2}
+G Q_j + F^{t-1} M_j`` (``F = Q(Y <= top)``, ``G = E[Y; Y <= top]``, ``Q_j``, ``M_j`` the
+cell's mass and partial mean), bracketed for round-off; the light sum is merged
+to its mean there, which costs little where ``S`` is large (second order in its
+spread over ``S``).
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation"
+(2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from pld._allocation_sum import (
+    _COARSE_RATIO,
+    _U,
+    SideAtoms,
+    _conv,
+    _coordinate_upper,
+    _light,
+    _regrid_to,
+    _upper_runs,
+    _with_inf,
+)
+from pld.kernels import l1_l2_norms
+
+#: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
+KAPPA = 1e-4
+#: most cells of the light grid (tilted runs need at most ``_TILT_CELLS``)
+LIGHT_CELLS = 1 << 20
+#: relative spacing of the geometric grids (heavy coordinate, and ``S`` above ``B``)
+RATIO = 2e-3
+#: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
+J = 4
+#: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
+_TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
+#: the heavy grid reaches the marked coordinate's quantile of this tail
+_TOP_TAIL = 1e-18
+
+
+def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
+    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``)."""
+    a = 1.0 / sigma
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    d = spacing * sd1
+    z = float(-ndtri(KAPPA / t))
+    want = math.exp(-0.5 * a * a + a * z)
+    return d, int(min(LIGHT_CELLS, max(64, math.ceil(want / d))))
+
+
+def _fsum(x: np.ndarray) -> float:
+    return math.fsum(x.tolist()) * (1.0 + 1e-12)
+
+
+def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_remove: float,
+           inf_add: float) -> SideAtoms:
+    """Upper atoms: ``(values s, Q-masses)`` parts (``Lambda = s/t``; P = Lambda Q), extra
+    ``(loss, P-mass)`` atoms per direction, and the masses at ``+inf``."""
+    s = np.concatenate([p[0] for p in parts_q])
+    q = np.concatenate([p[1] for p in parts_q])
+    zero = float(np.sum(q[s <= 0]))  # (Lambda = 0: the add direction's +inf)
+    sel = (s > 0) & (q > 0)
+    lam = np.log(s[sel] / t)
+    lq = np.log(q[sel])
+    el, em = extra_remove
+    ok = em > 0
+    loss = np.concatenate((lam, el[ok]))
+    lp = np.concatenate((lq + lam, np.log(em[ok])))
+    remove = _with_inf(loss, lp, lp - loss, min(1.0, inf_remove))
+    el, em = extra_add
+    ok = em > 0
+    loss = np.concatenate((-lam, el[ok]))
+    lp = np.concatenate((lq, np.log(em[ok])))
+    add = _with_inf(loss, lp, lp - loss, min(1.0, inf_add + zero))
+    return SideAtoms(remove, add)
+
+
+def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
+    from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_spread_geometric
+
+    if t < 2:
+        raise ValueError("heavy_laws needs t >= 2")
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    d, n_l = light_cut(sigma, t, spacing)
+    big_b = n_l * d
+    coarse = _COARSE_RATIO * spacing
+    z_b = (math.log(big_b) - mu) / a
+    q_h = float(ndtr(-z_b)) * (1 + 1e-12)
+    p_h = float(ndtr(a - z_b)) * (1 + 1e-12)
+    lr = math.log1p(RATIO)
+    top = math.exp(-mu + a * float(-ndtri(_TOP_TAIL)))  # (the marked law's quantile: log-mean +a^2/2)
+    n_h = max(2, int(math.ceil(math.log(top / big_b) / lr)) + 1)
+    hv = big_b * np.exp(np.arange(n_h + 1) * lr)
+    w_top = float(hv[-1])
+    z_w = (math.log(w_top) - mu) / a
+    tail_q = float(ndtr(-z_w)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_w)) * (1 + 1e-12) + 1e-300
+
+    # ---------------------------------------------------------------- upper: R = L^{*(t-1)}
+    coord = _coordinate_upper(mu, a, d, n_l, t)
+    xs_l, (tot_q, tot_p, _, _), chern, lmgf = coord
+    coord = (xs_l, (tot_q, tot_p, 0.0, 0.0), chern, lmgf)  # (the part above B is H, counted below)
+    g_l = np.arange(n_l + 1) * d
+    with np.errstate(divide="ignore"):
+        lx_l = np.log(xs_l)
+    bulk = int(min(n_l, (10.0 * (1.0 + sd1)) / d))
+
+    def fits(theta: float, nb: int) -> bool:
+        # the tilted light law cut at nb stays a bulk (see pld._allocation_sum.sum_laws)
+        e = lx_l + theta * g_l
+        k0 = int(np.argmax(e[: bulk + 1]))
+        valley = k0 + int(np.argmin(e[k0:]))
+        return nb <= valley or float(e[min(nb, n_l)]) <= float(e[k0]) - 5.0
+
+    up = _upper_runs(a, d, n_l, t, coarse, lambda th: n_l, lambda k: coord if k == n_l else _light(coord, k),
+                     fixed_cut=n_l, m=t - 1, fits=fits, cap=big_b)
+    df = up.step * d
+    r = np.maximum(up.q_hi, 0.0)
+
+    # ---------------------------------------------------------------- upper: {N <= 1}
+    kern = _regrid_to(xs_l, d, df)
+    q_lin = np.convolve(r, kern) * (1.0 + 2.0 * (min(r.size, kern.size) + 4) * _U)
+    s_lin = np.arange(q_lin.size) * df
+    hq = spread_on(mu, a, hv)
+    # R coarsened (a spread) to a quarter of the output grid's spacing at the bulk of S
+    mult = max(1, int(RATIO * (big_b + 0.5 * (t - 1)) / (4.0 * df)))
+    r2 = _regrid_to(r, df, mult * df) if mult > 1 else r
+    dr = mult * df
+    n_out = int(math.ceil(math.log((r2.size * dr + w_top) / big_b) / lr)) + 3
+    g_out, q_geo, over = sum_spread_geometric(np.ascontiguousarray(r2), dr, hv, hq, big_b, lr, n_out)
+    q_geo = q_geo * (t * (1.0 + 2.0 * (r2.size * hv.size + 8) * _U))
+
+    l_tot, l_mean = _fsum(xs_l), _fsum(g_l * xs_l)
+    h_tot, h_mean = _fsum(hq), _fsum(hv * hq)
+    k_tot = l_tot + t * h_tot
+    k_mean = l_mean + t * h_mean
+    # R's cut parts times the last coordinate (P: the mean of S/t over them), and sums beyond the grid
+    inf_q = up.lost_q * k_tot + t * over * (1 + 1e-12)
+    inf_p = ((t - 1) * up.lost_p * k_tot + up.lost_q * k_mean) / t + over * t * (r2.size * dr + w_top) / t
+    # R's lumped round-off: a Q-mass dq at R-values in [vmin, vmax] (t - 1), with each part of
+    # the kernel; placed at the largest loss it can take (remove) and the smallest (add), but
+    # with the kernel's own law: the light part split at its 1 - 1e-6 quantile y1, the heavy
+    # part, summed over the blocks, on the heavy grid at the largest R-value of any block
+    y1 = int(np.searchsorted(np.cumsum(xs_l), (1.0 - 1e-6) * l_tot))
+    y1 = min(n_l, y1 + 1)
+    l_lo, lm_lo = _fsum(xs_l[:y1 + 1]), _fsum(g_l[:y1 + 1] * xs_l[:y1 + 1])
+    l_hi, lm_hi = _fsum(xs_l[y1 + 1:]), _fsum(g_l[y1 + 1:] * xs_l[y1 + 1:])
+    ex_r: list[tuple[float, float]] = []
+    ex_a: list[tuple[float, float]] = []
+    lump_q, lump_rmax = 0.0, 0.0
+    for vmin, vmax, dq, _ in up.lumps:
+        rmin, rmax = vmin * (t - 1), vmax * (t - 1)
+        ex_r.append((math.log(max(rmax + y1 * d, 1e-300) / t), dq * (rmax * l_lo + lm_lo) / t))
+        ex_r.append((math.log((rmax + big_b) / t), dq * (rmax * l_hi + lm_hi) / t))
+        if rmin > 0:
+            ex_a.append((-math.log(rmin / t), dq * l_tot))
+        else:
+            inf_q += dq * l_tot
+        ex_a.append((-math.log((rmin + big_b) / t), dq * t * h_tot))
+        lump_q += dq
+        lump_rmax = max(lump_rmax, rmax)
+    heavy_lumps = (np.zeros(0), np.zeros(0))
+    if lump_q > 0:
+        heavy_lumps = (np.log((lump_rmax + hv) / t), lump_q * hq * (lump_rmax + hv) * (1 + 1e-12))
+    # a coordinate beyond the heavy grid
+    inf_p += tail_p + (t - 1) * tail_q
+    inf_q += t * tail_q
+
+    # ---------------------------------------------------------------- upper: {N = j}, 2 <= j <= J
+    # the light sum's law, normalised by the all-light probability (>= 1 - (t-1) q_h), is
+    # bounded stochastically by Chernoff quantiles: P(sum > s_k) <= tau_k
+    pos = up.base_chern > 0
+    log_norm = math.log1p(-min(0.5, (t - 1) * q_h))
+    s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
+                     for tau in _TAUS])
+    w_up = -np.diff(np.concatenate(([1.0], np.array(_TAUS))))  # (mass between consecutive quantiles)
+    # tails of one heavy coordinate given Y > B: unmarked (the Q-law) and marked (size-biased)
+    z_hv = (np.log(hv) - mu) / a
+    tail_q_h = np.minimum(ndtr(-z_hv) / float(ndtr(-z_b)), 1.0)
+    tail_sb = np.minimum(ndtr(a - z_hv) / float(ndtr(a - z_b)), 1.0)
+    tail_q_h[0] = tail_sb[0] = 1.0
+    rem_loss, rem_mass = [], []
+    for j in range(2, J + 1):
+        # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
+        # ones; the marked one is then a light coordinate, at most B)
+        cases = ((p_h * math.comb(t - 1, j - 1) * q_h ** (j - 1), 0.0, 1, j - 1),
+                 (math.comb(t - 1, j) * q_h ** j, big_b, 0, j))
+        for m_j, shift, n_sb, n_q in cases:
+            m_j *= 1 + 1e-12
+            if m_j <= 0.0:
+                continue
+            with np.errstate(divide="ignore"):
+                # P(max > x) for n_sb size-biased and n_q unmarked heavy coordinates
+                log_below = n_q * np.log1p(-tail_q_h)
+                if n_sb:
+                    log_below = log_below + n_sb * np.log1p(-tail_sb)
+                u_j = -np.expm1(log_below)
+            u_j[0] = 1.0
+            cell = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
+            for s_k, w_k in zip(s_up, w_up):
+                rem_loss.append(np.log((shift + s_k + j * hv[1:]) / t))
+                rem_mass.append(m_j * w_k * cell * (1 + 1e-12))
+            inf_p += m_j * (float(u_j[-1]) + _TAUS[-1]) * (1 + 1e-12)
+    inf_p += (p_h * math.comb(t - 1, J) * q_h ** J + math.comb(t - 1, J + 1) * q_h ** (J + 1)) * (1 + 1e-12)
+    # add direction, {N >= 2}: S >= N B + (the other t - N light ones), at least B more than a
+    # sum of t - 1 light ones (add N - 1 light draws, each <= B); that sum is at least s_lo
+    # but with probability tau (Chernoff, negative parameters)
+    neg = up.base_chern < 0
+    s_lo = max(0.0, float(np.max((up.base_lmgf[neg] - math.log(_TAUS[-1]) - log_norm) / up.base_chern[neg])))
+    n2_q = math.comb(t, 2) * q_h * q_h * (1 + 1e-12)
+    ex_a.append((-math.log((s_lo + big_b) / t), n2_q))
+    ex_a.append((-math.log(2.0 * big_b / t), n2_q * _TAUS[-1]))
+
+    er = np.array([x for x, _ in ex_r]), np.array([m for _, m in ex_r])
+    extra_remove = (np.concatenate([er[0], heavy_lumps[0]] + rem_loss),
+                    np.concatenate([er[1], heavy_lumps[1]] + rem_mass))
+    ea = np.array([x for x, _ in ex_a]), np.array([m for _, m in ex_a])
+    upper = _atoms([(s_lin, q_lin), (g_out, q_geo)], t, extra_remove, ea, inf_p, inf_q)
+
+    # ---------------------------------------------------------------- lower
+    low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
+    lo_edges = top0 * np.exp(np.arange(int(math.ceil(math.log(w_top / top0) / lr)) + 2) * lr)
+    cq, ceq, cp, cep = cells_on(mu, a, lo_edges)
+    # {N = 1}: reveal the light rest's label k (well-resolved ones only: the others are
+    # dropped) and the heavy cell j, then only a geometric group of k step d + (cell j's left
+    # edge): Q(k, j) = t R_q(k) Q_j, P(k, j) = R_q(k) M_j + (t - 1) R_p(k) Q_j
+    rq, rp, req, rep_, _, rstep = rest
+    good = (rq > 100.0 * req) & (rp > 100.0 * rep_)
+    rv = np.nonzero(good)[0] * (rstep * d)
+    n_grp = int(math.ceil(math.log((rv[-1] if rv.size else 0.0) / top0 + w_top / top0 + 1.0) / lr)) + 3
+    sums = group_pairs(rq[good] - req, rq[good] + req, rp[good] - rep_, rp[good] + rep_, rv,
+                       np.maximum(cq - ceq, 0.0), cq + ceq, np.maximum(cp - cep, 0.0), cp + cep,
+                       lo_edges[:-1], top0, lr, n_grp)
+    npairs = float(rv.size * cq.size)
+    lo_f, hi_f = 1.0 - 4.0 * (npairs + 4) * _U, 1.0 + 4.0 * (npairs + 4) * _U
+    a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi = (x * (lo_f if i % 2 == 0 else hi_f) for i, x in enumerate(sums))
+    q1_lo, q1_hi = t * a_lo * lo_f, t * a_hi * hi_f
+    p1_lo = (b1_lo + (t - 1) * b2_lo) * lo_f
+    p1_hi = (b1_hi + (t - 1) * b2_hi) * hi_f
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (p1_lo > 0) & (q1_lo > 0)
+        lp, lq = np.log(p1_lo[ok]), np.log(q1_hi[ok])
+        rem = (np.concatenate((low0.remove[0], lp - lq)), np.concatenate((low0.remove[1], lp)),
+               np.concatenate((low0.remove[2], lq)))
+        lp, lq = np.log(q1_lo[ok]), np.log(p1_hi[ok])
+        add = (np.concatenate((low0.add[0], lp - lq)), np.concatenate((low0.add[1], lp)),
+               np.concatenate((low0.add[2], lq)))
+    lower = SideAtoms(rem, add)
+
+    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
+            "light_cut": big_b, "heavy_points": int(hv.size), "ratio": RATIO,
+            "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
+            "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
+            "lower_cells": rows,
+            "lower_mass": float(np.sum(np.exp(rem[1]))), "roundoff_upper": up.roundoff,
+            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": min(1.0, inf_q)}
+    return upper, lower, info
+
+
+def _pair_up(x: np.ndarray) -> np.ndarray:
+    """Labels ``2j`` and ``2j + 1`` merged into ``j`` (a deterministic post-processing)."""
+    if x.size % 2:
+        x = np.append(x, 0.0)
+    return x[0::2] + x[1::2]
+
+
+def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
+                  cap: float) -> tuple[SideAtoms, float, int, tuple]:
+    """The dominated pair of ``{N = 0}``: a statistic of the outputs built from cell labels.
+
+    Each coordinate gets the label ``c`` of its cell ``((c - 1/2) d, (c + 1/2) d]``
+    (``Y`` above ``top = (n + 1/2) d`` is heavy: that output is not in ``{N = 0}``);
+    labels are added along a binary tree (the same for every run), a partial sum
+    being halved (``floor(c / 2)``) while its cell stays below ``coarse_sd``
+    standard deviations of the sum, as the upper side's levels are.  Any
+    function of the outputs is a post-processing, so the pair of laws of the
+    final label is dominated by the true pair restricted to ``{N = 0}``; under
+    ``P`` the marked coordinate is in either half of a sum in proportion to its
+    size (``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b``), the first level's P-law
+    being the partial means ``E[Y; cell]``.  Unlike a conditional-mean merge this
+    needs no grid point inside each cell (at small ``sigma`` most of a coordinate
+    lies in the first cell), and each atom's likelihood ratio is its own ``P/Q``:
+    the remove direction takes ``(p - E_p, q + E_q)``, the add direction ``(q - E_q,
+    p + E_p)`` (smaller P-masses and larger Q-masses: dominated); what the
+    round-off swamps is dropped, and so is what a level's window cuts.
+    Returns the atoms, ``top``, the final number of labels and the level of
+    the first ``t - 1`` coordinates ``(q, p, E_q, E_p, t - 1, step)`` (the light
+    rest of ``{N = 1}``).
+    """
+    from pld.kernels.allocation import centred_cells
+
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)
+    # (the partial means are rounded down by their error: a P-law below the true one is still
+    # the law of a sub-statistic only if Q keeps its own; both carry l2 error bounds instead)
+    lv = (q1, p1, float(np.sqrt(np.sum(eq1 ** 2))), float(np.sqrt(np.sum(ep1 ** 2))), 1, 1)
+
+    def keep(m: int, step: int) -> int:
+        z = float(-ndtri(1e-14 * m / t))
+        bulk = m + z * math.sqrt(m * sd1 * sd1)
+        return int(min(bulk + 3.0 * cap, m * cap) / (step * d)) + 2
+
+    def fit(x):
+        q, p, eq, ep, m, step = x
+        while 2 * step * d <= coarse_sd * sd1 * math.sqrt(m) and q.size > 64:
+            q, p = _pair_up(q), _pair_up(p)
+            eq = math.sqrt(2.0) * eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+            ep = math.sqrt(2.0) * ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+            step *= 2
+        return q, p, eq, ep, m, step
+
+    def to_step(x, step):
+        q, p, eq, ep, m, s0 = x
+        while s0 < step:
+            q, p = _pair_up(q), _pair_up(p)
+            eq = math.sqrt(2.0) * eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+            ep = math.sqrt(2.0) * ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+            s0 *= 2
+        return q, p, eq, ep, m, s0
+
+    def combine(x, y):
+        qa, pa, eqa, epa, ma, step = x
+        qb, pb, eqb, epb, mb, _ = y
+        m = ma + mb
+        q, eq = _conv(qa, eqa, qb, eqb)
+        p1_, e1 = _conv(pa, epa, qb, eqb)
+        if x is y:
+            p, ep = p1_, e1
+        else:
+            p2_, e2 = _conv(qa, eqa, pb, epb)
+            p = (ma / m) * p1_ + (mb / m) * p2_
+            ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+        k = keep(m, step)
+        return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
+
+    result = None
+    cur = lv
+    k = t - 1
+    while True:
+        if k & 1:
+            if result is None:
+                result = cur
+            else:
+                r_ = to_step(result, cur[5])
+                c_ = to_step(cur, r_[5])
+                result = combine(r_, c_)
+        k >>= 1
+        if not k:
+            break
+        cur = combine(cur, cur)
+    assert result is not None
+    rest = result
+    # {N = 0}: the t - 1 light ones and one more (the sum of all t labels, halved as the rest was)
+    q, p, eq, ep, _, _ = combine(rest, to_step(lv, rest[5]))
+    p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
+    q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
+    with np.errstate(divide="ignore"):
+        sel = p_lo > 0
+        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
+        remove = (lp - lq, lp, lq)
+        sel = q_lo > 0
+        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
+        add = (lp - lq, lp, lq)
+    return SideAtoms(remove, add), (n + 0.5) * d, int(q.size), rest
