@@ -79,6 +79,8 @@ from pld.kernels import l1_l2_norms
 KAPPA = 1e-4
 #: most cells of the light grid (tilted runs need at most ``_TILT_CELLS``)
 LIGHT_CELLS = 1 << 20
+#: fewest cells of the light grid (its spacing is made finer than ``spacing`` to get them)
+MIN_LIGHT_CELLS = 1 << 12
 #: relative spacing of the geometric grids (heavy coordinate, and ``S`` above ``B``)
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
@@ -90,12 +92,17 @@ _TOP_TAIL = 1e-18
 
 
 def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
-    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``)."""
+    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``): ``spacing`` standard
+    deviations of one coordinate, or finer where that gives fewer than ``MIN_LIGHT_CELLS``."""
     a = 1.0 / sigma
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     d = spacing * sd1
     z = float(-ndtri(KAPPA / t))
     want = math.exp(-0.5 * a * a + a * z)
+    if want / d < MIN_LIGHT_CELLS:
+        # (few steps: the cut is low, and a finer grid resolves the bulk of a coordinate,
+        # which the add direction of a short round needs, for next to nothing)
+        d = want / MIN_LIGHT_CELLS
     return d, int(min(LIGHT_CELLS, max(64, math.ceil(want / d))))
 
 
@@ -104,9 +111,10 @@ def _fsum(x: np.ndarray) -> float:
 
 
 def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_remove: float,
-           inf_add: float) -> SideAtoms:
+           inf_add: float) -> tuple[SideAtoms, float]:
     """Upper atoms: ``(values s, Q-masses)`` parts (``Lambda = s/t``; P = Lambda Q), extra
-    ``(loss, P-mass)`` atoms per direction, and the masses at ``+inf``."""
+    ``(loss, P-mass)`` atoms per direction, and the masses at ``+inf``; and the Q-mass at
+    ``Lambda = 0`` (an add loss of ``+inf``)."""
     s = np.concatenate([p[0] for p in parts_q])
     q = np.concatenate([p[1] for p in parts_q])
     zero = float(np.sum(q[s <= 0]))  # (Lambda = 0: the add direction's +inf)
@@ -123,7 +131,7 @@ def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_rem
     loss = np.concatenate((-lam, el[ok]))
     lp = np.concatenate((lq, np.log(em[ok])))
     add = _with_inf(loss, lp, lp - loss, min(1.0, inf_add + zero))
-    return SideAtoms(remove, add)
+    return SideAtoms(remove, add), zero
 
 
 def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
@@ -160,11 +168,15 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     bulk = int(min(n_l, (10.0 * (1.0 + sd1)) / d))
 
     def fits(theta: float, nb: int) -> bool:
-        # the tilted light law cut at nb stays a bulk (see pld._allocation_sum.sum_laws)
-        e = lx_l + theta * g_l
+        # the tilted light law cut at nb stays a bulk: its mass past the valley (where it
+        # climbs back towards B) at most e^-5 of the mass before it
+        e = lx_l[: nb + 1] + theta * g_l[: nb + 1]
         k0 = int(np.argmax(e[: bulk + 1]))
         valley = k0 + int(np.argmin(e[k0:]))
-        return nb <= valley or float(e[min(nb, n_l)]) <= float(e[k0]) - 5.0
+        if valley >= e.size - 1:
+            return True
+        with np.errstate(divide="ignore"):
+            return float(np.logaddexp.reduce(e[valley:])) <= float(np.logaddexp.reduce(e[:valley])) - 5.0
 
     up = _upper_runs(a, d, n_l, t, coarse, lambda th: n_l, lambda k: coord if k == n_l else _light(coord, k),
                      fixed_cut=n_l, m=t - 1, fits=fits, cap=big_b)
@@ -269,7 +281,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     extra_remove = (np.concatenate([er[0], heavy_lumps[0]] + rem_loss),
                     np.concatenate([er[1], heavy_lumps[1]] + rem_mass))
     ea = np.array([x for x, _ in ex_a]), np.array([m for _, m in ex_a])
-    upper = _atoms([(s_lin, q_lin), (g_out, q_geo)], t, extra_remove, ea, inf_p, inf_q)
+    upper, zero = _atoms([(s_lin, q_lin), (g_out, q_geo)], t, extra_remove, ea, inf_p, inf_q)
 
     # ---------------------------------------------------------------- lower
     low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
@@ -308,7 +320,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
             "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
             "lower_cells": rows,
             "lower_mass": float(np.sum(np.exp(rem[1]))), "roundoff_upper": up.roundoff,
-            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": min(1.0, inf_q)}
+            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": min(1.0, inf_q + zero)}
     return upper, lower, info
 
 

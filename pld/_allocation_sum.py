@@ -500,6 +500,11 @@ def _bracket(run: _Run, lv: _Level, x: np.ndarray, e: float) -> tuple[np.ndarray
         w = np.exp(lw)
         lo = np.where(x > e, (x - e) * w, 0.0) * (1.0 - 1e-12)
         hi = (np.maximum(x, 0.0) + e) * w * (1.0 + 1e-12)
+    # an untilting factor that overflows (a tilt whose tilted law is dominated by a
+    # tail, its entries far below its total) tells nothing: [0, inf], never nan
+    # (a nan would win the runs' entrywise minimum)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isnan(hi), np.inf, hi)
     return lo, hi
 
 

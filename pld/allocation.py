@@ -308,6 +308,11 @@ class RandomAllocation(Mechanism):
         info = self.grid_info() if self.participations == 1 else None
         if info is not None and 2 * info["first_cells"] > _REFINE_CELLS:
             return None  # (a heavy tail's grid: twice the cells would cost minutes)
+        if info is not None and info.get("heavy"):
+            # (the light/heavy split: what is left of its gap is the light sum's upper
+            # tail, lumped where no tilt resolves it, and the multi-jump bounds, neither
+            # of which a finer first grid narrows)
+            return None
         return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
 
     def grid_info(self) -> dict:
@@ -321,6 +326,17 @@ class RandomAllocation(Mechanism):
         # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
         # below the standard deviation the heavy tail makes
         median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info.get("heavy"):
+            # the light/heavy split (pld._allocation_heavy): the bulk of the sum is resolved
+            # whatever the median; a short round's add direction is not, and says so by
+            # its mass at Lambda = 0 (every coordinate spread to 0)
+            if info["inf_mass_upper_add"] > 1e-6 or info["lower_mass"] < 0.999:
+                return (f"at sigma = {self.noise_multiplier:g} the light grid of one coordinate (spacing "
+                        f"{info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) leaves the add direction "
+                        f"a mass of {info['inf_mass_upper_add']:.2g} at +inf (every coordinate in its first cell); "
+                        f"the dominated pair keeps {info['lower_mass']:.3g} of the mass; the bracket stays certified "
+                        f"but may be wide")
+            return None
         if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
             return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
                     f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "

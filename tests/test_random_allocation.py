@@ -28,6 +28,7 @@ from scipy.stats import norm
 import pld
 from pld.allocation import AllocationAccuracyWarning, RandomAllocation
 
+
 def _alloc(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
     return RandomAllocation(pld.Gaussian(sigma), t, spacing=spacing)
 
@@ -85,19 +86,29 @@ def _t2_delta(sigma: float, eps: float, direction: str) -> float:
 
 
 def _mc_delta(sigma: float, t: int, eps: float, direction: str, rounds: int = 1, n: int = 400_000,
-              seed: int = 0) -> tuple[float, float]:
-    """(estimate, standard error) of delta by sampling the loss under P."""
+              seed: int = 0, shift: float = 0.0) -> tuple[float, float]:
+    """(estimate, standard error) of delta by sampling the loss under P.
+
+    ``shift`` (remove direction, one round): importance sampling for a small
+    delta, the marked coordinate's standard normal drawn from ``N(shift, 1)``
+    and each sample weighted by ``phi(z) / phi(z - shift) = e^{-shift z + shift^2/2}``.
+    """
     rng = np.random.default_rng(seed)
     a = 1.0 / sigma
     total = np.zeros(n)
+    weight = np.ones(n)
     for _ in range(rounds):
         z = rng.standard_normal((n, t))
+        if shift:
+            assert direction == "remove" and rounds == 1
+            z[:, 0] += shift
+            weight = np.exp(-shift * z[:, 0] + shift * shift / 2)
         logy = -a * a / 2 + a * z
         if direction == "remove":  # under P one coordinate (the first, by symmetry) is shifted by a^2
             logy[:, 0] += a * a
         lam = np.exp(np.logaddexp.reduce(logy, axis=1) - math.log(t))
         total += np.log(lam) if direction == "remove" else -np.log(lam)
-    f = np.maximum(1.0 - np.exp(eps - total), 0.0)
+    f = np.maximum(1.0 - np.exp(eps - total), 0.0) * weight
     return float(f.mean()), float(f.std() / math.sqrt(n))
 
 
