@@ -90,8 +90,13 @@ def _mc_delta(sigma: float, t: int, eps: float, direction: str, rounds: int = 1,
     """(estimate, standard error) of delta by sampling the loss under P.
 
     ``shift`` (remove direction, one round): importance sampling for a small
-    delta, the marked coordinate's standard normal drawn from ``N(shift, 1)``
-    and each sample weighted by ``phi(z) / phi(z - shift) = e^{-shift z + shift^2/2}``.
+    delta, where one large coordinate decides.  The proposal is a mixture: with
+    probability 1/2 the marked coordinate's standard normal is drawn from
+    ``N(shift, 1)``, else one unmarked coordinate, chosen uniformly, from
+    ``N(shift + a, 1)`` (the same size of ``Y``); each sample is weighted by the
+    target density over the mixture's, ``1 / (r_0/2 + mean_i r_i/2)`` with
+    ``r_i = e^{s_i z_i - s_i^2/2}`` (a defensive mixture: both ways to a large
+    likelihood ratio are sampled).
     """
     rng = np.random.default_rng(seed)
     a = 1.0 / sigma
@@ -101,8 +106,17 @@ def _mc_delta(sigma: float, t: int, eps: float, direction: str, rounds: int = 1,
         z = rng.standard_normal((n, t))
         if shift:
             assert direction == "remove" and rounds == 1
-            z[:, 0] += shift
-            weight = np.exp(-shift * z[:, 0] + shift * shift / 2)
+            su = shift + a
+            first = rng.random(n) < 0.5 if t > 1 else np.ones(n, bool)
+            z[first, 0] += shift
+            if t > 1:
+                pick = rng.integers(1, t, size=n)
+                rows = np.nonzero(~first)[0]
+                z[rows, pick[rows]] += su
+                ratio_u = np.mean(np.exp(su * z[:, 1:] - su * su / 2), axis=1)
+                weight = 1.0 / (0.5 * np.exp(shift * z[:, 0] - shift * shift / 2) + 0.5 * ratio_u)
+            else:
+                weight = np.exp(-shift * z[:, 0] + shift * shift / 2)
         logy = -a * a / 2 + a * z
         if direction == "remove":  # under P one coordinate (the first, by symmetry) is shifted by a^2
             logy[:, 0] += a * a
