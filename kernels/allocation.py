@@ -348,17 +348,16 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
         mj = hm[j]
         if mj == 0.0:
             continue
+        # (s grows with k: the cell holding it is found by stepping on from the last one)
+        i = int(math.floor(math.log(max(hj, g0) / g0) / log_ratio))
+        i = min(max(i, 0), n_out - 1)
+        while i > 0 and g[i] > hj:
+            i -= 1
         for k in range(r.size):
             w = r[k] * mj
             if w == 0.0:
                 continue
             s = k * dr + hj
-            i = int(math.floor(math.log(s / g0) / log_ratio))
-            if i < 0:
-                i = 0
-            # (the log may land one cell off: step to the cell holding s)
-            while i > 0 and g[i] > s:
-                i -= 1
             while i < n_out - 1 and g[i + 1] < s:
                 i += 1
             if i >= n_out - 1:
@@ -392,13 +391,15 @@ def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, 
     b2_lo = np.zeros(n_out)
     b2_hi = np.zeros(n_out)
     for k in range(rv.size):
+        # (s grows with j: the group is found by stepping on from the last one; any
+        # deterministic grouping is valid, this one is s's geometric cell)
+        i = 0
+        nxt = g0 * math.exp(log_ratio)
         for j in range(hv.size):
             s = rv[k] + hv[j]
-            i = int(math.floor(math.log(s / g0) / log_ratio))
-            if i < 0:
-                i = 0
-            if i > n_out - 1:
-                i = n_out - 1
+            while i < n_out - 1 and s >= nxt:
+                i += 1
+                nxt = g0 * math.exp((i + 1) * log_ratio)
             a_lo[i] += max(rq_lo[k], 0.0) * hq_lo[j]
             a_hi[i] += rq_hi[k] * hq_hi[j]
             b1_lo[i] += max(rq_lo[k], 0.0) * hp_lo[j]

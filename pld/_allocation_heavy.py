@@ -134,6 +134,60 @@ def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_rem
     return SideAtoms(remove, add), zero
 
 
+def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
+    """The light sum's lumps, its upper tail replaced by Chernoff's bound where that is smaller.
+
+    ``r`` (entrywise bounds or estimates on ``k df``) and ``up.lumps`` (round-off
+    masses of blocks of entries, ``(vmin, vmax, dq, dp)``, values over ``m``)
+    bound the light sum's measure; where the untilted round-off is lumped far in
+    its upper tail, ``Q(R >= x) <= e^{L(theta) - theta x}`` (``L`` the log-MGF bound
+    of the uncut sum, ``theta > 0``) can be far smaller.  From the first block
+    edge ``x*`` where the bound is below what the entries and lumps above it
+    hold, the entries above ``x*`` are set to zero in place and the lumps above
+    it dropped; the tail measure on ``[x*, top]`` is bounded stochastically by
+    lumps at the block edges ``x_i`` with masses ``T_i - T_{i+1}`` (``T_i`` the bound
+    at ``x_i``, non-increasing; the last takes what is left), each over
+    ``[x_i, x_{i+1}]`` as a round-off lump is: every tail function of the true
+    measure is then below theirs.  What lies beyond the window is the cut part,
+    accounted at ``+inf`` already.  Returns the new list of lumps.
+    """
+    lumps = sorted(up.lumps, key=lambda x: x[0])
+    pos = up.base_chern > 0
+    if not lumps or not np.any(pos):
+        return lumps
+    s = np.arange(r.size) * df
+
+    def bound(x: float) -> float:
+        return min(1.0, math.exp(min(float(np.min(up.base_lmgf[pos] - up.base_chern[pos] * x)), 0.0)))
+
+    above = np.cumsum(r[::-1])[::-1]  # (the entries from k on)
+    held = 0.0
+    cut = None
+    for i in range(len(lumps) - 1, -1, -1):
+        held += lumps[i][2]
+        x = lumps[i][0] * m
+        k = int(math.ceil(x / df - 1e-9))
+        if k < r.size and bound(x) < held + float(above[k]):
+            cut = i
+    if cut is None:
+        return lumps
+    x_star = lumps[cut][0] * m
+    k = int(math.ceil(x_star / df - 1e-9))
+    top = s[-1]
+    if k >= r.size or x_star >= top:
+        return lumps
+    r[k:] = 0.0
+    kept = [lump for lump in lumps if lump[0] * m < x_star]
+    edges = [x_star] + [lump[0] * m for lump in lumps[cut + 1:] if x_star < lump[0] * m < top] + [top]
+    tails = [bound(x) for x in edges[:-1]]
+    tails = list(np.minimum.accumulate(np.array(tails)))
+    for i in range(len(tails)):
+        mass = tails[i] - (tails[i + 1] if i + 1 < len(tails) else 0.0)
+        if mass > 0:
+            kept.append((edges[i] / m, edges[i + 1] / m, mass * (1 + 1e-12), 0.0))
+    return kept
+
+
 def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
     """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
     from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_spread_geometric
@@ -182,6 +236,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                      fixed_cut=n_l, m=t - 1, fits=fits, cap=big_b)
     df = up.step * d
     r = np.maximum(up.q_hi, 0.0)
+    lumps = _chernoff_tail(r, up, df, t - 1)
 
     # ---------------------------------------------------------------- upper: {N <= 1}
     kern = _regrid_to(xs_l, d, df)
@@ -214,7 +269,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     ex_r: list[tuple[float, float]] = []
     ex_a: list[tuple[float, float]] = []
     lump_q, lump_rmax = 0.0, 0.0
-    for vmin, vmax, dq, _ in up.lumps:
+    for vmin, vmax, dq, _ in lumps:
         rmin, rmax = vmin * (t - 1), vmax * (t - 1)
         ex_r.append((math.log(max(rmax + y1 * d, 1e-300) / t), dq * (rmax * l_lo + lm_lo) / t))
         ex_r.append((math.log((rmax + big_b) / t), dq * (rmax * l_hi + lm_hi) / t))
