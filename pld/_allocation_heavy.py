@@ -85,6 +85,8 @@ MIN_LIGHT_CELLS = 1 << 12
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
 J = 4
+#: the dominated side's tilts: multiples of this many standard deviations of the sum
+_LOW_TILT = 2.5
 #: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
 _TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 #: the heavy grid reaches the marked coordinate's quantile of this tail
@@ -342,14 +344,14 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
     lo_edges = top0 * np.exp(np.arange(int(math.ceil(math.log(w_top / top0) / lr)) + 2) * lr)
     cq, ceq, cp, cep = cells_on(mu, a, lo_edges)
-    # {N = 1}: reveal the light rest's label k (well-resolved ones only: the others are
+    # {N = 1}: reveal the light rest's label k (those resolved to 1%: the others are
     # dropped) and the heavy cell j, then only a geometric group of k step d + (cell j's left
     # edge): Q(k, j) = t R_q(k) Q_j, P(k, j) = R_q(k) M_j + (t - 1) R_p(k) Q_j
-    rq, rp, req, rep_, _, rstep = rest
-    good = (rq > 100.0 * req) & (rp > 100.0 * rep_)
+    rq_lo, rq_hi, rp_lo, rp_hi, rstep = rest
+    good = (rq_lo > 0.99 * rq_hi) & (rp_lo > 0.99 * rp_hi)
     rv = np.nonzero(good)[0] * (rstep * d)
     n_grp = int(math.ceil(math.log((rv[-1] if rv.size else 0.0) / top0 + w_top / top0 + 1.0) / lr)) + 3
-    sums = group_pairs(rq[good] - req, rq[good] + req, rp[good] - rep_, rp[good] + rep_, rv,
+    sums = group_pairs(rq_lo[good], rq_hi[good], rp_lo[good], rp_hi[good], rv,
                        np.maximum(cq - ceq, 0.0), cq + ceq, np.maximum(cp - cep, 0.0), cp + cep,
                        lo_edges[:-1], top0, lr, n_grp)
     npairs = float(rv.size * cq.size)
@@ -379,13 +381,6 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     return upper, lower, info
 
 
-def _pair_up(x: np.ndarray) -> np.ndarray:
-    """Labels ``2j`` and ``2j + 1`` merged into ``j`` (a deterministic post-processing)."""
-    if x.size % 2:
-        x = np.append(x, 0.0)
-    return x[0::2] + x[1::2]
-
-
 def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
                   cap: float) -> tuple[SideAtoms, float, int, tuple]:
     """The dominated pair of ``{N = 0}``: a statistic of the outputs built from cell labels.
@@ -401,86 +396,144 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
     size (``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b``), the first level's P-law
     being the partial means ``E[Y; cell]``.  Unlike a conditional-mean merge this
     needs no grid point inside each cell (at small ``sigma`` most of a coordinate
-    lies in the first cell), and each atom's likelihood ratio is its own ``P/Q``:
-    the remove direction takes ``(p - E_p, q + E_q)``, the add direction ``(q - E_q,
-    p + E_p)`` (smaller P-masses and larger Q-masses: dominated); what the
-    round-off swamps is dropped, and so is what a level's window cuts.
-    Returns the atoms, ``top``, the final number of labels and the level of
-    the first ``t - 1`` coordinates ``(q, p, E_q, E_p, t - 1, step)`` (the light
-    rest of ``{N = 1}``).
+    lies in the first cell), and each atom's likelihood ratio is its own ``P/Q``.
+
+    Round-off: the chain is run on exponentially tilted laws too (labels
+    weighted by ``e^{theta c d}``, normalised; tilting commutes with the sums, and
+    the halving becomes another fixed linear map), so an entry far in a tail
+    is known relative to the tilted mass near it; each entry takes the
+    tightest of the runs' brackets (all bound the same exact laws).  The remove
+    direction takes ``(P_lo, Q_hi)``, the add direction ``(Q_lo, P_hi)`` (smaller
+    P-masses and larger Q-masses: dominated); what no run resolves is dropped,
+    and so is what a level's window cuts.
+
+    Returns the atoms, ``top``, the final number of labels and brackets on the
+    level of the first ``t - 1`` coordinates, ``(Q_lo, Q_hi, P_lo, P_hi, step)``
+    (the light rest of ``{N = 1}``).
     """
     from pld.kernels.allocation import centred_cells
 
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)
-    # (the partial means are rounded down by their error: a P-law below the true one is still
-    # the law of a sub-statistic only if Q keeps its own; both carry l2 error bounds instead)
-    lv = (q1, p1, float(np.sqrt(np.sum(eq1 ** 2))), float(np.sqrt(np.sum(ep1 ** 2))), 1, 1)
+    g = np.arange(n + 1) * d
+    with np.errstate(divide="ignore"):
+        lq1 = np.log(q1)
+    peak = int(np.argmax(q1[: max(2, int(min(n, 10.0 * (1.0 + sd1) / d))) + 1]))
+
+    def fits(theta: float) -> bool:
+        # the tilted light law stays a bulk (its mass past the valley at most e^-5 of the rest)
+        e = lq1 + theta * g
+        if theta <= 0:
+            return True
+        valley = peak + int(np.argmin(e[peak:]))
+        if valley >= e.size - 1:
+            return True
+        with np.errstate(divide="ignore"):
+            return float(np.logaddexp.reduce(e[valley:])) <= float(np.logaddexp.reduce(e[:valley])) - 5.0
 
     def keep(m: int, step: int) -> int:
         z = float(-ndtri(1e-14 * m / t))
         bulk = m + z * math.sqrt(m * sd1 * sd1)
         return int(min(bulk + 3.0 * cap, m * cap) / (step * d)) + 2
 
-    def fit(x):
-        q, p, eq, ep, m, step = x
-        while 2 * step * d <= coarse_sd * sd1 * math.sqrt(m) and q.size > 64:
-            q, p = _pair_up(q), _pair_up(p)
-            eq = math.sqrt(2.0) * eq + 2.0 * _U * float(l1_l2_norms(q)[1])
-            ep = math.sqrt(2.0) * ep + 2.0 * _U * float(l1_l2_norms(p)[1])
-            step *= 2
-        return q, p, eq, ep, m, step
+    def run(theta: float):
+        with np.errstate(divide="ignore"):
+            lw = theta * g
+            c0 = float(np.logaddexp.reduce(lq1 + lw))
+        w = np.exp(lw - c0)
+        rel = 4.0 * _U * (2.0 + np.abs(lw) + abs(c0))
+        q0, p0 = q1 * w, p1 * w
+        # (each tilted entry: the cell's bound times its weight, and the weight's rounding)
+        e_q = float(np.sqrt(np.sum((eq1 * w + rel * q0) ** 2))) * (1 + 1e-12)
+        e_p = float(np.sqrt(np.sum((ep1 * w + rel * p0) ** 2))) * (1 + 1e-12)
 
-    def to_step(x, step):
-        q, p, eq, ep, m, s0 = x
-        while s0 < step:
-            q, p = _pair_up(q), _pair_up(p)
-            eq = math.sqrt(2.0) * eq + 2.0 * _U * float(l1_l2_norms(q)[1])
-            ep = math.sqrt(2.0) * ep + 2.0 * _U * float(l1_l2_norms(p)[1])
-            s0 *= 2
-        return q, p, eq, ep, m, s0
+        def halve(x, step):
+            q, p, eq, ep, m, s0 = x
+            f = math.exp(-theta * s0 * d)  # (label 2j + 1 joins 2j: its tilt is one old cell higher)
+            norm = math.sqrt(2.0) * max(1.0, f) * (1 + 1e-12)
+            qq = np.append(q, 0.0) if q.size % 2 else q
+            pp = np.append(p, 0.0) if p.size % 2 else p
+            q2, p2 = qq[0::2] + f * qq[1::2], pp[0::2] + f * pp[1::2]
+            eq = norm * eq + 4.0 * _U * float(l1_l2_norms(q2)[1])
+            ep = norm * ep + 4.0 * _U * float(l1_l2_norms(p2)[1])
+            return q2, p2, eq, ep, m, 2 * s0
 
-    def combine(x, y):
-        qa, pa, eqa, epa, ma, step = x
-        qb, pb, eqb, epb, mb, _ = y
-        m = ma + mb
-        q, eq = _conv(qa, eqa, qb, eqb)
-        p1_, e1 = _conv(pa, epa, qb, eqb)
-        if x is y:
-            p, ep = p1_, e1
-        else:
-            p2_, e2 = _conv(qa, eqa, pb, epb)
-            p = (ma / m) * p1_ + (mb / m) * p2_
-            ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
-        k = keep(m, step)
-        return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
+        def fit(x):
+            while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[0].size > 64:
+                x = halve(x, x[5])
+            return x
 
-    result = None
-    cur = lv
-    k = t - 1
-    while True:
-        if k & 1:
-            if result is None:
-                result = cur
+        def to_step(x, step):
+            while x[5] < step:
+                x = halve(x, x[5])
+            return x
+
+        def combine(x, y):
+            qa, pa, eqa, epa, ma, step = x
+            qb, pb, eqb, epb, mb, _ = y
+            m = ma + mb
+            q, eq = _conv(qa, eqa, qb, eqb)
+            pa_, e1 = _conv(pa, epa, qb, eqb)
+            if x is y:
+                p, ep = pa_, e1
             else:
-                r_ = to_step(result, cur[5])
-                c_ = to_step(cur, r_[5])
-                result = combine(r_, c_)
-        k >>= 1
-        if not k:
-            break
-        cur = combine(cur, cur)
-    assert result is not None
-    rest = result
-    # {N = 0}: the t - 1 light ones and one more (the sum of all t labels, halved as the rest was)
-    q, p, eq, ep, _, _ = combine(rest, to_step(lv, rest[5]))
-    p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
-    q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
+                pb_, e2 = _conv(qa, eqa, pb, epb)
+                p = (ma / m) * pa_ + (mb / m) * pb_
+                ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+            k = keep(m, step)
+            return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
+
+        first = (q0, p0, e_q, e_p, 1, 1)
+        result = None
+        cur = first
+        k = t - 1
+        while True:
+            if k & 1:
+                if result is None:
+                    result = cur
+                else:
+                    r_ = to_step(result, cur[5])
+                    result = combine(r_, to_step(cur, r_[5]))
+            k >>= 1
+            if not k:
+                break
+            cur = combine(cur, cur)
+        assert result is not None
+        return c0, result, combine(result, to_step(first, result[5]))
+
+    def brackets(c0: float, theta: float, x) -> tuple:
+        q, p, eq, ep, m, step = x
+        lw = m * c0 - theta * (np.arange(q.size) * (step * d))
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(lw)
+            out = []
+            for y, e in ((q, eq), (p, ep)):
+                lo = np.where(y > e, (y - e) * w, 0.0) * (1.0 - 1e-12)
+                hi = (np.maximum(y, 0.0) + e) * w * (1.0 + 1e-12)
+                out += [np.where(np.isfinite(lo), lo, 0.0), np.where(np.isnan(hi), np.inf, hi)]
+        return tuple(out)
+
+    sd_sum = sd1 * math.sqrt(t)
+    thetas = [0.0] + [th for th in (k * _LOW_TILT / sd_sum for k in (1, 2, 3, -1)) if fits(th)]
+    rest_b: list = []
+    full_b: list = []
+    step = 1
+    for th in thetas:
+        c0, rest, full = run(th)
+        rest_b.append(brackets(c0, th, rest))
+        full_b.append(brackets(c0, th, full))
+        step = rest[5]
+
+    def best(bs: list) -> tuple:
+        return (np.max([b[0] for b in bs], axis=0), np.min([b[1] for b in bs], axis=0),
+                np.max([b[2] for b in bs], axis=0), np.min([b[3] for b in bs], axis=0))
+
+    q_lo, q_hi, p_lo, p_hi = best(full_b)
     with np.errstate(divide="ignore"):
-        sel = p_lo > 0
+        sel = (p_lo > 0) & np.isfinite(q_hi)
         lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
         remove = (lp - lq, lp, lq)
-        sel = q_lo > 0
+        sel = (q_lo > 0) & np.isfinite(p_hi)
         lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
         add = (lp - lq, lp, lq)
-    return SideAtoms(remove, add), (n + 0.5) * d, int(q.size), rest
+    return SideAtoms(remove, add), (n + 0.5) * d, int(q_lo.size), best(rest_b) + (step,)
