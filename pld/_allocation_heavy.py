@@ -85,6 +85,8 @@ MIN_LIGHT_CELLS = 1 << 12
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
 J = 4
+#: groups of the lumps' heavy parts
+_LUMP_GROUPS = 8
 #: the dominated side's tilts: multiples of this many standard deviations of the sum
 _LOW_TILT = 2.5
 #: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
@@ -144,14 +146,14 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
     bound the light sum's measure; where the untilted round-off is lumped far in
     its upper tail, ``Q(R >= x) <= e^{L(theta) - theta x}`` (``L`` the log-MGF bound
     of the uncut sum, ``theta > 0``) can be far smaller.  From the first block
-    edge ``x*`` where the bound is below what the entries and lumps above it
-    hold, the entries above ``x*`` are set to zero in place and the lumps above
-    it dropped; the tail measure on ``[x*, top]`` is bounded stochastically by
-    lumps at the block edges ``x_i`` with masses ``T_i - T_{i+1}`` (``T_i`` the bound
-    at ``x_i``, non-increasing; the last takes what is left), each over
-    ``[x_i, x_{i+1}]`` as a round-off lump is: every tail function of the true
-    measure is then below theirs.  What lies beyond the window is the cut part,
-    accounted at ``+inf`` already.  Returns the new list of lumps.
+    edge ``x*`` where the bound is below the lumps above it, the entries above
+    ``x*`` are set to zero in place and the lumps above it dropped; the tail
+    measure on ``[x*, top]`` is bounded stochastically by lumps at the block
+    edges ``x_i`` with masses ``T_i - T_{i+1}`` (``T_i`` the bound at ``x_i``, made
+    non-increasing; the last takes what is left), each over ``[x_i, x_{i+1}]``
+    as a round-off lump is: every tail function of the true measure is then
+    below theirs.  What lies beyond the window is the cut part, accounted at
+    ``+inf`` already.  Returns the new list of lumps.
     """
     lumps = sorted(up.lumps, key=lambda x: x[0])
     pos = up.base_chern > 0
@@ -162,14 +164,15 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
     def bound(x: float) -> float:
         return min(1.0, math.exp(min(float(np.min(up.base_lmgf[pos] - up.base_chern[pos] * x)), 0.0)))
 
-    above = np.cumsum(r[::-1])[::-1]  # (the entries from k on)
     held = 0.0
     cut = None
     for i in range(len(lumps) - 1, -1, -1):
         held += lumps[i][2]
         x = lumps[i][0] * m
         k = int(math.ceil(x / df - 1e-9))
-        if k < r.size and bound(x) < held + float(above[k]):
+        # (only where the bound is below the round-off alone: the entries' own estimates,
+        # placed where they are, are tighter than a tail bound placed at block edges)
+        if k < r.size and bound(x) < held:
             cut = i
     if cut is None:
         return lumps
@@ -263,14 +266,14 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     # R's lumped round-off: a Q-mass dq at R-values in [vmin, vmax] (t - 1), with each part of
     # the kernel; placed at the largest loss it can take (remove) and the smallest (add), but
     # with the kernel's own law: the light part split at its 1 - 1e-6 quantile y1, the heavy
-    # part, summed over the blocks, on the heavy grid at the largest R-value of any block
+    # part on the heavy grid (grouped lumps)
     y1 = int(np.searchsorted(np.cumsum(xs_l), (1.0 - 1e-6) * l_tot))
     y1 = min(n_l, y1 + 1)
     l_lo, lm_lo = _fsum(xs_l[:y1 + 1]), _fsum(g_l[:y1 + 1] * xs_l[:y1 + 1])
     l_hi, lm_hi = _fsum(xs_l[y1 + 1:]), _fsum(g_l[y1 + 1:] * xs_l[y1 + 1:])
     ex_r: list[tuple[float, float]] = []
     ex_a: list[tuple[float, float]] = []
-    lump_q, lump_rmax = 0.0, 0.0
+    heavy_groups: list[list[float]] = []  # ([Q-mass, largest R-value]) of consecutive lumps
     for vmin, vmax, dq, _ in lumps:
         rmin, rmax = vmin * (t - 1), vmax * (t - 1)
         ex_r.append((math.log(max(rmax + y1 * d, 1e-300) / t), dq * (rmax * l_lo + lm_lo) / t))
@@ -280,11 +283,17 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
         else:
             inf_q += dq * l_tot
         ex_a.append((-math.log((rmin + big_b) / t), dq * t * h_tot))
-        lump_q += dq
-        lump_rmax = max(lump_rmax, rmax)
-    heavy_lumps = (np.zeros(0), np.zeros(0))
-    if lump_q > 0:
-        heavy_lumps = (np.log((lump_rmax + hv) / t), lump_q * hq * (lump_rmax + hv) * (1 + 1e-12))
+        heavy_groups.append([dq, rmax])
+    # the heavy part of the lumps, in at most _LUMP_GROUPS groups of consecutive lumps, each
+    # on the heavy grid at its largest R-value
+    heavy_groups.sort(key=lambda x: x[1])
+    hl_loss, hl_mass = [np.zeros(0)], [np.zeros(0)]
+    for grp in np.array_split(np.array(heavy_groups).reshape(-1, 2), _LUMP_GROUPS):
+        if grp.size and float(np.sum(grp[:, 0])) > 0:
+            gq, gmax = math.fsum(grp[:, 0].tolist()) * (1 + 1e-12), float(np.max(grp[:, 1]))
+            hl_loss.append(np.log((gmax + hv) / t))
+            hl_mass.append(gq * hq * (gmax + hv) * (1 + 1e-12))
+    heavy_lumps = (np.concatenate(hl_loss), np.concatenate(hl_mass))
     # a coordinate beyond the heavy grid
     inf_p += tail_p + (t - 1) * tail_q
     inf_q += t * tail_q
