@@ -42,14 +42,21 @@ Upper side (dominating):
   ``C(t, 2) q_h^2``) is put at ``Lambda = 2B/t`` (the add loss ``-log Lambda`` rounded up).
 * ``Y > W`` for some coordinate (``W``: the marked coordinate's ``1e-18`` quantile): ``+inf``.
 
-Lower side (dominated): reveal ``N`` and, on ``{N = 0}``, the conditional-mean merge
-chain of :func:`pld._allocation_sum._lower_merged` (cells up to ``top <= B``); on
-``{N = 1}``, only the geometric cell ``j`` of the heavy coordinate; drop ``{N >= 2}``.
-On ``{N = 1, j}`` the masses are closed form: ``Q = t F^{t-1} Q_j``, ``P = (t-1) F^{t-2}
-G Q_j + F^{t-1} M_j`` (``F = Q(Y <= top)``, ``G = E[Y; Y <= top]``, ``Q_j``, ``M_j`` the
-cell's mass and partial mean), bracketed for round-off; the light sum is merged
-to its mean there, which costs little where ``S`` is large (second order in its
-spread over ``S``).
+The light sum's far upper tail: where its untilted round-off is lumped and
+Chernoff's bound (with the carried log-MGF bounds) is smaller, the tail is
+replaced by that bound, placed stochastically (:func:`_chernoff_tail`).
+
+Lower side (dominated): reveal ``N`` and, on ``{N = 0}``, the sum of the cell
+labels of the light coordinates (:func:`_lower_labels`, on tilted chains too);
+on ``{N = 1}``, a geometric group of the light rest's label plus the heavy
+coordinate's geometric cell (``Q(k, j) = t R_q(k) Q_j``, ``P(k, j) = R_q(k) M_j +
+(t - 1) R_p(k) Q_j``, ``Q_j``, ``M_j`` the cell's mass and partial mean, all
+bracketed for round-off); drop ``{N >= 2}``.  Any function of the outputs is a
+post-processing, and each atom's likelihood ratio is its own ``P/Q``.
+
+Checked against Monte Carlo (importance sampling of one large coordinate),
+``t = 2`` quadrature and the true ``k``-of-``t`` pair in
+``tests/test_allocation_tails.py``.
 
 References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 (2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
@@ -85,6 +92,9 @@ MIN_LIGHT_CELLS = 1 << 12
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
 J = 4
+#: the dominated side's levels reach this many light caps beyond their bulk (what lies
+#: beyond needs several light coordinates near the cap; a dominated pair may drop it)
+_LOW_CAPS = 2.0
 #: groups of the lumps' heavy parts
 _LUMP_GROUPS = 8
 #: the dominated side's tilts: multiples of this many standard deviations of the sum
@@ -443,7 +453,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
     def keep(m: int, step: int) -> int:
         z = float(-ndtri(1e-14 * m / t))
         bulk = m + z * math.sqrt(m * sd1 * sd1)
-        return int(min(bulk + 3.0 * cap, m * cap) / (step * d)) + 2
+        return int(min(bulk + _LOW_CAPS * cap, m * cap) / (step * d)) + 2
 
     def run(theta: float):
         with np.errstate(divide="ignore"):

@@ -913,6 +913,11 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
     lower, info)``.
 
+    Where the first window would need more than ``_TILT_CELLS`` cells (below
+    ``sigma ~ 0.75``; ``t >= 2``) the round is handed to
+    :func:`pld._allocation_heavy.heavy_laws` (a light part on a linear grid,
+    the heavy part of a coordinate on a geometric one).
+
     Upper side: runs with different tilts may cut the coordinates at
     different points, i.e. bound different truncated objects; an entry's
     shortfall against the untruncated one is part of its run's cut mass, so

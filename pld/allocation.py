@@ -242,9 +242,10 @@ class RandomAllocation(Mechanism):
         ``k``, the steps each record takes part in (1 .. steps).
     spacing : float, optional
         Spacing of the first grid in standard deviations of one log-normal
-        coordinate (accuracy against time; default 0.02).  It is raised, with
-        an :class:`AllocationAccuracyWarning`, where the heavy tail of a small
-        ``sigma`` would need more than ``2^22`` cells.
+        coordinate (accuracy against time; default 0.02).  Where the heavy
+        tail of a small ``sigma`` would need more than ``2^20`` cells, the first
+        grid holds only the light part of a coordinate and the heavy part is on
+        a geometric grid (:mod:`pld._allocation_heavy`).
 
     Raises
     ------
@@ -252,12 +253,14 @@ class RandomAllocation(Mechanism):
         ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
     ValueError
         ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
-        ``spacing`` outside [1e-4, 1].
+        ``spacing`` outside [1e-4, 1]; one step per round at ``sigma`` below
+        about 0.55 (the Gaussian mechanism itself: use :class:`pld.Gaussian`).
 
     Warns
     -----
     AllocationAccuracyWarning
-        When the heavy tail of a small ``sigma`` forces a coarse grid.
+        When the heavy tail of a small ``sigma`` forces a coarse grid, or
+        (light/heavy split, few steps) the add direction keeps mass at ``+inf``.
 
     Examples
     --------
@@ -428,9 +431,16 @@ class RandomAllocation(Mechanism):
         out: dict = {"steps": self.steps, "participations": self.participations,
                      "noise_multiplier": self.noise_multiplier}
         if self.participations == 1:
-            out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
-            out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
             out["grid"] = self.grid_info()
+            if out["grid"].get("heavy"):
+                out["upper"] = ("exact pair split by the number N of heavy coordinates (Y > B): N <= 1 by "
+                                "mean-preserving spreads (light part on a linear grid, heavy part on a geometric "
+                                "one), N = 2..4 by a stochastic bound on the loss, the rest at +inf (dominating)")
+                out["lower"] = ("exact pair: N and the label sum of the light coordinates, for N = 1 with the heavy "
+                                "one's geometric cell (post-processing, dominated)")
+            else:
+                out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
+                out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
         else:
             out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
                             + " (joint convexity of the hockey-stick divergence)")

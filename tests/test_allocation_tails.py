@@ -280,3 +280,17 @@ def test_small_sigma_between_block_statistic_and_no_amplification():
         one = RandomAllocation(pld.Gaussian(sigma), 1000).pld().epsilon_bounds(1e-6, rtol=1e-2)
     gauss = pld.Gaussian(sigma).pld().epsilon_bounds(1e-6)
     assert 0.0 < one[0] <= one[1] < gauss[0]
+
+
+def test_small_sigma_composed_rounds_against_monte_carlo():
+    """Three epochs at sigma 0.5 (the engine composes the split's atoms): the bracket of
+    the worse direction holds the Monte Carlo delta and is tight."""
+    sigma, t = 0.5, 20
+    d = RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(3)
+    for eps in (1.0, 3.0):
+        lo, hi = d.delta_bounds(eps)
+        est = [_other_tests()._mc_delta(sigma, t, eps, direction, rounds=3, n=100_000, seed=4)
+               for direction in ("remove", "add")]
+        worst = max(est, key=lambda e: e[0])
+        assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
+        assert hi - lo <= 2e-3 * hi
