@@ -748,6 +748,10 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
                     heavy_cut = valley(th)  # a heavy tail from the bulk on: tilt a light part only
                 break  # no bulk left to tilt
             new = run_up(th)
+            if new[1][1].step != step:
+                # (the re-grid schedule stops at 64 entries: a lower-tail run on a short
+                # window can end on another spacing, and its entries would not line up)
+                break
             before = lost(runs_up)
             after = lost(runs_up + [new])
             if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):

@@ -294,3 +294,13 @@ def test_small_sigma_composed_rounds_against_monte_carlo():
         worst = max(est, key=lambda e: e[0])
         assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
         assert hi - lo <= 2e-3 * hi
+
+
+def test_small_sigma_coarse_grid_and_calibration_point():
+    """A point the balls-in-bins calibration visits (its coarse 0.08 sd grid): a lower-tail
+    tilted run ending on another spacing is not used (it failed an assertion)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        lo, hi = RandomAllocation(pld.Gaussian(0.437850876246116), 100, spacing=0.08).pld().epsilon_bounds(
+            1e-5, rtol=1e-2)
+    assert 0.0 < lo <= hi < math.inf
