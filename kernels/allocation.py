@@ -407,3 +407,31 @@ def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, 
             b2_lo[i] += max(rp_lo[k], 0.0) * hq_lo[j]
             b2_hi[i] += rp_hi[k] * hq_hi[j]
     return a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi
+
+
+@njit(cache=True)
+def sum_round_up(ca, cb, hv, g):
+    """The law of ``A + B`` (independent; ``A`` in cell ``(hv_i, hv_{i+1}]`` with mass ``ca[i]``,
+    ``B`` likewise with ``cb``), each cell's value rounded up to ``hv_{i+1}`` and each sum
+    up to the first point of the increasing grid ``g`` at or above it: a law that is
+    stochastically larger.  Sums beyond ``g``'s last point go to ``over``.
+    Returns ``(mass on g, over)``; entries are sums of non-negative products (the caller
+    rounds them up by their number of terms)."""
+    out = np.zeros(g.size)
+    over = 0.0
+    for i in range(ca.size):
+        if ca[i] == 0.0:
+            continue
+        k = 0
+        for j in range(cb.size):
+            w = ca[i] * cb[j]
+            if w == 0.0:
+                continue
+            v = hv[i + 1] + hv[j + 1]
+            while k < g.size and g[k] < v:
+                k += 1
+            if k >= g.size:
+                over += w
+            else:
+                out[k] += w
+    return out, over

@@ -32,14 +32,20 @@ Upper side (dominating):
   ``P(N = j) <= p_h C(t-1, j-1) q_h^{j-1} + C(t-1, j) q_h^j`` (``q_h = Q(Y > B)``,
   ``p_h = P(marked Y > B)``).  Given ``N = j``: the light coordinates are iid
   ``L / |L|`` (the marked one, if light, is at most ``B``), so their sum is at most
-  ``B + s_R`` except with probability ``tau`` (Chernoff with the light sum's log-MGF
-  bound); each heavy coordinate is at most (stochastically) the size-biased heavy
-  law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically), and a
-  sum of ``j`` is at most ``j`` times their maximum, whose law is closed form.
-  So ``S <= B + s_R + j max`` in law, the maximum rounded up to the geometric grid.
+  ``B + s_k`` except with probability ``tau_k`` (Chernoff with the light sum's
+  log-MGF bound); each heavy coordinate is at most (stochastically) the size-biased
+  heavy law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically); two
+  are added on the geometric grid (each rounded up to its cell's top, the sum
+  up to the next grid point), a sum of ``j >= 3`` is at most ``j`` times their
+  maximum, whose law is closed form.  The light sum's law is bounded by a ladder
+  of its Chernoff quantiles ``s_k``, so ``S <= B + s_k + (heavy sum)`` in law (no
+  ``B`` when the marked coordinate is heavy, the unmarked heavy ones by their own law).
   ``{N > J}`` and the rest go to ``+inf``.
-* add direction, ``{N >= 2}``: ``S >= 2B`` there, so its Q-mass (at most
-  ``C(t, 2) q_h^2``) is put at ``Lambda = 2B/t`` (the add loss ``-log Lambda`` rounded up).
+* add direction, ``{N >= 2}``: ``S >= B + s_lo`` there but with probability
+  ``tau`` (``s_lo`` a lower Chernoff quantile of a sum of ``t - 1`` light ones; ``N``
+  heavy ones exceed ``N - 1`` added light ones by ``B`` at least), and ``S >= 2B``
+  always, so its Q-mass (at most ``C(t, 2) q_h^2``) is put at ``Lambda = (B +
+  s_lo)/t`` and ``tau`` of it at ``2B/t`` (the add loss ``-log Lambda`` rounded up).
 * ``Y > W`` for some coordinate (``W``: the marked coordinate's ``1e-18`` quantile): ``+inf``.
 
 The light sum's far upper tail: where its untilted round-off is lumped and
@@ -205,7 +211,7 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
 
 def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
     """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
-    from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_spread_geometric
+    from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
 
     if t < 2:
         raise ValueError("heavy_laws needs t >= 2")
@@ -338,11 +344,24 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                     log_below = log_below + n_sb * np.log1p(-tail_sb)
                 u_j = -np.expm1(log_below)
             u_j[0] = 1.0
-            cell = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
+            if j == 2:
+                # two heavy ones: their sum itself (each rounded up to its cell's top, the sum
+                # up to the next point of a geometric grid), not twice the larger
+                tail_a = tail_sb if n_sb else tail_q_h
+                cells = [np.maximum(x[:-1] - x[1:], 0.0) + 1e-13 * x[:-1] for x in (tail_a, tail_q_h)]
+                g2 = 2.0 * big_b * np.exp(np.arange(int(math.ceil(math.log(hv[-1] / big_b) / lr)) + 3) * lr)
+                two, over2 = sum_round_up(cells[0], cells[1], hv, g2)
+                two = two * (1.0 + 2.0 * (hv.size * hv.size + 4) * _U)
+                heavy_v, heavy_m = g2, two
+                beyond = float(tail_a[-1] + tail_q_h[-1]) + over2
+            else:
+                heavy_v = j * hv[1:]
+                heavy_m = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
+                beyond = float(u_j[-1])
             for s_k, w_k in zip(s_up, w_up):
-                rem_loss.append(np.log((shift + s_k + j * hv[1:]) / t))
-                rem_mass.append(m_j * w_k * cell * (1 + 1e-12))
-            inf_p += m_j * (float(u_j[-1]) + _TAUS[-1]) * (1 + 1e-12)
+                rem_loss.append(np.log((shift + s_k + heavy_v) / t))
+                rem_mass.append(m_j * w_k * heavy_m * (1 + 1e-12))
+            inf_p += m_j * (beyond + _TAUS[-1]) * (1 + 1e-12)
     inf_p += (p_h * math.comb(t - 1, J) * q_h ** J + math.comb(t - 1, J + 1) * q_h ** (J + 1)) * (1 + 1e-12)
     # add direction, {N >= 2}: S >= N B + (the other t - N light ones), at least B more than a
     # sum of t - 1 light ones (add N - 1 light draws, each <= B); that sum is at least s_lo
