@@ -315,10 +315,10 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     inf_q += t * tail_q
 
     # ---------------------------------------------------------------- upper: {N = j}, 2 <= j <= J
-    # the light sum's law, normalised by the all-light probability (>= 1 - (t-1) q_h), is
+    # the light sum's law, normalised by the all-light probability (1 - q_h)^(t-1), is
     # bounded stochastically by Chernoff quantiles: P(sum > s_k) <= tau_k
     pos = up.base_chern > 0
-    log_norm = math.log1p(-min(0.5, (t - 1) * q_h))
+    log_norm = (t - 1) * math.log1p(-min(q_h, 1.0 - 1e-16)) * (1 + 1e-12)  # (log Q(all t - 1 light), rounded down)
     s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
                      for tau in _TAUS])
     w_up = -np.diff(np.concatenate(([1.0], np.array(_TAUS))))  # (mass between consecutive quantiles)
