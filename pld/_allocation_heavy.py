@@ -98,6 +98,11 @@ MIN_LIGHT_CELLS = 1 << 12
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
 J = 4
+#: an add direction with more than this at ``+inf`` (few steps: whole rounds in the light
+#: grid's first cell) is taken from one Gaussian step instead (no amplification)
+GAUSSIAN_ADD_FLOOR = 1e-4
+#: the loss grid of that Gaussian pair
+_GAUSS_STEP = 1e-3
 #: the dominated side's levels reach this many light caps beyond their bulk (what lies
 #: beyond needs several light coordinates near the cap; a dominated pair may drop it)
 _LOW_CAPS = 2.0
@@ -207,6 +212,32 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
         if mass > 0:
             kept.append((edges[i] / m, edges[i + 1] / m, mass * (1 + 1e-12), 0.0))
     return kept
+
+
+def _gaussian_add_atoms(mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dominating pair of the add direction from one Gaussian step of ``mu = 1/sigma``.
+
+    The add pair is ``(Q, P)`` with ``P = (1/t) sum_i P_i``; the hockey-stick divergence
+    is jointly convex, so ``H_c(Q || P) <= (1/t) sum_i H_c(Q || P_i)``, and each
+    ``(Q, P_i)`` is the Gaussian mechanism's pair (swapped; it is symmetric): its
+    loss under the first law is ``N(mu^2/2, mu^2)``.  That law is rounded up to a
+    grid of ``_GAUSS_STEP`` (a stochastically larger loss, ``Q = P e^{-loss}``), its
+    tail beyond 12 standard deviations at ``+inf``, the part below moved up to the
+    first point.
+    """
+    lo, hi = mu * mu / 2 - 12.0 * mu, mu * mu / 2 + 12.0 * mu
+    edges = np.linspace(lo, hi, int(math.ceil((hi - lo) / _GAUSS_STEP)) + 1)
+    z = (edges - mu * mu / 2) / mu
+    cdf = ndtr(z)
+    sf = ndtr(-z)
+    # cell masses from whichever tail is small, each rounded up; the first cell takes all below
+    mass = np.where(z[1:] <= 0, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
+    mass = np.maximum(mass, 0.0) * (1 + 1e-12) + 1e-15 * np.maximum(np.minimum(cdf[1:], sf[:-1]), 0.0)
+    mass[0] += float(cdf[0]) * (1 + 1e-12)
+    loss = edges[1:]
+    ok = mass > 0
+    lp = np.log(mass[ok])
+    return _with_inf(loss[ok], lp, lp - loss[ok], float(sf[-1]) * (1 + 1e-12) + 1e-300)
 
 
 def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
@@ -377,6 +408,12 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                     np.concatenate([er[1], heavy_lumps[1]] + rem_mass))
     ea = np.array([x for x, _ in ex_a]), np.array([m for _, m in ex_a])
     upper, zero = _atoms([(s_lin, q_lin), (g_out, q_geo)], t, extra_remove, ea, inf_p, inf_q)
+    add_floor = min(1.0, inf_q + zero)
+    gaussian_add = add_floor > GAUSSIAN_ADD_FLOOR
+    if gaussian_add:
+        # few steps: the light grid sends whole rounds to Lambda = 0 (an add loss of +inf);
+        # the add direction is then taken from one Gaussian step instead, which dominates it
+        upper = SideAtoms(upper.remove, _gaussian_add_atoms(a))
 
     # ---------------------------------------------------------------- lower
     low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
@@ -415,7 +452,8 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
             "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
             "lower_cells": rows,
             "lower_mass": float(np.sum(np.exp(rem[1]))), "roundoff_upper": up.roundoff,
-            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": min(1.0, inf_q + zero)}
+            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": add_floor,
+            "gaussian_add": gaussian_add}
     return upper, lower, info
 
 

@@ -296,6 +296,22 @@ def test_small_sigma_composed_rounds_against_monte_carlo():
         assert hi - lo <= 2e-3 * hi
 
 
+def test_small_sigma_few_steps_add_direction_from_one_gaussian_step():
+    """sigma 0.3, 12 steps: the light grid puts whole rounds at Lambda = 0, so the add
+    direction's upper end is one Gaussian step's (joint convexity): finite, told by a
+    warning, and at least the Monte Carlo delta."""
+    mech = RandomAllocation(pld.Gaussian(0.3), 12)
+    assert mech.grid_info()["gaussian_add"]
+    for eps in (1.5, 10.0):
+        lo, hi = _round_hs(mech, "add", eps)
+        assert hi >= _gaussian_delta(1 / 0.3, eps) * (1 - 1e-9)
+        assert hi <= _gaussian_delta(1 / 0.3, eps - 2e-3) * (1 + 1e-9)
+    with pytest.warns(AllocationAccuracyWarning, match="one Gaussian step"):
+        lo, hi = mech.pld().epsilon_bounds(1e-6, rtol=1e-2)
+    gauss = pld.Gaussian(0.3).pld().epsilon_bounds(1e-6)
+    assert 0.0 < lo <= hi <= gauss[1] + 1e-2
+
+
 def test_small_sigma_coarse_grid_and_calibration_point():
     """A point the balls-in-bins calibration visits (its coarse 0.08 sd grid): a lower-tail
     tilted run ending on another spacing is not used (it failed an assertion)."""
