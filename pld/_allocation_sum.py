@@ -594,8 +594,8 @@ def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost
     return SideAtoms(remove, add)
 
 
-def _lower_merged(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
-                  cap: float = math.inf, info: dict | None = None) -> tuple[SideAtoms, float, float]:
+def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
+                  coarse_sd: float) -> tuple[SideAtoms, float, float]:
     """The dominated pair: conditional-mean merges (every atom's likelihood ratio is
     its grid value times ``1 +- rho``), untilted.
 
@@ -610,9 +610,7 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
     from pld.kernels.allocation import merged_law
 
     g = np.arange(n + 1) * d
-    xm, rho0, top, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
-    if info is not None:
-        info["top"] = float(top)  # (the merged cells cover (0, top]; what lies above is dropped)
+    xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
     e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
     gx = (1.0 - rho0) * g * xm
     # (the products round by an ulp or two each)
@@ -620,7 +618,7 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
     first = _Level(xm, gx, e0, e0p, 1, 1, rho_s=rho0 * (1.0 + 1e-12))
-    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True, cap=cap), first, coarse_sd)
+    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
     assert lv.p is not None
     dev, edev = _dev(lv, d)
     p = lv.p - lv.ep
