@@ -275,3 +275,163 @@ def centred_cells(m, a, d, n):
         ep[k] = e2
         ya = yb
     return q, p, eq, ep
+
+
+@njit(cache=True)
+def spread_on(m, a, g):
+    """Mean-preserving spread of ``Y`` restricted to ``[g_0, g_n]`` onto the points ``g`` (any
+    increasing grid, e.g. geometric), rounded up as in :func:`spread_law`.
+
+    The cell ``[g_k, g_{k+1}]`` of mass ``Q`` and partial mean ``M`` sends
+    ``(M - g_k Q)/(g_{k+1} - g_k)`` to ``g_{k+1}`` and the rest to ``g_k``.
+    """
+    n = g.size - 1
+    mass = np.zeros(n + 1)
+    for k in range(n):
+        ya = g[k]
+        yb = g[k + 1]
+        w = yb - ya
+        qm, eq, gm, eg = _cell(ya, yb, m, a)
+        up = (gm - ya * qm) / w
+        e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / w + 2.0 * _U * abs(up)
+        up = min(max(up, 0.0), qm)
+        low = max(qm - up, 0.0)
+        mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
+        mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
+    return mass
+
+
+@njit(cache=True)
+def cells_on(m, a, g):
+    """Q-mass and partial mean of each cell ``(g_k, g_{k+1}]`` of ``Y``, with rounding bounds:
+    ``(q, eq, p, ep)``, ``p_k = E[Y; cell k]``."""
+    n = g.size - 1
+    q = np.zeros(n)
+    p = np.zeros(n)
+    eq = np.zeros(n)
+    ep = np.zeros(n)
+    for k in range(n):
+        qm, e1, gm, e2 = _cell(g[k], g[k + 1], m, a)
+        q[k] = qm
+        p[k] = gm
+        eq[k] = e1
+        ep[k] = e2
+    return q, eq, p, ep
+
+
+@njit(cache=True)
+def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
+    """The law of ``R + H`` (``R`` on ``k dr`` with masses ``r``, ``H`` on the points ``hv``
+    with masses ``hm``, independent) spread onto the geometric grid ``g_i = g0 e^{i log_ratio}``,
+    ``i = 0..n_out-1``.  Returns ``(g, mass, over)``.
+
+    Each sum ``s = k dr + hv_j`` sends ``(s - g_i)/(g_{i+1} - g_i)`` of its mass
+    to ``g_{i+1}`` and the rest to ``g_i`` (a mean-preserving spread: every
+    point of the product law is spread on its own).  Every share is rounded
+    up by ``slack`` (relative to the product): the computed fraction is within
+    a few ulps of ``s`` over the spacing, ``~u / (e^{log_ratio} - 1)``, so each
+    share is at least the exact spread's.  The grid ``g`` returned is the one
+    the fractions were computed on.  Callers pass ``hv >= g0``; the mass of
+    sums beyond the last point is ``over``.  Additions: ``mass`` entries are
+    sums of at most ``r.size * hv.size`` positive terms (the caller rounds
+    them up by that many ulps).
+    """
+    g = np.empty(n_out)
+    for i in range(n_out):
+        g[i] = g0 * math.exp(i * log_ratio)
+    out = np.zeros(n_out)
+    over = 0.0
+    ratio = math.exp(log_ratio)
+    slack = 32.0 * _U / (ratio - 1.0) + 8.0 * _U
+    for j in range(hv.size):
+        hj = hv[j]
+        mj = hm[j]
+        if mj == 0.0:
+            continue
+        # (s grows with k: the cell holding it is found by stepping on from the last one)
+        i = int(math.floor(math.log(max(hj, g0) / g0) / log_ratio))
+        i = min(max(i, 0), n_out - 1)
+        while i > 0 and g[i] > hj:
+            i -= 1
+        for k in range(r.size):
+            w = r[k] * mj
+            if w == 0.0:
+                continue
+            s = k * dr + hj
+            while i < n_out - 1 and g[i + 1] < s:
+                i += 1
+            if i >= n_out - 1:
+                over += w
+                continue
+            f = (s - g[i]) / (g[i + 1] - g[i])
+            if f < 0.0:
+                f = 0.0
+            elif f > 1.0:
+                f = 1.0
+            out[i] += w * (1.0 - f + slack)
+            out[i + 1] += w * (f + slack)
+    return g, out, over
+
+
+@njit(cache=True)
+def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, g0, log_ratio, n_out):
+    """Products of two independent laws' masses, summed by a geometric group of ``rv_k + hv_j``.
+
+    Group ``i`` holds the pairs with ``g0 e^{i log_ratio} <= rv_k + hv_j`` below the next
+    point (a deterministic grouping: revealing only the group is a post-processing).
+    Returns the sums ``(sum rq hq, sum rp hq``... in the order ``(A_lo, A_hi, B1_lo,
+    B1_hi, B2_lo, B2_hi)`` with ``A = sum rq hq``, ``B1 = sum rq hp``, ``B2 = sum rp hq``,
+    each from the lower or upper bounds of its factors (non-negative terms: the
+    caller rounds the sums outward by the number of terms).
+    """
+    a_lo = np.zeros(n_out)
+    a_hi = np.zeros(n_out)
+    b1_lo = np.zeros(n_out)
+    b1_hi = np.zeros(n_out)
+    b2_lo = np.zeros(n_out)
+    b2_hi = np.zeros(n_out)
+    for k in range(rv.size):
+        # (s grows with j: the group is found by stepping on from the last one; any
+        # deterministic grouping is valid, this one is s's geometric cell)
+        i = 0
+        nxt = g0 * math.exp(log_ratio)
+        for j in range(hv.size):
+            s = rv[k] + hv[j]
+            while i < n_out - 1 and s >= nxt:
+                i += 1
+                nxt = g0 * math.exp((i + 1) * log_ratio)
+            a_lo[i] += max(rq_lo[k], 0.0) * hq_lo[j]
+            a_hi[i] += rq_hi[k] * hq_hi[j]
+            b1_lo[i] += max(rq_lo[k], 0.0) * hp_lo[j]
+            b1_hi[i] += rq_hi[k] * hp_hi[j]
+            b2_lo[i] += max(rp_lo[k], 0.0) * hq_lo[j]
+            b2_hi[i] += rp_hi[k] * hq_hi[j]
+    return a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi
+
+
+@njit(cache=True)
+def sum_round_up(ca, cb, hv, g):
+    """The law of ``A + B`` (independent; ``A`` in cell ``(hv_i, hv_{i+1}]`` with mass ``ca[i]``,
+    ``B`` likewise with ``cb``), each cell's value rounded up to ``hv_{i+1}`` and each sum
+    up to the first point of the increasing grid ``g`` at or above it: a law that is
+    stochastically larger.  Sums beyond ``g``'s last point go to ``over``.
+    Returns ``(mass on g, over)``; entries are sums of non-negative products (the caller
+    rounds them up by their number of terms)."""
+    out = np.zeros(g.size)
+    over = 0.0
+    for i in range(ca.size):
+        if ca[i] == 0.0:
+            continue
+        k = 0
+        for j in range(cb.size):
+            w = ca[i] * cb[j]
+            if w == 0.0:
+                continue
+            v = hv[i + 1] + hv[j + 1]
+            while k < g.size and g[k] < v:
+                k += 1
+            if k >= g.size:
+                over += w
+            else:
+                out[k] += w
+    return out, over

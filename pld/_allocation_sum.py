@@ -111,6 +111,16 @@ _MAX_TILTS = 4
 _TILT_STRIDE = 2.5
 
 
+#: a light part's level reaches this many coordinates' caps beyond its bulk
+_CAP_JUMPS = 5.0
+
+
+def _bulk(a: float, m: int, t: int) -> float:
+    """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
+    z_m = float(-ndtri(_TAIL * m / t))
+    return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
+
+
 def window(a: float, m: int, t: int | None = None) -> float:
     """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
     its bulk and the tail of one large ``Y`` (sizing only).  The round has
@@ -187,6 +197,9 @@ class _Run:
     #: coordinates are non-negative, what is cut lands above it, so the
     #: entries below it are exact and nothing cut needs accounting)
     limit: float = math.inf
+    #: every coordinate is at most this (a light part: :mod:`pld._allocation_heavy`); a
+    #: level of ``m`` is then cut at ``min(m cap, bulk + _CAP_JUMPS cap)`` (sizing only)
+    cap: float = math.inf
 
     def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
         """log of the untilting factor of entries ``k`` of a level."""
@@ -395,7 +408,10 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
         return lv
 
     def keep(m: int, step: int) -> int:
-        return int(min(window(a, m, t), run.limit) / (step * d)) + 2
+        w = window(a, m, t)
+        if run.cap < math.inf:
+            w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
+        return int(min(w, run.limit) / (step * d)) + 2
 
     result = None
     cur = x
@@ -465,11 +481,11 @@ def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndar
 
 
 def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float,
-               limit: float = math.inf) -> tuple[_Run, _Level]:
+               limit: float = math.inf, cap: float = math.inf) -> tuple[_Run, _Level]:
     xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
     g = np.arange(xs.size) * d
     y, c0, rel = _tilted(xs, g, theta)
-    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap)
     e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
     py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
     ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
@@ -484,6 +500,11 @@ def _bracket(run: _Run, lv: _Level, x: np.ndarray, e: float) -> tuple[np.ndarray
         w = np.exp(lw)
         lo = np.where(x > e, (x - e) * w, 0.0) * (1.0 - 1e-12)
         hi = (np.maximum(x, 0.0) + e) * w * (1.0 + 1e-12)
+    # an untilting factor that overflows (a tilt whose tilted law is dominated by a
+    # tail, its entries far below its total) tells nothing: [0, inf], never nan
+    # (a nan would win the runs' entrywise minimum)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isnan(hi), np.inf, hi)
     return lo, hi
 
 
@@ -645,7 +666,7 @@ class _UpperRuns:
 
 
 def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
-                m: int | None = None, valley=None, fits=None) -> _UpperRuns:
+                m: int | None = None, valley=None, fits=None, cap: float = math.inf) -> _UpperRuns:
     """The ``m``-fold (default ``t``) sum of the upper side: an untilted run, then tilts.
 
     ``cut(theta)``: the coordinate cut of a tilt; ``coord_of(nb)``: the
@@ -670,7 +691,7 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             nb = min(base_cut, int(math.ceil(low_limit / d)) + 1)
         else:
             nb = base_cut if (fixed_cut is not None or theta == 0) else cut(theta)
-        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf)
+        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf, cap)
 
     thetas = [0.0]
     runs_up = [run_up(0.0)]
@@ -725,6 +746,10 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
                     heavy_cut = valley(th)  # a heavy tail from the bulk on: tilt a light part only
                 break  # no bulk left to tilt
             new = run_up(th)
+            if new[1][1].step != step:
+                # (the re-grid schedule stops at 64 entries: a lower-tail run on a short
+                # window can end on another spacing, and its entries would not line up)
+                break
             before = lost(runs_up)
             after = lost(runs_up + [new])
             if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):
@@ -890,6 +915,11 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
     lower, info)``.
 
+    Where the first window would need more than ``_TILT_CELLS`` cells (below
+    ``sigma ~ 0.75``; ``t >= 2``) the round is handed to
+    :func:`pld._allocation_heavy.heavy_laws` (a light part on a linear grid,
+    the heavy part of a coordinate on a geometric one).
+
     Upper side: runs with different tilts may cut the coordinates at
     different points, i.e. bound different truncated objects; an entry's
     shortfall against the untruncated one is part of its run's cut mass, so
@@ -903,6 +933,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     w1 = window(a, 1, t)
+    if t >= 2 and w1 / (spacing * sd1) > _TILT_CELLS:
+        # one grid cannot hold both the bulk and the heavy tail of a coordinate:
+        # a light part on a linear grid, the heavy part on a geometric one
+        from pld._allocation_heavy import heavy_laws
+
+        return heavy_laws(sigma, t, spacing)
     d = max(spacing * sd1, w1 / MAX_CELLS)
     n = int(math.ceil(w1 / d))
     coarse = _COARSE_RATIO * spacing

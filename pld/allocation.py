@@ -26,11 +26,15 @@ rebuilds the composition with :meth:`RandomAllocation.refined` rounds (a
 first grid twice as fine, down to ``FINEST_SPACING``) and intersects the two
 certified brackets.
 
-Limits (each told by a warning, never silent): the window of one coordinate
-must reach its heavy log-normal tail (``exp(1/(2 s^2) + 7.7/s)``), so below
-``sigma ~ 0.7`` the first grid needs more than ``2^22`` cells, its spacing is
-raised and :class:`AllocationAccuracyWarning` says the bracket will be wide
-(below ``~0.55`` the round is refused).  The round-off of the ``t``-fold sum
+Small noise: the window of one coordinate must reach its heavy log-normal
+tail (``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid
+below ``sigma ~ 0.75``.  There the round is split by the number of heavy
+coordinates (:mod:`pld._allocation_heavy`): a light part on a linear grid, the
+heavy part of a coordinate on a geometric one, two or more heavy coordinates
+bounded stochastically (``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to
+``0.7`` bracketed to 0.5% or better).  A round of one step at ``sigma < 0.55``
+is refused (it is the Gaussian mechanism: use :class:`pld.Gaussian`).
+Limits (each told by a warning, never silent): the round-off of the ``t``-fold sum
 grows like ``t`` (Young's inequality); the upper side keeps it relative with
 exponentially tilted runs (first grids up to ``2^20`` cells), which resolve
 light tails to any ``delta`` (``sigma = 2``, ``t = 1e5``, ``delta = 1e-10``)
@@ -170,17 +174,22 @@ def _check_round(round_, what: str) -> None:
 def _check_tail(sigma: float, t: int, k: int) -> None:
     """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
     cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
-    after minutes): below about 0.55 at any number of steps."""
+    after minutes): below about 0.55, for rounds of one step only (two or
+    more put the heavy part of a coordinate on a geometric grid:
+    :mod:`pld._allocation_heavy`)."""
     from pld._allocation_sum import MAX_CELLS, window
 
     a = 1.0 / sigma
     steps = -(-t // k)  # the longest block
+    if steps >= 2:
+        return  # (a heavy tail is put on its own geometric grid: pld._allocation_heavy)
     cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
     if cells > MAX_CELLS:
         raise ValueError(
-            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation here, "
-            f"got {sigma:g}: the heavy log-normal tail of one step's likelihood ratio reaches "
-            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve")
+            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation with "
+            f"one step per round here, got {sigma:g}: the log-normal tail of its likelihood ratio reaches "
+            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve "
+            f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
 
 
 @dataclass(frozen=True)
@@ -233,9 +242,10 @@ class RandomAllocation(Mechanism):
         ``k``, the steps each record takes part in (1 .. steps).
     spacing : float, optional
         Spacing of the first grid in standard deviations of one log-normal
-        coordinate (accuracy against time; default 0.02).  It is raised, with
-        an :class:`AllocationAccuracyWarning`, where the heavy tail of a small
-        ``sigma`` would need more than ``2^22`` cells.
+        coordinate (accuracy against time; default 0.02).  Where the heavy
+        tail of a small ``sigma`` would need more than ``2^20`` cells, the first
+        grid holds only the light part of a coordinate and the heavy part is on
+        a geometric grid (:mod:`pld._allocation_heavy`).
 
     Raises
     ------
@@ -243,12 +253,14 @@ class RandomAllocation(Mechanism):
         ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
     ValueError
         ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
-        ``spacing`` outside [1e-4, 1].
+        ``spacing`` outside [1e-4, 1]; one step per round at ``sigma`` below
+        about 0.55 (the Gaussian mechanism itself: use :class:`pld.Gaussian`).
 
     Warns
     -----
     AllocationAccuracyWarning
-        When the heavy tail of a small ``sigma`` forces a coarse grid.
+        When the heavy tail of a small ``sigma`` forces a coarse grid, or
+        (light/heavy split, few steps) the add direction keeps mass at ``+inf``.
 
     Examples
     --------
@@ -299,6 +311,11 @@ class RandomAllocation(Mechanism):
         info = self.grid_info() if self.participations == 1 else None
         if info is not None and 2 * info["first_cells"] > _REFINE_CELLS:
             return None  # (a heavy tail's grid: twice the cells would cost minutes)
+        if info is not None and info.get("heavy"):
+            # (the light/heavy split: what is left of its gap is the light sum's upper
+            # tail, lumped where no tilt resolves it, and the multi-jump bounds, neither
+            # of which a finer first grid narrows)
+            return None
         return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
 
     def grid_info(self) -> dict:
@@ -312,6 +329,23 @@ class RandomAllocation(Mechanism):
         # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
         # below the standard deviation the heavy tail makes
         median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info.get("heavy"):
+            # the light/heavy split (pld._allocation_heavy): the bulk of the sum is resolved
+            # whatever the median; a short round's add direction is not, and says so by
+            # its mass at Lambda = 0 (every coordinate spread to 0)
+            if info.get("gaussian_add"):
+                return (f"at sigma = {self.noise_multiplier:g} and {self.steps} steps the light grid of one "
+                        f"coordinate (spacing {info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) puts "
+                        f"{info['inf_mass_upper_add']:.2g} of the add direction at Lambda = 0, so that direction's "
+                        f"upper end is one Gaussian step's (no amplification, a valid but loose bound); the bracket "
+                        f"stays certified but will be wide")
+            if info["inf_mass_upper_add"] > 1e-6 or info["lower_mass"] < 0.999:
+                return (f"at sigma = {self.noise_multiplier:g} the light grid of one coordinate (spacing "
+                        f"{info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) leaves the add direction "
+                        f"a mass of {info['inf_mass_upper_add']:.2g} at +inf (every coordinate in its first cell); "
+                        f"the dominated pair keeps {info['lower_mass']:.3g} of the mass; the bracket stays certified "
+                        f"but may be wide")
+            return None
         if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
             return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
                     f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
@@ -403,9 +437,16 @@ class RandomAllocation(Mechanism):
         out: dict = {"steps": self.steps, "participations": self.participations,
                      "noise_multiplier": self.noise_multiplier}
         if self.participations == 1:
-            out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
-            out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
             out["grid"] = self.grid_info()
+            if out["grid"].get("heavy"):
+                out["upper"] = ("exact pair split by the number N of heavy coordinates (Y > B): N <= 1 by "
+                                "mean-preserving spreads (light part on a linear grid, heavy part on a geometric "
+                                "one), N = 2..4 by a stochastic bound on the loss, the rest at +inf (dominating)")
+                out["lower"] = ("exact pair: N and the label sum of the light coordinates, for N = 1 with the heavy "
+                                "one's geometric cell (post-processing, dominated)")
+            else:
+                out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
+                out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
         else:
             out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
                             + " (joint convexity of the hockey-stick divergence)")

@@ -28,6 +28,7 @@ from scipy.stats import norm
 import pld
 from pld.allocation import AllocationAccuracyWarning, RandomAllocation
 
+
 def _alloc(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
     return RandomAllocation(pld.Gaussian(sigma), t, spacing=spacing)
 
@@ -85,19 +86,43 @@ def _t2_delta(sigma: float, eps: float, direction: str) -> float:
 
 
 def _mc_delta(sigma: float, t: int, eps: float, direction: str, rounds: int = 1, n: int = 400_000,
-              seed: int = 0) -> tuple[float, float]:
-    """(estimate, standard error) of delta by sampling the loss under P."""
+              seed: int = 0, shift: float = 0.0) -> tuple[float, float]:
+    """(estimate, standard error) of delta by sampling the loss under P.
+
+    ``shift`` (remove direction, one round): importance sampling for a small
+    delta, where one large coordinate decides.  The proposal is a mixture: with
+    probability 1/2 the marked coordinate's standard normal is drawn from
+    ``N(shift, 1)``, else one unmarked coordinate, chosen uniformly, from
+    ``N(shift + a, 1)`` (the same size of ``Y``); each sample is weighted by the
+    target density over the mixture's, ``1 / (r_0/2 + mean_i r_i/2)`` with
+    ``r_i = e^{s_i z_i - s_i^2/2}`` (a defensive mixture: both ways to a large
+    likelihood ratio are sampled).
+    """
     rng = np.random.default_rng(seed)
     a = 1.0 / sigma
     total = np.zeros(n)
+    weight = np.ones(n)
     for _ in range(rounds):
         z = rng.standard_normal((n, t))
+        if shift:
+            assert direction == "remove" and rounds == 1
+            su = shift + a
+            first = rng.random(n) < 0.5 if t > 1 else np.ones(n, bool)
+            z[first, 0] += shift
+            if t > 1:
+                pick = rng.integers(1, t, size=n)
+                rows = np.nonzero(~first)[0]
+                z[rows, pick[rows]] += su
+                ratio_u = np.mean(np.exp(su * z[:, 1:] - su * su / 2), axis=1)
+                weight = 1.0 / (0.5 * np.exp(shift * z[:, 0] - shift * shift / 2) + 0.5 * ratio_u)
+            else:
+                weight = np.exp(-shift * z[:, 0] + shift * shift / 2)
         logy = -a * a / 2 + a * z
         if direction == "remove":  # under P one coordinate (the first, by symmetry) is shifted by a^2
             logy[:, 0] += a * a
         lam = np.exp(np.logaddexp.reduce(logy, axis=1) - math.log(t))
         total += np.log(lam) if direction == "remove" else -np.log(lam)
-    f = np.maximum(1.0 - np.exp(eps - total), 0.0)
+    f = np.maximum(1.0 - np.exp(eps - total), 0.0) * weight
     return float(f.mean()), float(f.std() / math.sqrt(n))
 
 
@@ -188,9 +213,12 @@ def test_bad_input():
         RandomAllocation(g, 4, spacing=0.0)
     with pytest.raises(TypeError, match="steps"):
         RandomAllocation(g, 2.5)
-    # a tail no grid resolves is refused at once, not after minutes of [0, inf]
+    # one step at a small sigma (the Gaussian mechanism, whose tail no linear grid
+    # resolves) is refused at once, not after minutes of [0, inf]; two or more steps
+    # put the heavy tail on a geometric grid (tests/test_allocation_tails.py)
     with pytest.raises(ValueError, match="noise multiplier"):
-        RandomAllocation(pld.Gaussian(0.5), 100)
+        RandomAllocation(pld.Gaussian(0.5), 1)
+    RandomAllocation(pld.Gaussian(0.5), 100)
 
 
 def _mc_k_of_t(sigma: float, t: int, k: int, eps: float, direction: str, n: int = 100_000,
