@@ -428,6 +428,13 @@ class Planner:
             if (prev is not None and prev[1] == lam and h <= prev[0] / 3.0 and width > 0.75 * prev[2]
                     and points(direction, h, lam, log_eta) > FUTILE_POINTS):
                 break  # a 3x finer spacing took off < 1/4: the rest is not discretisation
+            if (prev is not None and prev[1] != lam and prev[0] == h and width > 2.0 * prev[2]
+                    and points(direction, h, lam, log_eta) > FUTILE_POINTS):
+                # a new tilt on the same big grid doubled the width: the
+                # round-off is not the tilt's to fix (a heavy-tailed law at
+                # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
+                # tilt, each a 1.1M-point grid, both worse), so no more tilts
+                break
             if precision == "extended" and prev is not None and prev[1] == lam and prev[3] == precision:
                 # Once the round-off is small, what h does not control shows:
                 # the discretisation part extrapolated to h = 0 (linearly, the
