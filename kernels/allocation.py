@@ -76,18 +76,23 @@ def spread_law(m, a, d, n):
     """
     mass = np.zeros(n + 1)
     for k in range(n):
-        ya = k * d
-        yb = (k + 1) * d
-        qm, eq, gm, eg = _cell(ya, yb, m, a)
-        up = (gm - ya * qm) / d
-        # the rounding of the product and of the subtraction, relative to the terms
-        e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / d + 2.0 * _U * abs(up)
-        up = min(max(up, 0.0), qm)
-        low = max(qm - up, 0.0)
-        # (+ eq: a share clamped at the cell's computed mass is still covered)
-        mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
-        mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
+        _spread_cell(mass, k, k * d, (k + 1) * d, d, m, a)
     return mass
+
+
+@njit(cache=True, inline="always")
+def _spread_cell(mass, k, ya, yb, w, m, a):
+    """Add cell ``(ya, yb]``'s spread onto points ``k`` and ``k + 1`` (``w``: their
+    distance), each share rounded up by a bound on its rounding error."""
+    qm, eq, gm, eg = _cell(ya, yb, m, a)
+    up = (gm - ya * qm) / w
+    # the rounding of the product and of the subtraction, relative to the terms
+    e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / w + 2.0 * _U * abs(up)
+    up = min(max(up, 0.0), qm)
+    low = max(qm - up, 0.0)
+    # (+ eq: a share clamped at the cell's computed mass is still covered)
+    mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
+    mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
 
 
 @njit(cache=True)
@@ -288,16 +293,7 @@ def spread_on(m, a, g):
     n = g.size - 1
     mass = np.zeros(n + 1)
     for k in range(n):
-        ya = g[k]
-        yb = g[k + 1]
-        w = yb - ya
-        qm, eq, gm, eg = _cell(ya, yb, m, a)
-        up = (gm - ya * qm) / w
-        e_up = (eg + ya * eq + 4.0 * _U * (abs(gm) + ya * abs(qm))) / w + 2.0 * _U * abs(up)
-        up = min(max(up, 0.0), qm)
-        low = max(qm - up, 0.0)
-        mass[k + 1] += (up + e_up + eq) * (1.0 + 4.0 * _U)
-        mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
+        _spread_cell(mass, k, g[k], g[k + 1], g[k + 1] - g[k], m, a)
     return mass
 
 

@@ -59,17 +59,9 @@ def _t2_remove(sigma: float, eps: float) -> float:
 
 
 def _round_hs(mech: RandomAllocation, direction: str, eps: float) -> tuple[float, float]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AllocationAccuracyWarning)
-        model = mech.loss_model(direction)
-    out = []
-    for m in (model.side_model(False), model.side_model(True)):
-        loss, lp, lq = m.atoms()
-        fin = np.isfinite(loss)
-        val = math.fsum(np.maximum(np.exp(lp[fin]) - np.exp(eps + lq[fin]), 0.0).tolist())
-        val += float(np.sum(np.exp(lp[~fin & (loss > 0)])))
-        out.append(val)
-    return out[0], out[1]
+    """One round's hockey stick from its dominated and dominating pairs
+    (tests/test_random_allocation.py's helper)."""
+    return _other_tests()._round_hs(mech, direction, eps)
 
 
 def test_two_steps_at_small_delta_against_quadrature():
