@@ -197,6 +197,10 @@ class Terms:
     grids: tuple
     #: upper bound on the weight of the terms left out
     tail: float
+    #: per term, the engine and the settings of its final grids (a later
+    #: build at the same cut refines from them instead of starting over)
+    engines: tuple = ()
+    settings: tuple = ()
 
     def delta_bounds(self, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         eps = np.atleast_1d(np.asarray(eps, float))
@@ -212,14 +216,22 @@ class Terms:
 
 
 def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
-                cut: float | None = None, rtol: float = 1e-4) -> Terms | None:
+                cut: float | None = None, rtol: float = 1e-4, previous: Terms | None = None) -> Terms | None:
     """Every term's grids at the cut ``CUT_FRACTION * eps0`` (or ``cut``), tuned
     at ``eps0`` (None when no cut leaves few enough terms).  The cut is raised
-    by half until the terms left out weigh below ``TAIL_SHARE * delta``."""
+    by half until the terms left out weigh below ``TAIL_SHARE * delta``.
+
+    ``previous``: terms built before for the same model, steps and delta; at
+    their cut (the default then) their engines, with every grid they hold,
+    are reused and each term is refined from its previous grid.
+    """
     from pld.planner import Query
     from pld.queries import Engine  # (queries uses this module)
 
-    cut = CUT_FRACTION * eps0 if cut is None else cut
+    if cut is None:
+        cut = previous.cut if previous is not None else CUT_FRACTION * eps0
+    if previous is not None and previous.cut != cut:
+        previous = None
     for _ in range(8):
         core, jump, log_b = split(model, cut)
         if not math.isfinite(log_b):
@@ -244,29 +256,56 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         # bulk shift, pld.composer.bulk_shift, resolves a subsampled step's
         # bulk on coarser grids; sigma 0.33, q 7.7e-6, T 2.6e6 went from 4.8x
         # its target to 1.5x)
-        engine = Engine.build(comps, None)
-        engines.append(engine)
+        reuse = previous is not None and k < len(previous.engines)
+        engines.append(previous.engines[k] if reuse else Engine.build(comps, None))
         weights.append(_log_binomial(steps, k) + k * log_b)
 
-    def grid_pair(k: int, r: float) -> tuple:
+    def grid_pair(k: int, r: float, start=None) -> tuple:
         # tuned at epsilon itself: each term then resolves its own fall in
         # delta over one epsilon target, and the weighted falls add up to the whole's
-        pess, opt = engines[k].composer.materialize(
-            "remove", *engines[k].planner.settings("remove", Query("epsilon", eps0, r)))
+        planner, query = engines[k].planner, Query("epsilon", eps0, r)
+        settings = planner.settings("remove", query, start=start)
+        if start is not None and planner.met_target("remove", query) is False:
+            # refined from a grid coarser than the sampling rate, a term's
+            # width can be erratic in h (sigma 0.8, q 2.1e-5, k = 1: 8.7e-6
+            # at h = 1.4e-4, 2.1e-4 at 3.6e-5, 1e-8 at 1.5e-5), which stops
+            # the refinement early: once more from the planner's own first
+            # spacing (the narrower of the two brackets is kept below)
+            again = planner.settings("remove", query, fresh=True)
+            settings = min((settings, again), key=lambda s: planner.width("remove", query, *s)[0])
+        pess, opt = engines[k].composer.materialize("remove", *settings)
         assert opt is not None
-        return weights[k], pess, opt
+        return (weights[k], pess, opt), settings
 
-    # a coarse pass shows each term's share of delta at eps0; a term that
-    # carries a share s of it needs only rtol / s (the shares add up to one)
+    # a coarse pass shows each term's share s_k of delta at eps0; a term
+    # given a part w_k of the width needs only a relative accuracy
+    # rtol w_k / s_k.  The parts must add up to one (each term's bracket
+    # widens the sum by its own width: with w_k = 1 three terms each took the
+    # whole target and the sum missed it 1.9x, sigma 0.61, q 2.8e-5, T 1.8e6);
+    # w_k ~ sqrt(s_k) leaves a minor term a loose target and costs the
+    # leading one only a factor sum_j sqrt(s_j) (<= sqrt(K + 1))
     coarse = [grid_pair(k, COARSE_RTOL) for k in range(k_max + 1)]
-    share = np.array([math.exp(lw) * float(pe.delta(eps0)[0]) for lw, pe, _ in coarse])
+    share = np.array([math.exp(lw) * float(pe.delta(eps0)[0]) for (lw, pe, _), _ in coarse])
     share = share / max(float(share.sum()), 1e-300)
-    grids = []
+    part = np.sqrt(share) / max(float(np.sqrt(share).sum()), 1e-300)
+    grids, used = [], []
     for k in range(k_max + 1):
-        r = rtol / max(float(share[k]), 1e-300)
-        grids.append(coarse[k] if r >= COARSE_RTOL else grid_pair(k, max(r, rtol)))
+        r = rtol * float(part[k]) / max(float(share[k]), 1e-300)
+        if r >= COARSE_RTOL:
+            grids.append(coarse[k][0])
+            used.append(coarse[k][1])
+            continue
+        # (refined from the coarse grid's measured width, or from the previous
+        # build's grid: the first spacing the planner would guess for a cut
+        # law was up to 20x too fine)
+        start = coarse[k][1]
+        if previous is not None and k < len(previous.settings) and previous.settings[k].h < start.h:
+            start = previous.settings[k]
+        pair, settings = grid_pair(k, max(r, rtol), start=start)
+        grids.append(pair)
+        used.append(settings)
     tail = math.exp(log_tail) * (1.0 + 1e-9) if math.isfinite(log_tail) else 0.0
-    return Terms(cut, log_b, tuple(grids), tail)
+    return Terms(cut, log_b, tuple(grids), tail, tuple(engines), tuple(used))
 
 
 def epsilon_bracket(terms: Terms, delta: float, lo: float, hi: float) -> tuple[float, float]:

@@ -324,6 +324,27 @@ class Planner:
         lam = self.initial_tilt(direction, query, lam_star)
         return Settings(self.first_spacing(direction, query, lam, log_eta), lam, log_eta)
 
+    def met_target(self, direction: str, query: Query) -> bool | None:
+        """Whether refining for ``query`` met its target (None: not refined yet)."""
+        lam_star = self.tilt_star(direction, query)
+        memo = self.cache.get(self.cache.spacings,
+                              self._spacing_key(direction, query, lam_star, self.log_eta(direction, query)))
+        return None if memo is None else len(memo) == 3
+
+    def predicted_points(self, direction: str, query: Query) -> int:
+        """Size of the first grid :meth:`settings` would materialise for
+        ``query`` (a remembered spacing, or the first estimate), without
+        materialising anything."""
+        lam_star = self.tilt_star(direction, query)
+        log_eta = self.log_eta(direction, query)
+        memo = self.cache.get(self.cache.spacings, self._spacing_key(direction, query, lam_star, log_eta))
+        if memo is not None:
+            h, lam = memo[0], memo[1]
+        else:
+            lam = self.initial_tilt(direction, query, lam_star)
+            h = self.first_spacing(direction, query, lam, log_eta)
+        return self.composer.grid_points(direction, h, lam, log_eta)
+
     def probe_settings(self, direction: str, query: Query) -> Settings | None:
         """Settings of the coarse grid that first tries a direction which
         should not bind, or None (a remembered spacing, a fixed one, or a
@@ -343,13 +364,19 @@ class Planner:
 
     # -------------------------------------------------------- refinement
     def settings(self, direction: str, query: Query, floor: float = -math.inf,
-                 probe: Settings | None = None) -> Settings:
+                 probe: Settings | None = None, start: Settings | None = None,
+                 fresh: bool = False) -> Settings:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         ``floor``: the bracket's lower end found so far in other directions; a
         direction whose upper end stays below it cannot move the answer and
-        needs no refining.  Settings are remembered per direction and tilt
-        bucket, so later queries nearby cost one cached evaluation.
+        needs no refining.  ``start``: settings already materialised for the
+        same query at a looser target (refining then starts from their
+        measured width instead of the variance model's first spacing, which
+        for a cut law can be 10x too fine).  Settings are remembered per
+        direction and tilt bucket, so later queries nearby cost one cached
+        evaluation; ``fresh`` refines anew even so (from ``start``, or from
+        the first estimate).
         """
         lam_star = self.tilt_star(direction, query)
         log_eta = self.log_eta(direction, query)
@@ -357,7 +384,7 @@ class Planner:
             lam = self.initial_tilt(direction, query, lam_star)
             return Settings(self.h_fixed, min(lam, w.quantize_tilt(MAX_TILT_PER_CELL / self.h_fixed)), log_eta)
         key = self._spacing_key(direction, query, lam_star, log_eta)
-        memo = self.cache.get(self.cache.spacings, key)
+        memo = None if fresh else self.cache.get(self.cache.spacings, key)
         precision = "double"
         if memo is not None:
             h, lam, precision = memo[:3]
@@ -365,6 +392,8 @@ class Planner:
                 # refining already ended short of the target here: asking
                 # again would only repeat that work
                 return Settings(h, lam, log_eta, precision)
+        elif start is not None and start.log_eta == log_eta:
+            h, lam, precision = start.h, start.lam, start.precision
         else:
             early = self._below_floor(direction, query, floor, probe, lam_star, log_eta)
             if isinstance(early, Settings):

@@ -25,6 +25,16 @@ from pld.planner import EPS_ATOL, EPS_RTOL, FAR_QUERY, Planner, Query, Settings
 #: tuned at them, at most DELTA_EXTRA_GRIDS per call
 DELTA_LOOSE = 1e-2
 DELTA_EXTRA_GRIDS = 4
+#: a remove-direction first grid above this many points sends an epsilon query
+#: of a Poisson-subsampled Gaussian to the big-jump terms first (on the
+#: coverage sample every setting over 1.8 s had one of >= 7e5 points, and
+#: every one of >= 7e5 points took over 0.9 s)
+JUMPS_FIRST_POINTS = 600_000
+#: accuracy of the whole law's grid that tunes those terms
+JUMPS_FIRST_RTOL = 1e-2
+#: a bracket from those terms this many times wider than its target falls
+#: back to the whole law's fine grid (a nearer miss is reported as it is)
+JUMPS_FALLBACK = 2.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,11 +68,46 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     refined to 1e-2 only, at sampling rates below 1e-3 met the target as
     often and cost 35% more time over 40 settings of the coverage sample.)
     """
-    lo, hi, used = _grid_bracket(engine, delta, rtol)
-    if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
-        lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
+    if _jumps_first(engine, delta, rtol):
+        lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL)
+        if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
+            lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
+        if hi - lo <= JUMPS_FALLBACK * (rtol * hi + EPS_ATOL) or not math.isfinite(hi):
+            # (a near miss is reported as one: the whole law's fine grid,
+            # which these terms replace because it costs 2-12 s, missed the
+            # same settings by more; sigma 0.61, q 2.8e-5, T 1.8e6: terms
+            # 1.08x the target, grid and terms 1.78x)
+            engine.cache.put(engine.cache.used, (delta, rtol), used)
+            return lo, hi, used
+        # (the terms could not be built or missed far: the whole law's fine
+        # grids, as below, and the brackets intersected; both are certified)
+        lo0, hi0 = lo, hi
+        lo, hi, used = _grid_bracket(engine, delta, rtol)
+        lo, hi = max(lo, lo0), max(min(hi, hi0), max(lo, lo0))
+    else:
+        lo, hi, used = _grid_bracket(engine, delta, rtol)
+        if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
+            lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
     engine.cache.put(engine.cache.used, (delta, rtol), used)
     return lo, hi, used
+
+
+def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
+    """Whether the big-jump terms should come before the whole law's fine grid.
+
+    Where a subsampled step's first grid must hold a core within ``q`` of 0
+    at a spacing that resolves it and a tail out to losses of order 1 (small
+    sampling rates, small noise), that grid has ~1e6 points and the bracket
+    costs 2-12 s; the terms, tuned at the epsilon of a grid at
+    ``JUMPS_FIRST_RTOL``, reach the same target in 0.2-1 s (coverage sample,
+    the 14 settings over 1.8 s).  Predicted from the first grid's size, so
+    that no other query pays for the coarse grid.
+    """
+    if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None or "remove" not in engine.directions:
+        return False
+    if _big_jumps.applicable(engine.laws.components) is None:
+        return False
+    return engine.planner.predicted_points("remove", Query("delta", delta, rtol)) > JUMPS_FIRST_POINTS
 
 
 def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, float, dict]:
@@ -140,17 +185,29 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     eps0 = min(max(est, lo), hi) if math.isfinite(est) else lo
     if not eps0 > 0:
         eps0 = 0.5 * hi
+    terms, r, previous = None, rtol, None
     for _ in range(2):
-        terms = _try_terms(model, steps, delta, eps0, rtol)
+        terms = _try_terms(model, steps, delta, eps0, r, previous)
         if terms is None:
             break
         rem_lo, rem_hi = _big_jumps.epsilon_bracket(terms, delta, rem_lo, rem_hi)
         info.append({"tuned_at": eps0, "cut": terms.cut, "terms": len(terms.grids),
                      "jump_probability": math.exp(terms.log_b), "tail_bound": terms.tail,
                      "bracket": (rem_lo, rem_hi)})
-        if rem_hi - rem_lo <= rtol * rem_hi + EPS_ATOL or rem_lo <= eps0 <= rem_hi:
-            break  # (tuned inside its own bracket already: a second tuning gains little)
-        eps0 = 0.5 * (rem_lo + rem_hi)
+        width, target = rem_hi - rem_lo, rtol * rem_hi + EPS_ATOL
+        if width <= target:
+            break
+        mid = 0.5 * (rem_lo + rem_hi)
+        if abs(mid - eps0) <= 0.01 * eps0:
+            # tuned at (or next to) the answer, and the terms, each within
+            # its share of the target, still add up to more than it (their
+            # own slopes differ from the sum's): once more at the same cut,
+            # each term refined from its grid, aiming lower by what was missed
+            # (sigma 0.61, q 2.8e-5, T 1.8e6: 1.08x the target -> within)
+            r, previous = r * max(0.25, 0.8 * target / width), terms
+        else:
+            previous = None  # (mistuned: a new cut at the new epsilon)
+        eps0 = mid
     if info:
         engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
     return max(lo, rem_lo), max(rem_hi, other, lo)
@@ -304,11 +361,14 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     return lo, hi
 
 
-def _try_terms(model, steps: int, delta: float, eps0: float, rtol: float) -> _big_jumps.Terms | None:
+def _try_terms(model, steps: int, delta: float, eps0: float, rtol: float,
+               previous: _big_jumps.Terms | None = None) -> _big_jumps.Terms | None:
     """The big-jump terms, or None where they cannot be built: the
-    decomposition is an option, and the grids' bracket stands without it."""
+    decomposition is an option, and the grids' bracket stands without it.
+    ``previous``: the terms of an earlier tuning, whose engines and grids a
+    retuning at the same cut reuses."""
     try:
-        return _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol)
+        return _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol, previous=previous)
     except (FloatingPointError, GridTooLargeError):
         return None
 
