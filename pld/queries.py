@@ -338,6 +338,13 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     else:
         reps = np.array([0.0]) if flat.size else flat
     queries = [delta_query(engine, float(r)) for r in reps]
+    # one epsilon where the epsilon query would go to the big-jump terms
+    # first: so does delta (on the whole law's coarse grid, then terms tuned
+    # at that epsilon), at the epsilon query's cost
+    jumps_first = (len(queries) == 1 and queries[0].kind == "delta"
+                   and _jumps_first(engine, queries[0].value, queries[0].rtol))
+    if jumps_first:
+        queries = [Query("delta", queries[0].value, JUMPS_FIRST_RTOL)]
     if np.any(flat >= limit):
         # beyond every grid the upper end is the mass a grid sent to +inf,
         # truncated mass included; one grid tuned at a tiny delta (loosely:
@@ -347,8 +354,11 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
-    lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
-    lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit)
+    if jumps_first:
+        lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit, loose_above=0.0)
+    if not jumps_first or np.any(_looseness(lo, hi) > DELTA_LOOSE):
+        lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
+        lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit)
     # delta(eps) is non-increasing: a lower bound at a larger epsilon holds at
     # every smaller one, an upper bound at a smaller epsilon at every larger one
     if flat.size > 1:
@@ -373,11 +383,18 @@ def _try_terms(model, steps: int, delta: float, eps0: float, rtol: float,
         return None
 
 
+def _looseness(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Relative width of delta brackets (0 where the upper end is 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(hi > 0, (hi - lo) / hi, 0.0)
+
+
 def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                           limit: float) -> tuple[np.ndarray, np.ndarray]:
-    """Delta brackets still loose after the grids, narrowed by the big-jump
-    decomposition of the remove direction (:mod:`pld._big_jumps`), tuned at
-    the loosest point: what :func:`_refine_by_jumps` does for an epsilon.
+                           limit: float, loose_above: float = DELTA_LOOSE) -> tuple[np.ndarray, np.ndarray]:
+    """Delta brackets still loose after the grids (relative width above
+    ``loose_above``), narrowed by the big-jump decomposition of the remove
+    direction (:mod:`pld._big_jumps`), tuned at the loosest point: what
+    :func:`_refine_by_jumps` does for an epsilon.
 
     The remove direction's bracket raises the lower ends; an upper end is the
     larger of the remove direction's new one and the other directions' own.
@@ -385,9 +402,8 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
     model = _big_jumps.applicable(engine.laws.components)
     if model is None or engine.planner.h_fixed is not None:
         return lo, hi
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
-    ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > DELTA_LOOSE)
+    loose = _looseness(lo, hi)
+    ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > loose_above)
     if not np.any(ok):
         return lo, hi
     j = int(np.flatnonzero(ok)[np.argmax(loose[ok])])
@@ -415,8 +431,7 @@ def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: n
     """A point between two tuning epsilons whose tails differ by orders of
     magnitude is resolved by neither grid: the loosest few get their own."""
     for _ in range(DELTA_EXTRA_GRIDS):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            loose = np.where(hi > 0, (hi - lo) / hi, 0.0)
+        loose = _looseness(lo, hi)
         cand = [j for j in np.argsort(-loose, kind="stable")
                 if loose[j] > DELTA_LOOSE and float(flat[j]) not in tried and abs(flat[j]) < limit]
         if not cand:
