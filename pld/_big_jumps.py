@@ -265,12 +265,14 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         # delta over one epsilon target, and the weighted falls add up to the whole's
         planner, query = engines[k].planner, Query("epsilon", eps0, r)
         settings = planner.settings("remove", query, start=start)
-        if start is not None and planner.met_target("remove", query) is False:
+        if (start is not None and planner.met_target("remove", query) is False
+                and planner.first_estimate("remove", query).h < 0.5 * settings.h):
             # refined from a grid coarser than the sampling rate, a term's
             # width can be erratic in h (sigma 0.8, q 2.1e-5, k = 1: 8.7e-6
             # at h = 1.4e-4, 2.1e-4 at 3.6e-5, 1e-8 at 1.5e-5), which stops
             # the refinement early: once more from the planner's own first
-            # spacing (the narrower of the two brackets is kept below)
+            # spacing where that is much finer (the narrower of the two
+            # brackets is kept)
             again = planner.settings("remove", query, fresh=True)
             settings = min((settings, again), key=lambda s: planner.width("remove", query, *s)[0])
         pess, opt = engines[k].composer.materialize("remove", *settings)

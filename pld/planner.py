@@ -324,6 +324,14 @@ class Planner:
         lam = self.initial_tilt(direction, query, lam_star)
         return Settings(self.first_spacing(direction, query, lam, log_eta), lam, log_eta)
 
+    def first_estimate(self, direction: str, query: Query) -> Settings:
+        """The settings :meth:`settings` would start from with nothing
+        remembered (the variance model's spacing, the first tilt)."""
+        lam_star = self.tilt_star(direction, query)
+        log_eta = self.log_eta(direction, query)
+        lam = self.initial_tilt(direction, query, lam_star)
+        return Settings(self.first_spacing(direction, query, lam, log_eta), lam, log_eta)
+
     def met_target(self, direction: str, query: Query) -> bool | None:
         """Whether refining for ``query`` met its target (None: not refined yet)."""
         lam_star = self.tilt_star(direction, query)
