@@ -175,6 +175,11 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         if d != "remove":
             other = max(other, engine.composer.materialize(d, *settings, lower=False)[0].epsilon(delta))
     steps = engine.laws.components[0][1]
+    known = engine.cache.get(engine.cache.used, ("jumps_bracket", delta, rtol))
+    if known is not None:
+        # (the terms' engines are not kept: a second query, explain() after
+        # epsilon_bounds(), would build them all again)
+        return max(lo, known[0]), max(known[1], other, lo)
     rem_lo, rem_hi = lo, hi
     info = []
     # tuned first where the remove direction's dominating grid puts epsilon
@@ -210,6 +215,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         eps0 = mid
     if info:
         engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
+        engine.cache.put(engine.cache.used, ("jumps_bracket", delta, rtol), (rem_lo, rem_hi))
     return max(lo, rem_lo), max(rem_hi, other, lo)
 
 

@@ -117,6 +117,36 @@ def test_heavy_tail_case_is_split_and_says_so():
     assert hi >= estimate * (1 - 1e-2)
 
 
+def test_small_q_corner_goes_to_the_terms_first():
+    """sigma 0.56, q 2.1e-5, T 4020, delta 5.3e-9 (coverage row 151): the whole
+    law's first grid would hold ~1.3e6 points (6.8 s), so the terms come
+    first, tuned on a grid at rtol 1e-2.  Their bracket meets the target,
+    overlaps the whole law's own certified bracket (one grid, no cut: a
+    different computation), agrees with the delta query at its ends, and
+    explain() names the decomposition."""
+    from pld import queries
+
+    sigma, q, steps, delta = 0.5612, 2.09e-5, 4020, 5.3e-9
+    p = pld.dpsgd(sigma, q, steps)
+    engine = p._engine()
+    assert engine.planner.predicted_points("remove", queries.Query("delta", delta)) > queries.JUMPS_FIRST_POINTS
+    assert queries._jumps_first(engine, delta, 1e-4)
+    lo, hi = p.epsilon_bounds(delta)
+    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
+    info = p.explain(delta)
+    assert info["target_met"] is True and info["big_jump_decomposition"]
+    # the whole law on one grid (rtol 1e-2: no terms first, and wide enough
+    # that its grid alone meets it)
+    w_lo, w_hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta, rtol=1e-2)
+    assert w_hi - w_lo <= 1e-2 * w_hi + 1e-6
+    assert max(lo, w_lo) <= min(hi, w_hi)
+    # delta at the ends: delta(hi) <= delta <= delta(lo), certified both ways
+    d_at_hi = p.delta_bounds(hi)
+    d_at_lo = p.delta_bounds(lo)
+    assert d_at_hi[0] <= delta * (1 + 1e-9)
+    assert d_at_lo[1] >= delta * (1 - 1e-9)
+
+
 def _exact_single_step_delta(sigma: float, q: float, eps: float) -> float:
     """delta(eps) of one Poisson-subsampled Gaussian step, both directions, in
     closed form with mpmath (50 digits): the loss is monotone in the output
