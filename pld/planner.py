@@ -321,8 +321,7 @@ class Planner:
         log_eta = self.log_eta(direction, query)
         if self.cache.get(self.cache.spacings, self._spacing_key(direction, query, lam_star, log_eta)):
             return None
-        lam = self.initial_tilt(direction, query, lam_star)
-        return Settings(self.first_spacing(direction, query, lam, log_eta), lam, log_eta)
+        return self.first_estimate(direction, query)
 
     def first_estimate(self, direction: str, query: Query) -> Settings:
         """The settings :meth:`settings` would start from with nothing
@@ -346,11 +345,7 @@ class Planner:
         lam_star = self.tilt_star(direction, query)
         log_eta = self.log_eta(direction, query)
         memo = self.cache.get(self.cache.spacings, self._spacing_key(direction, query, lam_star, log_eta))
-        if memo is not None:
-            h, lam = memo[0], memo[1]
-        else:
-            lam = self.initial_tilt(direction, query, lam_star)
-            h = self.first_spacing(direction, query, lam, log_eta)
+        h, lam = memo[:2] if memo is not None else self.first_estimate(direction, query)[:2]
         return self.composer.grid_points(direction, h, lam, log_eta)
 
     def probe_settings(self, direction: str, query: Query) -> Settings | None:
