@@ -137,7 +137,10 @@ def test_small_q_corner_goes_to_the_terms_first():
     assert info["target_met"] is True and info["big_jump_decomposition"]
     # the whole law on one grid (rtol 1e-2: no terms first, and wide enough
     # that its grid alone meets it)
-    w_lo, w_hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta, rtol=1e-2)
+    whole = pld.dpsgd(sigma, q, steps)
+    assert not queries._jumps_first(whole._engine(), delta, 1e-2)
+    w_lo, w_hi = whole.epsilon_bounds(delta, rtol=1e-2)
+    assert whole._engine().cache.get(whole._engine().cache.used, ("jumps", delta, 1e-2)) is None
     assert w_hi - w_lo <= 1e-2 * w_hi + 1e-6
     assert max(lo, w_lo) <= min(hi, w_hi)
     # delta at the ends: delta(hi) <= delta <= delta(lo), certified both ways
