@@ -368,7 +368,7 @@ class Planner:
     # -------------------------------------------------------- refinement
     def settings(self, direction: str, query: Query, floor: float = -math.inf,
                  probe: Settings | None = None, start: Settings | None = None,
-                 fresh: bool = False) -> Settings:
+                 fresh: bool = False, stop_above: int | None = None) -> Settings:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         ``floor``: the bracket's lower end found so far in other directions; a
@@ -379,7 +379,9 @@ class Planner:
         for a cut law can be 10x too fine).  Settings are remembered per
         direction and tilt bucket, so later queries nearby cost one cached
         evaluation; ``fresh`` refines anew even so (from ``start``, or from
-        the first estimate).
+        the first estimate).  ``stop_above``: refining stops short of its
+        target rather than build a grid above this many points (the caller
+        has another way on: the big-jump terms).
         """
         lam_star = self.tilt_star(direction, query)
         log_eta = self.log_eta(direction, query)
@@ -402,7 +404,8 @@ class Planner:
             if isinstance(early, Settings):
                 return early
             h, lam = early
-        met, found = self._refine(direction, query, Settings(h, lam, log_eta, precision), lam_star, floor)
+        met, found = self._refine(direction, query, Settings(h, lam, log_eta, precision), lam_star, floor,
+                                  stop_above)
         if memo is None or found.h < memo[0] or found.precision != memo[2]:
             # (a fourth entry marks settings that could not meet the target)
             entry = (found.h, found.lam, found.precision)
@@ -432,9 +435,10 @@ class Planner:
         return h, lam
 
     def _refine(self, direction: str, query: Query, start: Settings, lam_star: float,
-                floor: float) -> tuple[bool, Settings]:
+                floor: float, stop_above: int | None = None) -> tuple[bool, Settings]:
         """Refine ``start`` until the bracket meets its target or stops
-        narrowing; ``(target met, settings)`` of the narrowest bracket seen."""
+        narrowing; ``(target met, settings)`` of the narrowest bracket seen.
+        No grid above ``stop_above`` points is built after the first."""
         points = self.composer.grid_points
         h, lam, log_eta, precision = start
         best = (math.inf, start)
@@ -448,6 +452,8 @@ class Planner:
         for _ in range(tries):
             while points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = self.align(direction, round_spacing(2.0 * h))  # a new tilt can widen the grid
+            if stop_above is not None and prev is not None and points(direction, h, lam, log_eta) > stop_above:
+                break  # (the caller has a cheaper way on from here)
             width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
             last_target = target
             if width < best[0]:

@@ -102,6 +102,22 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     return lo, hi, used
 
 
+def _terms_cap(engine: Engine, rtol: float) -> int | None:
+    """Largest whole-law grid of the remove direction worth refining to when
+    the big-jump terms can take over (None: they cannot).
+
+    A first grid below ``JUMPS_FIRST_POINTS`` can still need refining to
+    one far above it (sigma 0.32, q 4.1e-5, T 5.7e5: 4e5 points, then 1.5e6
+    in double and extended precision, 13 s); the refinement stops there
+    instead, and :func:`_refine_by_jumps` narrows the bracket.
+    """
+    if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None:
+        return None
+    if _big_jumps.applicable(engine.laws.components) is None:
+        return None
+    return JUMPS_FIRST_POINTS
+
+
 def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
     """Whether the big-jump terms should come before the whole law's fine grid.
 
@@ -113,9 +129,7 @@ def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
     the 14 settings over 1.8 s).  Predicted from the first grid's size, so
     that no other query pays for the coarse grid.
     """
-    if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None or "remove" not in engine.directions:
-        return False
-    if _big_jumps.applicable(engine.laws.components) is None:
+    if _terms_cap(engine, rtol) is None or "remove" not in engine.directions:
         return False
     return engine.planner.predicted_points("remove", Query("delta", delta, rtol)) > JUMPS_FIRST_POINTS
 
@@ -152,8 +166,10 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, flo
                 composer.speculate(d, *first)
     lo = hi = 0.0
     used: dict[str, Settings] = {}
+    cap = _terms_cap(engine, rtol)
     for d, _ in dirs:
-        settings = planner.settings(d, query, floor=lo, probe=probes.get(d))
+        settings = planner.settings(d, query, floor=lo, probe=probes.get(d),
+                                    stop_above=cap if d == "remove" else None)
         used[d] = settings
         pess, _ = composer.materialize(d, *settings, lower=False)
         upper = pess.epsilon(delta)
@@ -328,6 +344,7 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
     lo = np.zeros(flat.shape)
     hi = np.zeros(flat.shape)
     eps_floor: dict[Query, float] = {}
+    cap = _terms_cap(engine, EPS_RTOL)
     for i, d in enumerate(_directions_by_chernoff(engine, queries)):
         d_lo = np.zeros(flat.shape)
         d_hi = np.ones(flat.shape)
@@ -345,10 +362,14 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
                 floor = float(np.min(lo)) if i > 0 and flat.size else -math.inf
             else:
                 floor = eps_floor.get(query, -math.inf)
-            pess, opt = composer.materialize(d, *planner.settings(d, query, floor=floor))
+            # (the remove direction's whole-law grid no larger than the
+            # big-jump terms make worth it: delta_curve hands a bracket left
+            # short of its target to them)
+            stop = cap if d == "remove" and query.kind == "delta" else None
+            pess, opt = composer.materialize(d, *planner.settings(d, query, floor=floor, stop_above=stop))
             q_hi = pess.delta(flat)
             if query.kind == "delta" and floor > -math.inf and np.any(np.where(inside, q_hi, 0.0) > lo):
-                pess, opt = composer.materialize(d, *planner.settings(d, query))
+                pess, opt = composer.materialize(d, *planner.settings(d, query, stop_above=stop))
                 q_hi = pess.delta(flat)
             assert opt is not None
             if query.kind == "delta":
@@ -402,7 +423,11 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
-    if jumps_first:
+    # a remove direction whose refinement stopped at the terms' cap (or short
+    # of its target otherwise) goes to the terms however loose it is
+    short = any(q.kind == "delta" and engine.planner.met_target("remove", q) is False
+                for q in queries if "remove" in engine.directions)
+    if jumps_first or (short and _terms_cap(engine, EPS_RTOL) is not None):
         lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit, loose_above=0.0)
     if not jumps_first or np.any(_looseness(lo, hi) > DELTA_LOOSE):
         lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)

@@ -150,6 +150,31 @@ def test_small_q_corner_goes_to_the_terms_first():
     assert d_at_lo[1] >= delta * (1 - 1e-9)
 
 
+def test_refinement_stops_at_the_terms_cap():
+    """sigma 0.32, q 4.1e-5, T 5.7e5, delta 5e-8 (found by a random probe):
+    the first grid is below the cap (no terms first), but refining it would
+    build 1.5e6 points twice (13 s).  The remove direction's grids stay under
+    pld.queries.JUMPS_FIRST_POINTS, the terms meet the target, and the
+    bracket overlaps the whole law's at rtol 0.1 (no terms there)."""
+    from pld import queries
+
+    sigma, q, steps, delta = 0.317, 4.1e-05, 570000, 5e-08
+    p = pld.dpsgd(sigma, q, steps)
+    engine = p._engine()
+    assert not queries._jumps_first(engine, delta, 1e-4)
+    lo, hi = p.epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert p.explain(delta)["big_jump_decomposition"]
+    sizes = [engine.composer.grid_points(*key[:4]) for key in engine.cache.grids.keys() if key[0] == "remove"]
+    assert sizes and max(sizes) <= queries.JUMPS_FIRST_POINTS
+    whole = pld.dpsgd(sigma, q, steps)
+    w_lo, w_hi = whole.epsilon_bounds(delta, rtol=0.1)
+    assert whole._engine().cache.get(whole._engine().cache.used, ("jumps", delta, 0.1)) is None
+    assert max(lo, w_lo) <= min(hi, w_hi)
+    # delta at the ends, certified both ways, through the same cap
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) <= p.delta_bounds(lo)[1] * (1 + 1e-9)
+
+
 def _exact_single_step_delta(sigma: float, q: float, eps: float) -> float:
     """delta(eps) of one Poisson-subsampled Gaussian step, both directions, in
     closed form with mpmath (50 digits): the loss is monotone in the output
