@@ -274,6 +274,12 @@ class PLD:
                 "infinity_mass_upper": pess.inf_mass,
                 "loss_window": (pess.k0 * pess.h, (pess.k0 + pess.size - 1) * pess.h),
             }
+        at_terms = jumps[-1].get("delta_at_epsilon_upper") if jumps else None
+        if at_terms is not None and "remove" in directions:
+            # both certified: the grid's bracket on delta at the upper end
+            # narrowed by the big-jump terms' (the grid is a coarse one there)
+            g_lo, g_hi = directions["remove"]["delta_at_epsilon_upper"]
+            directions["remove"]["delta_at_epsilon_upper"] = (max(g_lo, at_terms[0]), min(g_hi, at_terms[1]))
         return out
 
     def grids(self, delta: float, *, tilt: float | None = None) -> dict[str, GridPair]:

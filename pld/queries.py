@@ -239,10 +239,16 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         else:
             previous = None  # (mistuned: a new cut at the new epsilon)
         eps0 = mid
+    out = max(lo, rem_lo), max(rem_hi, other, lo)
     if info:
+        if terms is not None:
+            # delta at the reported upper end, from the terms (what a report
+            # prints beside it; the remove direction's own grid is coarse here)
+            d_lo, d_hi = terms.delta_bounds(np.array([out[1]]))
+            info[-1]["delta_at_epsilon_upper"] = (float(d_lo[0]), float(d_hi[0]))
         engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
         engine.cache.put(engine.cache.used, ("jumps_bracket", delta, rtol), (rem_lo, rem_hi))
-    return max(lo, rem_lo), max(rem_hi, other, lo)
+    return out
 
 
 def used_settings(engine: Engine, delta: float) -> dict[str, Settings]:
@@ -327,8 +333,11 @@ def delta_query(engine: Engine, epsilon: float) -> Query:
     return Query("delta", math.exp(est), EPS_RTOL)
 
 
-def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[np.ndarray, np.ndarray]:
-    """Brackets of delta at every point of ``flat`` from grids tuned for ``queries``.
+def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
+               known_lo: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Brackets of delta at every point of ``flat`` from grids tuned for
+    ``queries``, and whether the remove direction was left to the big-jump
+    terms (its grid for a delta query coarse or short of its target).
 
     Directions are taken in order of their Chernoff estimates at the queries'
     deltas.  A later direction is first tuned against a floor, as for an
@@ -339,12 +348,21 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
     bind costs (sigma 0.43, q 1.3e-3, T 1.4e4: delta at the epsilon bracket's
     upper end took 2.1 s refining the add direction to 2e6 points for a
     bracket the remove direction decides; its epsilon took 0.25 s).
+    ``known_lo``: lower ends found before (by other grids), which the check
+    takes into account.
+
+    Where the big-jump terms can take over (:func:`_terms_cap`), the remove
+    direction's grid for a delta query is no larger than they make worth it:
+    a query whose first grid would exceed it is asked at
+    ``JUMPS_FIRST_RTOL``, and refining stops at it.
     """
     planner, composer = engine.planner, engine.composer
     lo = np.zeros(flat.shape)
     hi = np.zeros(flat.shape)
+    seen_lo = lo if known_lo is None else known_lo
     eps_floor: dict[Query, float] = {}
     cap = _terms_cap(engine, EPS_RTOL)
+    short = False
     for i, d in enumerate(_directions_by_chernoff(engine, queries)):
         d_lo = np.zeros(flat.shape)
         d_hi = np.ones(flat.shape)
@@ -366,11 +384,17 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
             # big-jump terms make worth it: delta_curve hands a bracket left
             # short of its target to them)
             stop = cap if d == "remove" and query.kind == "delta" else None
-            pess, opt = composer.materialize(d, *planner.settings(d, query, floor=floor, stop_above=stop))
+            asked = query
+            if stop is not None and planner.predicted_points(d, query) > stop:
+                asked = Query("delta", query.value, JUMPS_FIRST_RTOL)
+            pess, opt = composer.materialize(d, *planner.settings(d, asked, floor=floor, stop_above=stop))
             q_hi = pess.delta(flat)
-            if query.kind == "delta" and floor > -math.inf and np.any(np.where(inside, q_hi, 0.0) > lo):
-                pess, opt = composer.materialize(d, *planner.settings(d, query, stop_above=stop))
+            if (asked.kind == "delta" and floor > -math.inf
+                    and np.any(np.where(inside, q_hi, 0.0) > np.maximum(lo, seen_lo))):
+                pess, opt = composer.materialize(d, *planner.settings(d, asked, stop_above=stop))
                 q_hi = pess.delta(flat)
+            if stop is not None:
+                short = short or asked is not query or planner.met_target(d, asked) is False
             assert opt is not None
             if query.kind == "delta":
                 eps_floor[query] = max(eps_floor.get(query, -math.inf), opt.epsilon(query.value))
@@ -378,7 +402,7 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
             d_lo = np.maximum(d_lo, opt.delta(flat))
         hi = np.maximum(hi, np.where(inside, d_hi, 0.0))
         lo = np.maximum(lo, np.where(inside, d_lo, 0.0))
-    return lo, hi
+    return lo, hi, short
 
 
 def _directions_by_chernoff(engine: Engine, queries: list[Query]) -> list[str]:
@@ -407,29 +431,21 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     else:
         reps = np.array([0.0]) if flat.size else flat
     queries = [delta_query(engine, float(r)) for r in reps]
-    # one epsilon where the epsilon query would go to the big-jump terms
-    # first: so does delta (on the whole law's coarse grid, then terms tuned
-    # at that epsilon), at the epsilon query's cost
-    jumps_first = (len(queries) == 1 and queries[0].kind == "delta"
-                   and _jumps_first(engine, queries[0].value, queries[0].rtol))
-    if jumps_first:
-        queries = [Query("delta", queries[0].value, JUMPS_FIRST_RTOL)]
     if np.any(flat >= limit):
         # beyond every grid the upper end is the mass a grid sent to +inf,
         # truncated mass included; one grid tuned at a tiny delta (loosely:
         # only its windows matter) holds that below ~1e-40
         queries.append(FAR_QUERY)
-    lo, hi = delta_pass(engine, flat, queries)
+    lo, hi, short = delta_pass(engine, flat, queries)
     # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
-    # a remove direction whose refinement stopped at the terms' cap (or short
-    # of its target otherwise) goes to the terms however loose it is
-    short = any(q.kind == "delta" and engine.planner.met_target("remove", q) is False
-                for q in queries if "remove" in engine.directions)
-    if jumps_first or (short and _terms_cap(engine, EPS_RTOL) is not None):
+    if short:
+        # the remove direction left to the big-jump terms (a first grid too
+        # large, or refining stopped at their cap): terms tuned at the
+        # loosest point, however loose (an epsilon query's cost for one point)
         lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit, loose_above=0.0)
-    if not jumps_first or np.any(_looseness(lo, hi) > DELTA_LOOSE):
+    if not short or np.any(_looseness(lo, hi) > DELTA_LOOSE):
         lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
         lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit)
     # delta(eps) is non-increasing: a lower bound at a larger epsilon holds at
@@ -467,7 +483,10 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
     """Delta brackets still loose after the grids (relative width above
     ``loose_above``), narrowed by the big-jump decomposition of the remove
     direction (:mod:`pld._big_jumps`), tuned at the loosest point: what
-    :func:`_refine_by_jumps` does for an epsilon.
+    :func:`_refine_by_jumps` does for an epsilon.  Points still wider than
+    ``DELTA_LOOSE`` get terms of their own, loosest first, up to
+    ``DELTA_EXTRA_GRIDS`` tunings in all (terms tuned at one epsilon can be
+    loose at another: a report's curve kept 11% at its reported epsilon).
 
     The remove direction's bracket raises the lower ends; an upper end is the
     larger of the remove direction's new one and the other directions' own.
@@ -475,11 +494,22 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
     model = _big_jumps.applicable(engine.laws.components)
     if model is None or engine.planner.h_fixed is not None:
         return lo, hi
-    loose = _looseness(lo, hi)
-    ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > loose_above)
-    if not np.any(ok):
-        return lo, hi
-    j = int(np.flatnonzero(ok)[np.argmax(loose[ok])])
+    tried: set[float] = set()
+    for _ in range(DELTA_EXTRA_GRIDS):
+        loose = _looseness(lo, hi)
+        ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > (loose_above if not tried else DELTA_LOOSE))
+        ok &= ~np.isin(flat, list(tried))
+        if not np.any(ok):
+            break
+        j = int(np.flatnonzero(ok)[np.argmax(loose[ok])])
+        tried.add(float(flat[j]))
+        lo, hi = _delta_terms_at(engine, model, flat, lo, hi, j)
+    return lo, hi
+
+
+def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    j: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` narrowed by big-jump terms tuned at ``flat[j]``."""
     eps0 = float(flat[j])
     terms = _try_terms(model, engine.laws.components[0][1], max(float(lo[j]), 1e-6 * float(hi[j])), eps0,
                        EPS_RTOL)
@@ -488,11 +518,20 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
     sel = np.flatnonzero(np.isfinite(flat))
     r_lo, r_hi = terms.delta_bounds(flat[sel])
     other = np.zeros(sel.size)
+    query = delta_query(engine, eps0)
     for d in engine.directions:
         if d != "remove":
-            pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, delta_query(engine, eps0)),
-                                                  lower=False)
-            other = np.maximum(other, pess.delta(flat[sel]))
+            # first against the floor of an epsilon query (tuned only until
+            # this direction's epsilon at the query's delta is below eps0),
+            # refined only if its upper ends then reach the terms' lower
+            # ends (sigma 0.56, q 2.1e-5, T 4020: the add direction refined
+            # to 1e6 points, 2 s, for ends 1e-4 of the remove direction's)
+            pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, query, floor=eps0), lower=False)
+            d_hi = pess.delta(flat[sel])
+            if np.any(d_hi > np.maximum(r_lo, lo[sel])):
+                pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, query), lower=False)
+                d_hi = pess.delta(flat[sel])
+            other = np.maximum(other, d_hi)
     lo, hi = lo.copy(), hi.copy()
     lo[sel] = np.maximum(lo[sel], r_lo)
     hi[sel] = np.maximum(np.minimum(hi[sel], np.maximum(r_hi, other)), lo[sel])
@@ -511,6 +550,6 @@ def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: n
             break
         r = float(flat[cand[0]])
         tried.add(r)
-        lo_r, hi_r = delta_pass(engine, flat, [delta_query(engine, r)])
+        lo_r, hi_r, _ = delta_pass(engine, flat, [delta_query(engine, r)], known_lo=lo)
         lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
     return lo, hi

@@ -157,6 +157,24 @@ def test_small_q_corner_goes_to_the_terms_first():
     assert d_at_lo[1] >= delta * (1 - 1e-9)
 
 
+def test_small_q_corner_delta_curve_and_report():
+    """The corner's delta curve (several epsilons at once) and the delta a
+    report prints at the reported epsilon come from the terms too: every
+    bracket within 1%, non-increasing in epsilon, and delta at the upper end
+    at most the delta asked (its certificate).  (The report's row was read
+    off the coarse grid that tuned the terms: 11% wide.)"""
+    sigma, q, steps, delta = 0.5612, 2.09e-5, 4020, 5.3e-9
+    p = pld.dpsgd(sigma, q, steps)
+    lo, hi = p.epsilon_bounds(delta)
+    eps = np.array([0.4, 0.5, hi, 0.6, 0.7])
+    d_lo, d_hi = p.delta_bounds(eps)
+    assert np.all(d_lo <= d_hi) and np.all((d_hi - d_lo) <= 1e-2 * d_hi)
+    assert np.all(np.diff(d_hi) <= 0) and np.all(np.diff(d_lo) <= 0)
+    assert d_hi[2] <= delta * (1 + 1e-9)
+    at = p.explain(delta)["directions"]["remove"]["delta_at_epsilon_upper"]
+    assert at[0] <= at[1] <= delta * (1 + 1e-9) and at[1] - at[0] <= 1e-2 * at[1]
+
+
 def test_refinement_stops_at_the_terms_cap():
     """sigma 0.32, q 4.1e-5, T 5.7e5, delta 5e-8 (found by a random probe):
     the first grid is below the cap (no terms first), but refining it would
