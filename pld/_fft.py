@@ -35,27 +35,40 @@ import threading
 import warnings
 
 import numpy as np
-import scipy.fft
 
 from pld.kernels import l1_l2_norms
 
 
+def _scipy_fft():
+    """``scipy.fft``, imported on first use: it imports scipy's array-API layer
+    (about 0.15 s, see :mod:`pld._special`), and with pyfftw only transforms
+    longer than ``_MAX_PLAN_SIZE`` and the long double ones need it."""
+    import scipy.fft
+
+    return scipy.fft
+
+
 def _import_pyfftw():
-    """``pyfftw``, imported without its dask interface.
+    """``pyfftw``, imported without its dask and scipy interfaces.
 
     ``pyfftw.interfaces`` imports ``dask.array`` whenever dask is installed
     (for ``pyfftw.interfaces.dask_fft``, which pld does not use): 0.3-0.7 s of
-    every process start that has dask (pld's sweeps extra).  dask is hidden
-    from that one import unless it is loaded already, and restored after.
+    every process start that has dask (pld's sweeps extra).  It also imports
+    ``scipy.fftpack`` (for ``pyfftw.interfaces.scipy_fft`` and
+    ``scipy_fftpack``, which pld does not use either), and with it scipy's
+    array-API layer: 0.15 s.  Each is hidden from that one import unless it
+    is loaded already, and restored after (``import
+    pyfftw.interfaces.scipy_fft`` still works: it imports scipy itself).
     """
-    hide = "dask" not in sys.modules
-    if hide:
-        sys.modules["dask"] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
+    hidden = [name for name in ("dask", "scipy.fftpack") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
     try:
         import pyfftw
     finally:
-        if hide and sys.modules.get("dask", 0) is None:
-            del sys.modules["dask"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
     return pyfftw
 
 
@@ -236,10 +249,10 @@ def transform(n: int):
     out = np.zeros(n // 2 + 1, dtype=complex)
 
     def fwd() -> None:
-        spec[:] = scipy.fft.rfft(buf)
+        spec[:] = _scipy_fft().rfft(buf)
 
     def inv() -> None:
-        buf[:] = scipy.fft.irfft(out, n)
+        buf[:] = _scipy_fft().irfft(out, n)
 
     yield buf, spec, out, fwd, inv
 
@@ -256,7 +269,7 @@ def extended_available() -> bool:
     if hit is None:
         ok = _U_LD < 2.0 ** -60
         if ok:
-            probe = scipy.fft.rfft(np.arange(8, dtype=np.longdouble))
+            probe = _scipy_fft().rfft(np.arange(8, dtype=np.longdouble))
             ok = probe.dtype == np.clongdouble
         hit = _extended["ok"] = bool(ok)
     return hit
@@ -271,7 +284,7 @@ def rfft_extended(x: np.ndarray, n: int) -> np.ndarray:
     """
     buf = np.zeros(n, dtype=np.longdouble)
     buf[: x.size] = x
-    return scipy.fft.rfft(buf)
+    return _scipy_fft().rfft(buf)
 
 
 def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
@@ -292,9 +305,10 @@ def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray
 
 
 def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
-    fa = scipy.fft.rfft(a, n)
-    fb = fa if same else scipy.fft.rfft(b, n)
-    return scipy.fft.irfft(fa * fb, n)[: a.size + b.size - 1]
+    fft = _scipy_fft()
+    fa = fft.rfft(a, n)
+    fb = fa if same else fft.rfft(b, n)
+    return fft.irfft(fa * fb, n)[: a.size + b.size - 1]
 
 
 def _canonical_size(m: int) -> int:

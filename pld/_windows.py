@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import erfcx, logsumexp
 
+from pld import _special
 from pld._models import LossModelProtocol
+from pld._special import erfcx
 from pld.kernels import log_mgf_points, tilted_moments, window_exponents
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
@@ -70,7 +71,7 @@ class Exploration:
             else:
                 w = self._weights()
                 tot = float(w.sum())
-                w = w / tot if tot > 1e-200 else np.exp(self.log_p - logsumexp(self.log_p))
+                w = w / tot if tot > 1e-200 else np.exp(self.log_p - _special.logsumexp(self.log_p))
                 m = float(np.dot(w, self.loss))
                 hit = (m, float(np.dot(w, (self.loss - m) ** 2)))
             self.__dict__["_mean_var"] = hit

@@ -24,9 +24,8 @@ from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import logsumexp
 
-from pld import _fft
+from pld import _fft, _special
 from pld._mgf_bounds import _I0, THETA, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
 from pld.kernels import (
     coarsen_dominated,
@@ -573,7 +572,7 @@ class GridPLD:
         lm = self.log_masses()
         loss = self.losses()
         th = np.atleast_1d(np.asarray(theta, float))
-        return logsumexp(lm[None, :] + th[:, None] * loss[None, :], axis=1)
+        return _special.logsumexp(lm[None, :] + th[:, None] * loss[None, :], axis=1)
 
 
 def _bounded_sum(p: np.ndarray, log_w: np.ndarray, err: float) -> float:

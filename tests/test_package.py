@@ -68,3 +68,28 @@ def test_a_query_does_not_import_dask_and_dask_still_imports_after():
     assert lines[0] == "False"
     if importlib.util.find_spec("dask") is not None:
         assert lines[1] == "dask.array"
+
+
+#: imported by scipy.special / scipy.fft (their array-API layer clones the
+#: numpy namespace) or by np.unique: tenths of a second of every process start
+HEAVY = ("scipy.special", "scipy.fft", "scipy._lib._array_api", "numpy.f2py", "numpy.testing", "numpy.ma")
+
+
+def test_a_dpsgd_query_does_not_import_scipy_special_and_its_functions_are_scipys():
+    """``pld dpsgd`` needs only log_ndtr and erfcx (pld._special loads them
+    without scipy.special's package import); they, and scipy.special imported
+    afterwards, are scipy's own ufuncs."""
+    p = _python("import sys, json, pld\n"
+                "lo, hi = pld.dpsgd(1.1, 0.01, 100).epsilon_bounds(1e-5)\n"
+                f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
+                "import scipy.special, scipy.fft\n"
+                "from pld import _special\n"
+                "same = [getattr(_special, n) is getattr(scipy.special, n) for n in _special.FAST]\n"
+                "print(json.dumps([loaded, same, _special.logsumexp is scipy.special.logsumexp,\n"
+                "                  float(_special.ndtri(0.25)), lo, hi]))\n")
+    assert p.returncode == 0, p.stderr
+    loaded, same, lse, q, lo, hi = json.loads(p.stdout)
+    assert loaded == []
+    assert same == [True] * len(same) and lse
+    assert q == pytest.approx(-0.6744897501960817, rel=1e-12)
+    assert 0 < lo <= hi
