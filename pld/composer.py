@@ -30,6 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from pld import _heap
 from pld import _windows as w
 from pld._fft import _canonical_size as _fft_size
 from pld._models import LossModelProtocol
@@ -82,6 +83,7 @@ class Composer:
     def __init__(self, laws: Laws, cache: EngineCache) -> None:
         self.laws = laws
         self.cache = cache
+        _heap.settle()  # (the grids' arrays stay in the heap between queries)
 
     def grid_points(self, direction: str, h: float, lam: float, log_eta) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
