@@ -26,6 +26,10 @@ _POSITIVE = np.sort(np.concatenate((np.logspace(-3, -2, 4), np.logspace(-2, 3, 4
 THETA = np.concatenate((-np.logspace(-3, 6, 28)[::-1], [0.0],
                         _POSITIVE[np.concatenate(([True], _POSITIVE[1:] != _POSITIVE[:-1]))]))
 _I0 = int(np.flatnonzero(THETA == 0.0)[0])
+#: the positive and negative Chernoff parameters (masks and values), formed
+#: once: _chernoff runs a dozen times per grid
+_POS, _NEG = THETA > 0, THETA < 0
+_TH_POS, _TH_NEG = THETA[_POS], THETA[_NEG]
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,6 +105,6 @@ def _lse_rows(x: np.ndarray) -> np.ndarray:
 def _chernoff(log_mgf: np.ndarray, t: float, upper: bool) -> float:
     """``min_theta M(theta) e^{-theta t}`` over ``theta > 0`` (upper tail ``L >= t``)
     or ``theta < 0`` (lower tail ``L <= t``)."""
-    sel = THETA > 0 if upper else THETA < 0
-    v = float(np.min(log_mgf[sel] - THETA[sel] * t))
+    sel, th = (_POS, _TH_POS) if upper else (_NEG, _TH_NEG)
+    v = float((log_mgf[sel] - th * t).min())
     return math.exp(min(v, 700.0))
