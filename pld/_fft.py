@@ -335,18 +335,20 @@ def is_direct(na: int, nb: int) -> bool:
     return min(na, nb) <= 48 or na * nb <= 20000
 
 
-def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+def convolve(a: np.ndarray, b: np.ndarray, norms: tuple | None = None) -> tuple[np.ndarray, float]:
     """Return ``(a * b, bound)`` where ``bound`` bounds the l2 round-off error.
 
     Short vectors are convolved directly (``np.convolve``), whose error per entry
-    is at most ``len * u * (|a| * |b|)_i``.
+    is at most ``len * u * (|a| * |b|)_i``.  ``norms``: ``(l1_l2_norms(a),
+    l1_l2_norms(b))`` when the caller has them already (the same values).
     """
     same = a is b
     na, nb = a.size, b.size
     if is_direct(na, nb):
         c = np.convolve(a, b)
+        norm_a, norm_b = norms if norms is not None else (l1_l2_norms(a), l1_l2_norms(b))
         # (norms by the numba kernel, inflated for its own rounding: no BLAS)
-        bound = ((min(na, nb) + 2) * _U * float(l1_l2_norms(a)[1]) * float(l1_l2_norms(b)[0])
+        bound = ((min(na, nb) + 2) * _U * float(norm_a[1]) * float(norm_b[0])
                  * (1.0 + 4e-9))
         return c, bound
     n = _canonical_size(na + nb - 1)
@@ -354,7 +356,7 @@ def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
         c = _conv_pyfftw(a, b, n, same)
     else:
         c = _conv_scipy(a, b, n, same)
-    a1, a2 = l1_l2_norms(a)
-    b1, b2 = (a1, a2) if same else l1_l2_norms(b)
+    a1, a2 = l1_l2_norms(a) if norms is None else norms[0]
+    b1, b2 = (a1, a2) if same else (l1_l2_norms(b) if norms is None else norms[1])
     bound = _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
     return c, bound

@@ -209,9 +209,13 @@ class GridPLD:
         if self.h != other.h or self.lam != other.lam or self.pessimistic != other.pessimistic:
             raise ValueError("can only convolve grid PLDs with equal spacing, tilt and side")
         a, b = self.p, other.p
-        c, fft_err = _fft.convolve(a, b) if other is not self else _fft.convolve(a, a)
-        a1 = l1_l2_norms(a)[0] + math.sqrt(a.size) * self.err
-        b1 = (a1 if other is self else l1_l2_norms(b)[0] + math.sqrt(b.size) * other.err)
+        # (each norm once: the FFT's bound needs them too)
+        norm_a = l1_l2_norms(a)
+        norm_b = norm_a if other is self else l1_l2_norms(b)
+        c, fft_err = (_fft.convolve(a, b, (norm_a, norm_b)) if other is not self
+                      else _fft.convolve(a, a, (norm_a, norm_a)))
+        a1 = norm_a[0] + math.sqrt(a.size) * self.err
+        b1 = (a1 if other is self else norm_b[0] + math.sqrt(b.size) * other.err)
         err = self.err * b1 + other.err * a1 + fft_err
         tot = float(c.sum())
         # mass check: the total of a convolution is the product of the totals
