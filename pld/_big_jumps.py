@@ -215,6 +215,39 @@ class Terms:
         return lo, hi
 
 
+#: spacings tried around a term's refined one when it stays short of its
+#: target (relative to that spacing)
+NEIGHBOUR_SPACINGS = (1.6, 1.3, 0.8)
+
+
+def _neighbour_spacings(planner, query, settings):
+    """The narrowest of ``settings`` and a few spacings around it.
+
+    A term's dominated side is not smooth in ``h`` at spacings near the
+    sampling rate (how far its levels are re-gridded, how many steps one FFT
+    power takes: sigma 0.65, q 2e-5, T 6.2e5, the one-jump term's width was
+    3.3e-5, 5.7e-6, 4.9e-6, 6.7e-6, 2.0e-5, 1.6e-5 at h = 4.65, 3, 2.5,
+    2.12, 1.8, 1.53 e-6), so a refinement that stops at the memory cap may
+    stop on a bad spacing; a term's grids cost ~0.1 s, so a few neighbours
+    are cheap.  Only which grid is used changes: each is certified.
+    """
+    from pld.composer import MAX_GRID_POINTS
+    from pld.planner import round_spacing
+
+    best, best_w = settings, planner.width("remove", query, *settings)[0]
+    for f in NEIGHBOUR_SPACINGS:
+        h = planner.align("remove", round_spacing(settings.h * f))
+        if planner.composer.grid_points("remove", h, settings.lam, settings.log_eta) > MAX_GRID_POINTS:
+            continue
+        cand = settings._replace(h=h)
+        w, target = planner.width("remove", query, *cand)[:2]
+        if w < best_w:
+            best, best_w = cand, w
+        if w <= target:
+            break
+    return best
+
+
 def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
                 cut: float | None = None, rtol: float = 1e-4, previous: Terms | None = None) -> Terms | None:
     """Every term's grids at the cut ``CUT_FRACTION * eps0`` (or ``cut``), tuned
@@ -265,14 +298,18 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         # delta over one epsilon target, and the weighted falls add up to the whole's
         planner, query = engines[k].planner, Query("epsilon", eps0, r)
         settings = planner.settings("remove", query, start=start)
-        if start is not None and planner.met_target("remove", query) is False:
+        if (start is not None and planner.met_target("remove", query) is False
+                and planner.first_estimate("remove", query).h < 0.5 * settings.h):
             # refined from a grid coarser than the sampling rate, a term's
             # width can be erratic in h (sigma 0.8, q 2.1e-5, k = 1: 8.7e-6
             # at h = 1.4e-4, 2.1e-4 at 3.6e-5, 1e-8 at 1.5e-5), which stops
             # the refinement early: once more from the planner's own first
-            # spacing (the narrower of the two brackets is kept below)
+            # spacing where that is much finer (the narrower of the two
+            # brackets is kept)
             again = planner.settings("remove", query, fresh=True)
             settings = min((settings, again), key=lambda s: planner.width("remove", query, *s)[0])
+        if planner.met_target("remove", query) is False:
+            settings = _neighbour_spacings(planner, query, settings)
         pess, opt = engines[k].composer.materialize("remove", *settings)
         assert opt is not None
         return (weights[k], pess, opt), settings

@@ -210,7 +210,8 @@ _WIDE_CELL_BUDGET = 1e-4
 _WIDE_CELL_LEVELS = 8
 
 
-def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int,
+                 budget_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Where a first step's grid ``l = (k_lo + i) h``, ``i < n``, may use wide cells.
 
     Returns ``(lo_off, hi_off)``: cells ``2^(z+1)`` grid steps wide are allowed
@@ -222,9 +223,16 @@ def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int) -> tu
     costs at most ``2 _WIDE_CELL_BUDGET h^2``: ``12 _WIDE_CELL_BUDGET`` of the
     ``h^2 / 6`` a uniform spread adds (0.1%).  This only chooses the cells;
     both discretisations are valid on any partition.
+
+    ``budget_scale``: the budget is multiplied by it.  A component composed
+    ``c`` times in a composition of ``T`` steps may take ``T / c``: its wide
+    cells then add at most what ``T`` steps at the plain budget would, the
+    same 0.1% of the whole's spread variance (a big-jump term's one jump
+    step, whose law spans the whole window, on 2e6 cells at h = 2e-6, was
+    most of that term's cost).
     """
     z = np.arange(1, _WIDE_CELL_LEVELS + 1)
-    taus = math.log(_WIDE_CELL_BUDGET) - 2.0 * math.log(2.0) * z
+    taus = math.log(_WIDE_CELL_BUDGET * budget_scale) - 2.0 * math.log(2.0) * z
     order = np.argsort(ex.loss, kind="stable")
     L = ex.loss[order]
     base = ex.log_p[order]

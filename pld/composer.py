@@ -106,8 +106,9 @@ class Composer:
             comp = self.laws.sizing(direction, log_eta)
             steps = comp.steps()
             hit = []
-            for ex, _ in comp.parts:
-                lo, hi = w.window(w.Composite([(ex, 1)]), lam, w.shifted(log_eta, math.log(steps)))
+            for ex, count in comp.parts:
+                lo, hi = w.window(w.Composite([(ex, 1)]), lam,
+                                  w.shifted(log_eta, _log_step_shares(steps, count, len(comp.parts))))
                 hit.append((max(lo, ex.loss_min), min(hi, ex.loss_max)))
             self.cache.put(self.cache.laws, key, hit)
         return hit
@@ -192,7 +193,7 @@ class Composer:
         comp = self.laws.exploration(direction)
         sizing = self.laws.sizing(direction, log_eta)
         entry = Materialized([_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(),
-                                            log_eta, ex_sizing)
+                                            log_eta, ex_sizing, len(comp.parts))
                               for (mech, count), (ex, _), (ex_sizing, _)
                               in zip(self.laws.components, comp.parts, sizing.parts)],
                              w.window(sizing, lam, log_eta, h))
@@ -285,17 +286,34 @@ def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: f
     return lo, hi
 
 
+def _log_step_shares(total_steps: int, count: int, parts: int) -> float:
+    """log of the number of shares of the truncation budget one first step
+    may take: its window may leave out ``eta / shares``.
+
+    One component: ``total_steps``.  Several: the budget is split evenly
+    between the components and each one's part between its ``count`` steps
+    (``parts * count`` shares; the steps' parts still add up to ``eta``).  A
+    component composed a few times then gets a window for its own count: a
+    big-jump term's one jump step, whose log-normal tail the shares of 1.8e6
+    steps held out to loss 6 (2e6 points at h = 3e-6), reaches half as far.
+    Sizing only: whatever a window leaves out goes to the safe side.
+    """
+    return math.log(total_steps if parts == 1 else parts * count)
+
+
 def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
-                  total_steps: int, log_eta, ex_sizing: w.Exploration | None = None) -> _Step:
+                  total_steps: int, log_eta, ex_sizing: w.Exploration | None = None,
+                  parts: int = 1) -> _Step:
     """First-step window, cell masses and sizing law of one component."""
-    lo, hi = w.step_window(ex, lam, w.shifted(log_eta, math.log(total_steps)), h)
+    shares = _log_step_shares(total_steps, count, parts)
+    lo, hi = w.step_window(ex, lam, w.shifted(log_eta, shares), h)
     lo = max(lo, ex.loss_min)
     hi = min(hi, ex.loss_max)
     # a law cut at a loss (pld._big_jumps) has its densest part right at the
     # cut, which the explored cells resolve too coarsely for a window to
     # reach: hold all of its support on that side (the dominated side drops
     # what lies outside: 8% of a jump law's mass was lost so)
-    budget = w.shifted(log_eta, math.log(total_steps))
+    budget = w.shifted(log_eta, shares)
     if getattr(model, "bounded_above", False) and model.cut_log_mass > (
             budget[1] if isinstance(budget, tuple) else budget):
         # (only where the law still has mass at the cut worth a window: a
@@ -310,7 +328,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     if model.base is not None and n > _WIDE_CELLS_FROM:
         # wide cells where the law has negligible mass (the tails of a
         # subsampled step are most of its window)
-        points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n), n)
+        points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n, budget_scale=total_steps / count), n)
         if points.size > 0.8 * n:
             points = None
     offsets = np.arange(n) if points is None else points

@@ -30,8 +30,16 @@ DELTA_EXTRA_GRIDS = 4
 #: coverage sample every setting over 1.8 s had one of >= 7e5 points, and
 #: every one of >= 7e5 points took over 0.9 s)
 JUMPS_FIRST_POINTS = 600_000
-#: accuracy of the whole law's grid that tunes those terms
-JUMPS_FIRST_RTOL = 1e-2
+#: accuracy of the whole law's grid that tunes those terms: it only has to
+#: put the tuning epsilon near the answer (from its grid without the
+#: round-off bound), and a tuning off by more than 1% is retuned at the
+#: terms' own bracket.  At 1e-2 and 3e-2 that grid was refined, and its
+#: round-off (the heavy tail the terms exist for) sent it to extended
+#: precision and stronger tilts: sigma 0.49, q 6.8e-6, T 4700 took 5.8 s at
+#: 3e-2 and 1.7 s at 1e-1; the 21 terms-first settings of the coverage
+#: sample 25.5 s in all at 3e-2, 22.7 s at 1e-1, none wider (0.3 misses by
+#: more than JUMPS_FALLBACK, and the fine grid then costs 10 s)
+JUMPS_FIRST_RTOL = 1e-1
 #: a bracket from those terms this many times wider than its target falls
 #: back to the whole law's fine grid (a nearer miss is reported as it is)
 JUMPS_FALLBACK = 2.0
@@ -64,9 +72,11 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
 
     A bracket the grids leave wider than its target is then narrowed, where
     it applies, by the big-jump decomposition of the remove direction
-    (:func:`_refine_by_jumps`).  (Trying the decomposition first, on grids
-    refined to 1e-2 only, at sampling rates below 1e-3 met the target as
-    often and cost 35% more time over 40 settings of the coverage sample.)
+    (:func:`_refine_by_jumps`).  Where the whole law's first grid would be
+    huge (:func:`_jumps_first`) the decomposition comes first, tuned on a
+    coarse grid.  (Trying it first at every sampling rate below 1e-3 cost
+    35% more time over 40 settings of the coverage sample: most of them
+    have small grids.)
     """
     if _jumps_first(engine, delta, rtol):
         lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL)
@@ -92,6 +102,22 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     return lo, hi, used
 
 
+def _terms_cap(engine: Engine, rtol: float) -> int | None:
+    """Largest whole-law grid of the remove direction worth refining to when
+    the big-jump terms can take over (None: they cannot).
+
+    A first grid below ``JUMPS_FIRST_POINTS`` can still need refining to
+    one far above it (sigma 0.32, q 4.1e-5, T 5.7e5: 4e5 points, then 1.5e6
+    in double and extended precision, 13 s); the refinement stops there
+    instead, and :func:`_refine_by_jumps` narrows the bracket.
+    """
+    if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None:
+        return None
+    if _big_jumps.applicable(engine.laws.components) is None:
+        return None
+    return JUMPS_FIRST_POINTS
+
+
 def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
     """Whether the big-jump terms should come before the whole law's fine grid.
 
@@ -103,9 +129,7 @@ def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
     the 14 settings over 1.8 s).  Predicted from the first grid's size, so
     that no other query pays for the coarse grid.
     """
-    if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None or "remove" not in engine.directions:
-        return False
-    if _big_jumps.applicable(engine.laws.components) is None:
+    if _terms_cap(engine, rtol) is None or "remove" not in engine.directions:
         return False
     return engine.planner.predicted_points("remove", Query("delta", delta, rtol)) > JUMPS_FIRST_POINTS
 
@@ -142,8 +166,10 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, flo
                 composer.speculate(d, *first)
     lo = hi = 0.0
     used: dict[str, Settings] = {}
+    cap = _terms_cap(engine, rtol)
     for d, _ in dirs:
-        settings = planner.settings(d, query, floor=lo, probe=probes.get(d))
+        settings = planner.settings(d, query, floor=lo, probe=probes.get(d),
+                                    stop_above=cap if d == "remove" else None)
         used[d] = settings
         pess, _ = composer.materialize(d, *settings, lower=False)
         upper = pess.epsilon(delta)
@@ -175,6 +201,11 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         if d != "remove":
             other = max(other, engine.composer.materialize(d, *settings, lower=False)[0].epsilon(delta))
     steps = engine.laws.components[0][1]
+    known = engine.cache.get(engine.cache.used, ("jumps_bracket", delta, rtol))
+    if known is not None:
+        # (the terms' engines are not kept: a second query, explain() after
+        # epsilon_bounds(), would build them all again)
+        return max(lo, known[0]), max(known[1], other, lo)
     rem_lo, rem_hi = lo, hi
     info = []
     # tuned first where the remove direction's dominating grid puts epsilon
@@ -210,6 +241,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         eps0 = mid
     if info:
         engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
+        engine.cache.put(engine.cache.used, ("jumps_bracket", delta, rtol), (rem_lo, rem_hi))
     return max(lo, rem_lo), max(rem_hi, other, lo)
 
 
@@ -296,10 +328,24 @@ def delta_query(engine: Engine, epsilon: float) -> Query:
 
 
 def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[np.ndarray, np.ndarray]:
-    """Brackets of delta at every point of ``flat`` from grids tuned for ``queries``."""
+    """Brackets of delta at every point of ``flat`` from grids tuned for ``queries``.
+
+    Directions are taken in order of their Chernoff estimates at the queries'
+    deltas.  A later direction is first tuned against a floor, as for an
+    epsilon (:func:`_grid_bracket`): for a delta query, the largest lower end
+    of epsilon at its delta found so far.  Where that leaves its upper ends
+    above the delta lower ends already found somewhere, it is refined after
+    all, so the floor changes no bracket, only what a direction that does not
+    bind costs (sigma 0.43, q 1.3e-3, T 1.4e4: delta at the epsilon bracket's
+    upper end took 2.1 s refining the add direction to 2e6 points for a
+    bracket the remove direction decides; its epsilon took 0.25 s).
+    """
+    planner, composer = engine.planner, engine.composer
     lo = np.zeros(flat.shape)
     hi = np.zeros(flat.shape)
-    for i, d in enumerate(engine.directions):
+    eps_floor: dict[Query, float] = {}
+    cap = _terms_cap(engine, EPS_RTOL)
+    for i, d in enumerate(_directions_by_chernoff(engine, queries)):
         d_lo = np.zeros(flat.shape)
         d_hi = np.ones(flat.shape)
         # beyond this direction's largest loss (bounded: the add direction of
@@ -312,14 +358,37 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query]) -> tuple[
         for query in queries:
             if query.kind == "epsilon" and not query.value < top:
                 continue
-            floor = float(np.min(lo)) if i > 0 and flat.size and query.kind == "epsilon" else -math.inf
-            pess, opt = engine.composer.materialize(d, *engine.planner.settings(d, query, floor=floor))
+            if query.kind == "epsilon":
+                floor = float(np.min(lo)) if i > 0 and flat.size else -math.inf
+            else:
+                floor = eps_floor.get(query, -math.inf)
+            # (the remove direction's whole-law grid no larger than the
+            # big-jump terms make worth it: delta_curve hands a bracket left
+            # short of its target to them)
+            stop = cap if d == "remove" and query.kind == "delta" else None
+            pess, opt = composer.materialize(d, *planner.settings(d, query, floor=floor, stop_above=stop))
+            q_hi = pess.delta(flat)
+            if query.kind == "delta" and floor > -math.inf and np.any(np.where(inside, q_hi, 0.0) > lo):
+                pess, opt = composer.materialize(d, *planner.settings(d, query, stop_above=stop))
+                q_hi = pess.delta(flat)
             assert opt is not None
-            d_hi = np.minimum(d_hi, pess.delta(flat))
+            if query.kind == "delta":
+                eps_floor[query] = max(eps_floor.get(query, -math.inf), opt.epsilon(query.value))
+            d_hi = np.minimum(d_hi, q_hi)
             d_lo = np.maximum(d_lo, opt.delta(flat))
         hi = np.maximum(hi, np.where(inside, d_hi, 0.0))
         lo = np.maximum(lo, np.where(inside, d_lo, 0.0))
     return lo, hi
+
+
+def _directions_by_chernoff(engine: Engine, queries: list[Query]) -> list[str]:
+    """The directions, largest Chernoff epsilon first at the smallest delta
+    queried (engine order when only epsilons are)."""
+    deltas = [q.value for q in queries if q.kind == "delta"]
+    if not deltas:
+        return list(engine.directions)
+    at = min(deltas)
+    return sorted(engine.directions, key=lambda d: -engine.planner.chernoff(d, at)[1])
 
 
 def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tuple[np.ndarray, np.ndarray]:
@@ -354,7 +423,11 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
-    if jumps_first:
+    # a remove direction whose refinement stopped at the terms' cap (or short
+    # of its target otherwise) goes to the terms however loose it is
+    short = any(q.kind == "delta" and engine.planner.met_target("remove", q) is False
+                for q in queries if "remove" in engine.directions)
+    if jumps_first or (short and _terms_cap(engine, EPS_RTOL) is not None):
         lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit, loose_above=0.0)
     if not jumps_first or np.any(_looseness(lo, hi) > DELTA_LOOSE):
         lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)

@@ -117,6 +117,71 @@ def test_heavy_tail_case_is_split_and_says_so():
     assert hi >= estimate * (1 - 1e-2)
 
 
+def test_small_q_corner_goes_to_the_terms_first():
+    """sigma 0.56, q 2.1e-5, T 4020, delta 5.3e-9 (coverage row 151): the whole
+    law's first grid would hold ~1.3e6 points (6.8 s), so the terms come
+    first, tuned on a coarse grid.  Their bracket meets the target, overlaps
+    the whole law's own certified bracket (one grid at a fixed spacing, no
+    cut: a different computation) and dp_accounting's estimate, agrees with
+    the delta query at its ends, and explain() names the decomposition."""
+    from pld import queries
+
+    sigma, q, steps, delta = 0.5612, 2.09e-5, 4020, 5.3e-9
+    p = pld.dpsgd(sigma, q, steps)
+    engine = p._engine()
+    assert engine.planner.predicted_points("remove", queries.Query("delta", delta)) > queries.JUMPS_FIRST_POINTS
+    assert queries._jumps_first(engine, delta, 1e-4)
+    lo, hi = p.epsilon_bounds(delta)
+    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
+    info = p.explain(delta)
+    assert info["target_met"] is True and info["big_jump_decomposition"]
+    # the whole law on one grid at a fixed spacing (no terms then): wide, but
+    # certified by another computation
+    whole = pld.PLD(p.components, value_discretization_interval=2e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        w_lo, w_hi = whole.epsilon_bounds(delta)
+    assert 0 < w_lo < w_hi < 1.05 * w_lo
+    assert max(lo, w_lo) <= min(hi, w_hi)
+    # dp_accounting's estimate (pessimistic up to its grid; 0.5827316 at 3e-5)
+    dp_accounting = pytest.importorskip("dp_accounting")
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    estimate = acc.get_epsilon(delta)
+    assert lo <= estimate * (1 + 1e-6) and hi >= estimate * (1 - 1e-3)
+    # delta at the ends: delta(hi) <= delta <= delta(lo), certified both ways
+    d_at_hi = p.delta_bounds(hi)
+    d_at_lo = p.delta_bounds(lo)
+    assert d_at_hi[0] <= delta * (1 + 1e-9)
+    assert d_at_lo[1] >= delta * (1 - 1e-9)
+
+
+def test_refinement_stops_at_the_terms_cap():
+    """sigma 0.32, q 4.1e-5, T 5.7e5, delta 5e-8 (found by a random probe):
+    the first grid is below the cap (no terms first), but refining it would
+    build 1.5e6 points twice (13 s).  The remove direction's grids stay under
+    pld.queries.JUMPS_FIRST_POINTS, the terms meet the target, and the
+    bracket overlaps the whole law's at rtol 0.1 (no terms there)."""
+    from pld import queries
+
+    sigma, q, steps, delta = 0.317, 4.1e-05, 570000, 5e-08
+    p = pld.dpsgd(sigma, q, steps)
+    engine = p._engine()
+    assert not queries._jumps_first(engine, delta, 1e-4)
+    lo, hi = p.epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert p.explain(delta)["big_jump_decomposition"]
+    sizes = [engine.composer.grid_points(*key[:4]) for key in engine.cache.grids.keys() if key[0] == "remove"]
+    assert sizes and max(sizes) <= queries.JUMPS_FIRST_POINTS
+    whole = pld.dpsgd(sigma, q, steps)
+    w_lo, w_hi = whole.epsilon_bounds(delta, rtol=0.1)
+    assert whole._engine().cache.get(whole._engine().cache.used, ("jumps", delta, 0.1)) is None
+    assert max(lo, w_lo) <= min(hi, w_hi)
+    # delta at the ends, certified both ways, through the same cap
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) <= p.delta_bounds(lo)[1] * (1 + 1e-9)
+
+
 def _exact_single_step_delta(sigma: float, q: float, eps: float) -> float:
     """delta(eps) of one Poisson-subsampled Gaussian step, both directions, in
     closed form with mpmath (50 digits): the loss is monotone in the output

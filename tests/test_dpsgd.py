@@ -257,3 +257,29 @@ def test_swor_composition_against_brute_force(sigma, q, steps):
         lo, hi = d.delta_bounds(eps)
         assert lo_ref * (1 - 1e-6) <= hi and lo <= hi_ref * (1 + 1e-6)
         assert lo_ref * (1 - 1e-3) <= lo <= hi <= hi_ref * (1 + 1e-3)
+
+
+def test_delta_query_leaves_a_direction_that_does_not_bind_unrefined(monkeypatch):
+    """delta at an epsilon: the add direction, far below the remove direction
+    here, is tuned against a floor as an epsilon query tunes it (sigma 0.43,
+    q 1.3e-3, T 1.4e4: it was refined to a 2e6-point grid, 2.1 s, for a
+    bracket the remove direction decides).  The bracket is the one with
+    every direction fully refined, and the add direction holds fewer grids."""
+    sigma, q, steps, delta = 0.429, 0.0013, 14000, 8e-6
+    p = pld.dpsgd(sigma, q, steps)
+    lo, hi = p.epsilon_bounds(delta)
+    floored = p.delta_bounds(hi), p.delta_bounds(lo)
+    ref = pld.dpsgd(sigma, q, steps)
+    ref.epsilon_bounds(delta)
+    planner = ref._engine().planner
+    full = planner.settings
+    monkeypatch.setattr(planner, "settings",
+                        lambda d, query, floor=-math.inf, **kw: full(d, query, **kw))
+    refined = ref.delta_bounds(hi), ref.delta_bounds(lo)
+    assert floored == refined
+    assert floored[0][1] <= delta * (1 + 1e-9) <= floored[1][1] * (1 + 1e-9)
+
+    def add_grids(pld_obj):
+        return sum(1 for key in pld_obj._engine().cache.grids.keys() if key[0] == "add")
+
+    assert add_grids(p) < add_grids(ref)

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import integrate, optimize, special, stats
 
 import pld
@@ -294,6 +296,24 @@ def test_gaussian_epsilon_valid(sigma, steps, delta):
 def test_gaussian_epsilon_width(sigma, steps, delta):
     lo, hi, ex = gaussian_bracket(sigma, steps, delta)
     assert_eps_width(lo, hi, ex, f"Gaussian sigma={sigma} T={steps} delta={delta}")
+
+
+@settings(max_examples=15, deadline=None)
+@given(s1=st.floats(0.3, 3.0), a=st.integers(1, 3), s2=st.floats(2.0, 60.0), log_b=st.floats(2.0, 5.5),
+       log_delta=st.floats(-12.0, -4.0))
+def test_unequal_gaussian_parts(s1, a, s2, log_b, log_delta):
+    """A part composed a few times beside one composed 1e2..3e5 times: each
+    first step's window and wide cells follow its own count
+    (pld.composer._log_step_shares, the wide-cell budget T / c), and the
+    bracket still holds the exact Gaussian answer, mu^2 = a/s1^2 + b/s2^2,
+    within its target."""
+    b, delta = int(10 ** log_b), 10 ** log_delta
+    d = pld.Gaussian(s1).pld().self_compose(a).compose(pld.Gaussian(s2).pld().self_compose(b))
+    lo, hi = d.epsilon_bounds(delta)
+    ex = float(X.gaussian_epsilon(delta, math.sqrt(a / s1 ** 2 + b / s2 ** 2)))
+    what = f"Gaussian({s1})x{a} o Gaussian({s2})x{b}, delta={delta}"
+    assert_eps_valid(lo, hi, ex, what)
+    assert_eps_width(lo, hi, ex, what)
 
 
 @pytest.mark.parametrize("sigma,sens,steps,delta", [(2.0, 3.0, 10, 1e-6), (0.5, 0.1, 5, 1e-8), (4.0, 0.5, 200, 1e-5)])
