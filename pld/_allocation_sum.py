@@ -1049,7 +1049,8 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     # e^{3a^2} - e^{2a^2}) and t - k unmarked coordinates, and one large one
     z = float(-_special.ndtri(_TAIL))
     var_nu = math.exp(min(3 * a * a, 700.0)) - math.exp(min(2 * a * a, 700.0))
-    big = max(math.exp(min(a * a / 2 + z * a, 700.0)), math.exp(min(-a * a / 2 + float(-_special.ndtri(_TAIL / t)) * a, 700.0)))
+    big = max(math.exp(min(a * a / 2 + z * a, 700.0)),
+              math.exp(min(-a * a / 2 + float(-_special.ndtri(_TAIL / t)) * a, 700.0)))
     w = (t - k) + k * math.exp(min(a * a, 700.0)) + z * math.sqrt((t - k) * var + k * var_nu) + big
     n = int(math.ceil(w / d))
     if n > MAX_CELLS:
