@@ -73,8 +73,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
+from pld import _special
 from pld._allocation_sum import (
     _COARSE_RATIO,
     _U,
@@ -86,6 +86,7 @@ from pld._allocation_sum import (
     _upper_runs,
     _with_inf,
 )
+from pld._special import ndtr
 from pld.kernels import l1_l2_norms
 
 #: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
@@ -122,7 +123,7 @@ def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
     a = 1.0 / sigma
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     d = spacing * sd1
-    z = float(-ndtri(KAPPA / t))
+    z = float(-_special.ndtri(KAPPA / t))
     want = math.exp(-0.5 * a * a + a * z)
     if want / d < MIN_LIGHT_CELLS:
         # (few steps: the cut is low, and a finer grid resolves the bulk of a coordinate,
@@ -256,7 +257,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     q_h = float(ndtr(-z_b)) * (1 + 1e-12)
     p_h = float(ndtr(a - z_b)) * (1 + 1e-12)
     lr = math.log1p(RATIO)
-    top = math.exp(-mu + a * float(-ndtri(_TOP_TAIL)))  # (the marked law's quantile: log-mean +a^2/2)
+    top = math.exp(-mu + a * float(-_special.ndtri(_TOP_TAIL)))  # (the marked law's quantile: log-mean +a^2/2)
     n_h = max(2, int(math.ceil(math.log(top / big_b) / lr)) + 1)
     hv = big_b * np.exp(np.arange(n_h + 1) * lr)
     w_top = float(hv[-1])
@@ -508,7 +509,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             return float(np.logaddexp.reduce(e[valley:])) <= float(np.logaddexp.reduce(e[:valley])) - 5.0
 
     def keep(m: int, step: int) -> int:
-        z = float(-ndtri(1e-14 * m / t))
+        z = float(-_special.ndtri(1e-14 * m / t))
         bulk = m + z * math.sqrt(m * sd1 * sd1)
         return int(min(bulk + _LOW_CAPS * cap, m * cap) / (step * d)) + 2
 

@@ -88,9 +88,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
-from pld import _fft
+from pld import _fft, _special
+from pld._special import ndtr
 from pld.kernels import l1_l2_norms
 
 #: tail probability left beyond the window (sizing only: what is left is bounded)
@@ -117,7 +117,7 @@ _CAP_JUMPS = 5.0
 
 def _bulk(a: float, m: int, t: int) -> float:
     """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
-    z_m = float(-ndtri(_TAIL * m / t))
+    z_m = float(-_special.ndtri(_TAIL * m / t))
     return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
 
 
@@ -127,9 +127,9 @@ def window(a: float, m: int, t: int | None = None) -> float:
     ``t / m`` such partial sums, each cut at its window, so the bulk is taken
     to the ``_TAIL m / t`` quantile."""
     t = m if t is None else t
-    z = float(-ndtri(_TAIL))
-    z_m = float(-ndtri(_TAIL * m / t))
-    z_t = float(-ndtri(_TAIL / t))
+    z = float(-_special.ndtri(_TAIL))
+    z_m = float(-_special.ndtri(_TAIL * m / t))
+    z_t = float(-_special.ndtri(_TAIL / t))
     var = math.expm1(min(a * a, 700.0))
     bulk = m + z_m * math.sqrt(m * var)
     # one large coordinate: the marked one (log Y ~ N(a^2/2, a^2) under P) or
@@ -1047,9 +1047,10 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     d = spacing * sd1
     # the statistic's window under P: k marked (mean e^{a^2}, variance
     # e^{3a^2} - e^{2a^2}) and t - k unmarked coordinates, and one large one
-    z = float(-ndtri(_TAIL))
+    z = float(-_special.ndtri(_TAIL))
     var_nu = math.exp(min(3 * a * a, 700.0)) - math.exp(min(2 * a * a, 700.0))
-    big = max(math.exp(min(a * a / 2 + z * a, 700.0)), math.exp(min(-a * a / 2 + float(-ndtri(_TAIL / t)) * a, 700.0)))
+    big = max(math.exp(min(a * a / 2 + z * a, 700.0)),
+              math.exp(min(-a * a / 2 + float(-_special.ndtri(_TAIL / t)) * a, 700.0)))
     w = (t - k) + k * math.exp(min(a * a, 700.0)) + z * math.sqrt((t - k) * var + k * var_nu) + big
     n = int(math.ceil(w / d))
     if n > MAX_CELLS:

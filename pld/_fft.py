@@ -35,27 +35,40 @@ import threading
 import warnings
 
 import numpy as np
-import scipy.fft
 
 from pld.kernels import l1_l2_norms
 
 
+def _scipy_fft():
+    """``scipy.fft``, imported on first use: it imports scipy's array-API layer
+    (about 0.15 s, see :mod:`pld._special`), and with pyfftw only transforms
+    longer than ``_MAX_PLAN_SIZE`` and the long double ones need it."""
+    import scipy.fft
+
+    return scipy.fft
+
+
 def _import_pyfftw():
-    """``pyfftw``, imported without its dask interface.
+    """``pyfftw``, imported without its dask and scipy interfaces.
 
     ``pyfftw.interfaces`` imports ``dask.array`` whenever dask is installed
     (for ``pyfftw.interfaces.dask_fft``, which pld does not use): 0.3-0.7 s of
-    every process start that has dask (pld's sweeps extra).  dask is hidden
-    from that one import unless it is loaded already, and restored after.
+    every process start that has dask (pld's sweeps extra).  It also imports
+    ``scipy.fftpack`` (for ``pyfftw.interfaces.scipy_fft`` and
+    ``scipy_fftpack``, which pld does not use either), and with it scipy's
+    array-API layer: 0.15 s.  Each is hidden from that one import unless it
+    is loaded already, and restored after (``import
+    pyfftw.interfaces.scipy_fft`` still works: it imports scipy itself).
     """
-    hide = "dask" not in sys.modules
-    if hide:
-        sys.modules["dask"] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
+    hidden = [name for name in ("dask", "scipy.fftpack") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
     try:
         import pyfftw
     finally:
-        if hide and sys.modules.get("dask", 0) is None:
-            del sys.modules["dask"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
     return pyfftw
 
 
@@ -236,10 +249,10 @@ def transform(n: int):
     out = np.zeros(n // 2 + 1, dtype=complex)
 
     def fwd() -> None:
-        spec[:] = scipy.fft.rfft(buf)
+        spec[:] = _scipy_fft().rfft(buf)
 
     def inv() -> None:
-        buf[:] = scipy.fft.irfft(out, n)
+        buf[:] = _scipy_fft().irfft(out, n)
 
     yield buf, spec, out, fwd, inv
 
@@ -256,7 +269,7 @@ def extended_available() -> bool:
     if hit is None:
         ok = _U_LD < 2.0 ** -60
         if ok:
-            probe = scipy.fft.rfft(np.arange(8, dtype=np.longdouble))
+            probe = _scipy_fft().rfft(np.arange(8, dtype=np.longdouble))
             ok = probe.dtype == np.clongdouble
         hit = _extended["ok"] = bool(ok)
     return hit
@@ -271,7 +284,7 @@ def rfft_extended(x: np.ndarray, n: int) -> np.ndarray:
     """
     buf = np.zeros(n, dtype=np.longdouble)
     buf[: x.size] = x
-    return scipy.fft.rfft(buf)
+    return _scipy_fft().rfft(buf)
 
 
 def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
@@ -292,9 +305,10 @@ def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray
 
 
 def _conv_scipy(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray:
-    fa = scipy.fft.rfft(a, n)
-    fb = fa if same else scipy.fft.rfft(b, n)
-    return scipy.fft.irfft(fa * fb, n)[: a.size + b.size - 1]
+    fft = _scipy_fft()
+    fa = fft.rfft(a, n)
+    fb = fa if same else fft.rfft(b, n)
+    return fft.irfft(fa * fb, n)[: a.size + b.size - 1]
 
 
 def _canonical_size(m: int) -> int:
@@ -321,18 +335,20 @@ def is_direct(na: int, nb: int) -> bool:
     return min(na, nb) <= 48 or na * nb <= 20000
 
 
-def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+def convolve(a: np.ndarray, b: np.ndarray, norms: tuple | None = None) -> tuple[np.ndarray, float]:
     """Return ``(a * b, bound)`` where ``bound`` bounds the l2 round-off error.
 
     Short vectors are convolved directly (``np.convolve``), whose error per entry
-    is at most ``len * u * (|a| * |b|)_i``.
+    is at most ``len * u * (|a| * |b|)_i``.  ``norms``: ``(l1_l2_norms(a),
+    l1_l2_norms(b))`` when the caller has them already (the same values).
     """
     same = a is b
     na, nb = a.size, b.size
     if is_direct(na, nb):
         c = np.convolve(a, b)
+        norm_a, norm_b = norms if norms is not None else (l1_l2_norms(a), l1_l2_norms(b))
         # (norms by the numba kernel, inflated for its own rounding: no BLAS)
-        bound = ((min(na, nb) + 2) * _U * float(l1_l2_norms(a)[1]) * float(l1_l2_norms(b)[0])
+        bound = ((min(na, nb) + 2) * _U * float(norm_a[1]) * float(norm_b[0])
                  * (1.0 + 4e-9))
         return c, bound
     n = _canonical_size(na + nb - 1)
@@ -340,7 +356,7 @@ def convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
         c = _conv_pyfftw(a, b, n, same)
     else:
         c = _conv_scipy(a, b, n, same)
-    a1, a2 = l1_l2_norms(a)
-    b1, b2 = (a1, a2) if same else l1_l2_norms(b)
+    a1, a2 = l1_l2_norms(a) if norms is None else norms[0]
+    b1, b2 = (a1, a2) if same else (l1_l2_norms(b) if norms is None else norms[1])
     bound = _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
     return c, bound

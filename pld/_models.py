@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
 
+from pld import _special
+from pld._special import log_ndtr
 from pld.kernels import log_diff_exp, log_diff_exp_error, subsampled_mass_errors
 
 _NEG_INF = -np.inf
@@ -426,7 +427,7 @@ class LossModel:
     def inf_log_mass(self) -> float:
         loss, lp, _ = self.atoms()
         sel = loss == np.inf
-        return float(logsumexp(lp[sel])) if np.any(sel) else _NEG_INF
+        return float(_special.logsumexp(lp[sel])) if np.any(sel) else _NEG_INF
 
     def sup_loss(self) -> float:
         """Exact supremum of the loss over outcomes with positive P-mass (``inf``

@@ -9,9 +9,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import erf as _erf
 
 from pld._models import _NEG_INF, _PairInBase, normal_interval_logmass
+from pld._special import erf as _erf
 
 # ---------------------------------------------------------------------------
 # Sampling without replacement under substitute adjacency (appended for DP-SGD)

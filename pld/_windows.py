@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import erfcx, logsumexp
 
+from pld import _special
 from pld._models import LossModelProtocol
+from pld._special import erfcx
 from pld.kernels import log_mgf_points, tilted_moments, window_exponents
 
 #: absolute grid of Chernoff parameters: 11 decades cover per-step losses from
@@ -70,7 +71,7 @@ class Exploration:
             else:
                 w = self._weights()
                 tot = float(w.sum())
-                w = w / tot if tot > 1e-200 else np.exp(self.log_p - logsumexp(self.log_p))
+                w = w / tot if tot > 1e-200 else np.exp(self.log_p - _special.logsumexp(self.log_p))
                 m = float(np.dot(w, self.loss))
                 hit = (m, float(np.dot(w, (self.loss - m) ** 2)))
             self.__dict__["_mean_var"] = hit
@@ -98,9 +99,15 @@ class Exploration:
         return u if np.all(np.abs(r - np.round(r)) <= 1e-9 * np.maximum(1.0, r)) else None
 
     def added_variance(self, h: float) -> float:
-        """Variance a spread onto a grid of spacing ``h`` adds per step (``E[u (h - u)]``)."""
-        u = np.mod(self.loss, h)
-        return float(np.dot(self._weights(), u * (h - u)))
+        """Variance a spread onto a grid of spacing ``h`` adds per step (``E[u (h - u)]``;
+        cached per ``h``: the planner asks at every candidate spacing, again
+        for each first grid it predicts)."""
+        cache = self.__dict__.setdefault("_added_variance", {})
+        hit = cache.get(h)
+        if hit is None:
+            u = np.mod(self.loss, h)
+            hit = cache[h] = float(np.dot(self._weights(), u * (h - u)))
+        return hit
 
     def _weights(self) -> np.ndarray:
         """``e^{log_p}`` (cached: asked at every candidate spacing)."""
@@ -142,7 +149,19 @@ def truncated_above(ex: Exploration, log_budget: float) -> Exploration:
     delta above FFT round-off, and windows at a strong tilt run off to the
     far tail (sigma = 1.375, q = 4.7e-6: a window to loss 4.4 for an epsilon
     of 0.0024).
+
+    Memoised per exploration and budget (an exploration is immutable): the
+    first step's window and the sizing law (:meth:`pld.laws.Laws.sizing`)
+    ask for the same cut, and the result's ``psi`` cache then serves both.
     """
+    memo = ex.__dict__.setdefault("_truncated", {})
+    hit = memo.get(log_budget)
+    if hit is None:
+        hit = memo[log_budget] = _truncated_above(ex, log_budget)
+    return hit
+
+
+def _truncated_above(ex: Exploration, log_budget: float) -> Exploration:
     order = np.argsort(ex.loss, kind="stable")
     lp = ex.log_p[order]
     ok = np.isfinite(lp)

@@ -30,6 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from pld import _heap
 from pld import _windows as w
 from pld._fft import _canonical_size as _fft_size
 from pld._models import LossModelProtocol
@@ -82,6 +83,7 @@ class Composer:
     def __init__(self, laws: Laws, cache: EngineCache) -> None:
         self.laws = laws
         self.cache = cache
+        _heap.settle()  # (the grids' arrays stay in the heap between queries)
 
     def grid_points(self, direction: str, h: float, lam: float, log_eta) -> int:
         """Largest array the materialisation at ``(h, lam)`` allocates.
@@ -90,14 +92,26 @@ class Composer:
         are the only arrays whose size follows ``h``.
         """
         n = LEVEL_POINTS
-        comp = self.laws.sizing(direction, log_eta)
-        steps = comp.steps()
-        for ex, count in comp.parts:
-            lo, hi = w.window(w.Composite([(ex, 1)]), lam,
-                              w.shifted(log_eta, _log_step_shares(steps, count, len(comp.parts))))
-            lo, hi = max(lo, ex.loss_min), min(hi, ex.loss_max)
+        for lo, hi in self._step_windows(direction, lam, log_eta):
             n = max(n, int((hi - lo) / h) + 2)
         return n
+
+    def _step_windows(self, direction: str, lam: float, log_eta) -> list[tuple[float, float]]:
+        """Each component's single-step window, within its support (cached:
+        it does not depend on the spacing, and the planner sizes several
+        spacings per tilt)."""
+        key = ("step_windows", direction, lam, log_eta)
+        hit = self.cache.get(self.cache.laws, key)
+        if hit is None:
+            comp = self.laws.sizing(direction, log_eta)
+            steps = comp.steps()
+            hit = []
+            for ex, count in comp.parts:
+                lo, hi = w.window(w.Composite([(ex, 1)]), lam,
+                                  w.shifted(log_eta, _log_step_shares(steps, count, len(comp.parts))))
+                hit.append((max(lo, ex.loss_min), min(hi, ex.loss_max)))
+            self.cache.put(self.cache.laws, key, hit)
+        return hit
 
     def power_steps(self, direction: str, h: float, lam: float, log_eta, precision: str = "double") -> list[int]:
         """Steps composed by one FFT power per component (1: squaring only)."""

@@ -55,8 +55,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
+from pld import _special as special
 from pld import _validate as _v
 from pld import exact as _exact
 from pld.curves_grids import Direction, directions

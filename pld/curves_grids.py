@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
+from pld import _special as special
 from pld import _validate as _v
 from pld.grid import GridPLD
 

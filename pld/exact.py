@@ -37,8 +37,8 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special
 
+from pld import _special as special
 from pld import _validate as _v
 from pld.exact_core import FloatOrArray, gaussian_log_delta, scalar_or_array, solve_log_profile
 from pld.exact_rr import (

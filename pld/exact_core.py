@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special
+
+from pld import _special as special
 
 __all__ = ["FloatOrArray", "LOG_FLOOR", "scalar_or_array", "log1mexp", "gaussian_log_delta", "solve_log_profile"]
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erfcx, log_ndtr
+
+from pld._special import erfcx, log_ndtr
 
 __all__ = ["gaussian_mu", "delta_bounds", "epsilon_bounds"]
 

@@ -24,9 +24,8 @@ from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import logsumexp
 
-from pld import _fft
+from pld import _fft, _special
 from pld._mgf_bounds import _I0, THETA, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
 from pld.kernels import (
     coarsen_dominated,
@@ -210,9 +209,13 @@ class GridPLD:
         if self.h != other.h or self.lam != other.lam or self.pessimistic != other.pessimistic:
             raise ValueError("can only convolve grid PLDs with equal spacing, tilt and side")
         a, b = self.p, other.p
-        c, fft_err = _fft.convolve(a, b) if other is not self else _fft.convolve(a, a)
-        a1 = l1_l2_norms(a)[0] + math.sqrt(a.size) * self.err
-        b1 = (a1 if other is self else l1_l2_norms(b)[0] + math.sqrt(b.size) * other.err)
+        # (each norm once: the FFT's bound needs them too)
+        norm_a = l1_l2_norms(a)
+        norm_b = norm_a if other is self else l1_l2_norms(b)
+        c, fft_err = (_fft.convolve(a, b, (norm_a, norm_b)) if other is not self
+                      else _fft.convolve(a, a, (norm_a, norm_a)))
+        a1 = norm_a[0] + math.sqrt(a.size) * self.err
+        b1 = (a1 if other is self else norm_b[0] + math.sqrt(b.size) * other.err)
         err = self.err * b1 + other.err * a1 + fft_err
         tot = float(c.sum())
         # mass check: the total of a convolution is the product of the totals
@@ -573,7 +576,7 @@ class GridPLD:
         lm = self.log_masses()
         loss = self.losses()
         th = np.atleast_1d(np.asarray(theta, float))
-        return logsumexp(lm[None, :] + th[:, None] * loss[None, :], axis=1)
+        return _special.logsumexp(lm[None, :] + th[:, None] * loss[None, :], axis=1)
 
 
 def _bounded_sum(p: np.ndarray, log_w: np.ndarray, err: float) -> float:

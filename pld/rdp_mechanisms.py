@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special
 
+from pld import _special as special
 from pld import _validate as _v
 
 __all__ = ["rdp_gaussian", "rdp_subsampled_gaussian", "rdp_laplace", "rdp_randomized_response"]

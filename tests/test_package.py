@@ -68,3 +68,52 @@ def test_a_query_does_not_import_dask_and_dask_still_imports_after():
     assert lines[0] == "False"
     if importlib.util.find_spec("dask") is not None:
         assert lines[1] == "dask.array"
+
+
+#: imported by scipy.special / scipy.fft (their array-API layer clones the
+#: numpy namespace) or by np.unique: tenths of a second of every process start
+HEAVY = ("scipy.special", "scipy.fft", "scipy._lib._array_api", "numpy.f2py", "numpy.testing", "numpy.ma")
+
+
+def test_a_dpsgd_query_does_not_import_scipy_special_and_its_functions_are_scipys():
+    """``pld dpsgd`` needs only log_ndtr and erfcx (pld._special loads them
+    without scipy.special's package import); they, and scipy.special imported
+    afterwards, are scipy's own ufuncs."""
+    p = _python("import sys, json, pld\n"
+                "lo, hi = pld.dpsgd(1.1, 0.01, 100).epsilon_bounds(1e-5)\n"
+                f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
+                "import scipy.special, scipy.fft\n"
+                "from pld import _special\n"
+                "import numpy as np; x = np.linspace(-40.0, 10.0, 1001)\n"
+                "ours, theirs = ([getattr(m, n) for n in _special.FAST] for m in (_special, scipy.special))\n"
+                "# (with SCIPY_ARRAY_API, scipy's are wrappers of the same ufuncs)\n"
+                "same = [f is g or np.array_equal(f(x), g(x)) for f, g in zip(ours, theirs)]\n"
+                "print(json.dumps([loaded, same, _special.logsumexp is scipy.special.logsumexp,\n"
+                "                  float(_special.ndtri(0.25)), lo, hi]))\n")
+    assert p.returncode == 0, p.stderr
+    loaded, same, lse, q, lo, hi = json.loads(p.stdout)
+    assert loaded == []
+    assert same == [True] * len(same) and lse
+    assert q == pytest.approx(-0.6744897501960817, rel=1e-12)
+    assert 0 < lo <= hi
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or __import__("platform").libc_ver()[0] != "glibc",
+                    reason="glibc's dynamic mmap threshold (pld._heap)")
+def test_repeated_queries_reuse_the_heap():
+    """A warm query's arrays come from the heap, not from fresh pages (about
+    900 page faults per MNIST query before pld._heap)."""
+    import os
+
+    if any(k.startswith("MALLOC_") for k in os.environ):
+        pytest.skip("malloc tuned by the environment")
+    # (one thread: side threads' malloc arenas take a few more queries to settle)
+    p = _python("import os; os.environ['PLD_THREADS'] = '1'\n"
+                "import resource, pld\n"
+                "q = lambda: pld.dpsgd(1.1, 256 / 60000, 14063).epsilon(1e-5)\n"
+                "q(); q(); q()\n"
+                "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+                "q(); q(); q()\n"
+                "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3)\n")
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout) < 100
