@@ -96,24 +96,3 @@ def test_a_dpsgd_query_does_not_import_scipy_special_and_its_functions_are_scipy
     assert same == [True] * len(same) and lse
     assert q == pytest.approx(-0.6744897501960817, rel=1e-12)
     assert 0 < lo <= hi
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux") or __import__("platform").libc_ver()[0] != "glibc",
-                    reason="glibc's dynamic mmap threshold (pld._heap)")
-def test_repeated_queries_reuse_the_heap():
-    """A warm query's arrays come from the heap, not from fresh pages (about
-    900 page faults per MNIST query before pld._heap)."""
-    import os
-
-    if any(k.startswith("MALLOC_") for k in os.environ):
-        pytest.skip("malloc tuned by the environment")
-    # (one thread: side threads' malloc arenas take a few more queries to settle)
-    p = _python("import os; os.environ['PLD_THREADS'] = '1'\n"
-                "import resource, pld\n"
-                "q = lambda: pld.dpsgd(1.1, 256 / 60000, 14063).epsilon(1e-5)\n"
-                "q(); q(); q()\n"
-                "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-                "q(); q(); q()\n"
-                "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3)\n")
-    assert p.returncode == 0, p.stderr
-    assert float(p.stdout) < 100
