@@ -289,8 +289,8 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         # bulk shift, pld.composer.bulk_shift, resolves a subsampled step's
         # bulk on coarser grids; sigma 0.33, q 7.7e-6, T 2.6e6 went from 4.8x
         # its target to 1.5x)
-        reuse = previous is not None and k < len(previous.engines)
-        engines.append(previous.engines[k] if reuse else Engine.build(comps, None))
+        kept = previous.engines if previous is not None else ()
+        engines.append(kept[k] if k < len(kept) else Engine.build(comps, None))
         weights.append(_log_binomial(steps, k) + k * log_b)
 
     def grid_pair(k: int, r: float, start=None) -> tuple:
