@@ -37,11 +37,11 @@ JUMPS_FIRST_POINTS = 600_000
 #: round-off (the heavy tail the terms exist for) sent it to extended
 #: precision and stronger tilts: sigma 0.49, q 6.8e-6, T 4700 took 5.8 s at
 #: 3e-2 and 1.7 s at 1e-1; the 21 terms-first settings of the coverage
-#: sample 25.5 s in all at 3e-2, 22.7 s at 1e-1, none wider (0.3 misses by
-#: more than JUMPS_FALLBACK, and the fine grid then costs 10 s)
+#: sample 25.5 s in all at 3e-2, 22.7 s at 1e-1, none wider (at 0.3 two of
+#: them missed by over 2x: its estimate tuned the terms too far off)
 JUMPS_FIRST_RTOL = 1e-1
-#: a bracket from those terms this many times wider than its target falls
-#: back to the whole law's fine grid (a nearer miss is reported as it is)
+#: where no terms could be built, a coarse bracket this many times wider than
+#: its target falls back to the whole law's fine grid
 JUMPS_FALLBACK = 2.0
 
 
@@ -79,18 +79,20 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     have small grids.)
     """
     if _jumps_first(engine, delta, rtol):
-        lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL)
+        lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL, cap=JUMPS_FIRST_POINTS)
         if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
             lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
-        if hi - lo <= JUMPS_FALLBACK * (rtol * hi + EPS_ATOL) or not math.isfinite(hi):
-            # (a near miss is reported as one: the whole law's fine grid,
-            # which these terms replace because it costs 2-12 s, missed the
-            # same settings by more; sigma 0.61, q 2.8e-5, T 1.8e6: terms
-            # 1.08x the target, grid and terms 1.78x)
+        built = engine.cache.get(engine.cache.used, ("jumps", delta, rtol))
+        if built or hi - lo <= JUMPS_FALLBACK * (rtol * hi + EPS_ATOL) or not math.isfinite(hi):
+            # (a miss is reported as one: the whole law's fine grid, which
+            # these terms replace because it costs 2-12 s, missed the same
+            # settings by more; sigma 0.61, q 2.8e-5, T 1.8e6: terms 1.08x
+            # the target, grid and terms 1.78x; sigma 0.67, q 4.5e-6, T 1.3e6:
+            # terms 5.5x, the fine grid at the memory cap 9000x, 3.5 s more)
             engine.cache.put(engine.cache.used, (delta, rtol), used)
             return lo, hi, used
-        # (the terms could not be built or missed far: the whole law's fine
-        # grids, as below, and the brackets intersected; both are certified)
+        # (no terms could be built: the whole law's fine grids, as below, and
+        # the brackets intersected; both are certified)
         lo0, hi0 = lo, hi
         lo, hi, used = _grid_bracket(engine, delta, rtol)
         lo, hi = max(lo, lo0), max(min(hi, hi0), max(lo, lo0))
@@ -134,7 +136,8 @@ def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
     return engine.planner.predicted_points("remove", Query("delta", delta, rtol)) > JUMPS_FIRST_POINTS
 
 
-def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, float, dict]:
+def _grid_bracket(engine: Engine, delta: float, rtol: float,
+                  cap: int | None = None) -> tuple[float, float, dict]:
     """The bracket of one grid per direction, refined to ``rtol``.
 
     Directions are taken in order of their Chernoff estimates; ``lo`` is the
@@ -147,7 +150,9 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, flo
     the Chernoff estimates are within a few percent (tiny per-step losses:
     the add direction's fine grid cost as much as both of the leader's sides).
     The answer does not depend on it: a probe only settles a direction whose
-    upper end it puts below the floor.
+    upper end it puts below the floor.  ``cap``: the remove direction's
+    refinement builds no grid above it (default :func:`_terms_cap`: where
+    the big-jump terms can take over).
     """
     planner, composer = engine.planner, engine.composer
     dirs = sorted(((d, planner.chernoff(d, delta)[1]) for d in engine.directions), key=lambda de: -de[1])
@@ -166,7 +171,7 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float) -> tuple[float, flo
                 composer.speculate(d, *first)
     lo = hi = 0.0
     used: dict[str, Settings] = {}
-    cap = _terms_cap(engine, rtol)
+    cap = _terms_cap(engine, rtol) if cap is None else cap
     for d, _ in dirs:
         settings = planner.settings(d, query, floor=lo, probe=probes.get(d),
                                     stop_above=cap if d == "remove" else None)
