@@ -40,6 +40,12 @@ JUMPS_FIRST_POINTS = 600_000
 #: sample 25.5 s in all at 3e-2, 22.7 s at 1e-1, none wider (at 0.3 two of
 #: them missed by over 2x: its estimate tuned the terms too far off)
 JUMPS_FIRST_RTOL = 1e-1
+#: the terms take over (first, or at the cap) only below this sampling rate,
+#: where a step's loss is a narrow core with a log-normal tail; above it a
+#: grid needs many points for another reason (a huge epsilon: q 0.39,
+#: epsilon 3e4), which the terms do not remove, and capping it loosened delta
+#: brackets (2.2% -> 3.6% wide)
+JUMPS_MAX_Q = 1e-3
 #: where no terms could be built, a coarse bracket this many times wider than
 #: its target falls back to the whole law's fine grid
 JUMPS_FALLBACK = 2.0
@@ -115,7 +121,8 @@ def _terms_cap(engine: Engine, rtol: float) -> int | None:
     """
     if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None:
         return None
-    if _big_jumps.applicable(engine.laws.components) is None:
+    model = _big_jumps.applicable(engine.laws.components)
+    if model is None or not model.sampling_rate < JUMPS_MAX_Q:
         return None
     return JUMPS_FIRST_POINTS
 
