@@ -89,3 +89,34 @@ def test_a_coarse_composition_with_the_shift_brackets_the_oracle(sigma, q, steps
     monkeypatch.setattr(C, "bulk_shift", lambda *a: 0.0)
     lo0, _ = mech.pld(value_discretization_interval=h).self_compose(steps).epsilon_bounds(delta)
     assert lo > lo0 + 0.5 * (hi - lo0)
+
+
+def _few_steps_delta(sigma: float, q: float, steps: int, h: float, eps: float) -> tuple[float, float]:
+    """(dominated, dominating) delta at ``eps`` of ``steps`` remove steps on a fixed spacing, untilted."""
+    eng = pld.dpsgd(sigma, q, steps)._engine()
+    log_eta = eng.planner.log_eta("remove", Query("delta", 1e-7))
+    pess, opt = eng.composer.materialize("remove", h, 0.0, log_eta)
+    return float(opt.delta(eps)[0]), float(pess.delta(eps)[0])
+
+
+def test_dominated_bulk_near_q_is_still_a_bound():
+    """The single step on a spacing above q holds the exact delta (its
+    dominated side collapses to 0 there, see below, but stays a bound)."""
+    exact = oracles.subsampled_gaussian_delta_single(1e-5, 0.505, 3.2e-6, "remove")
+    for h in (5e-6, 1.8e-6):
+        lower, upper = _few_steps_delta(0.505, 3.2e-6, 1, h, 1e-5)
+        assert lower <= exact <= upper
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="known limitation: on a spacing near or above q the dominated merge of a "
+                   "subsampled step's bulk loses ~h/300 of loss per step, and with one step (no bulk "
+                   "shift) it folds the whole tail into the bulk's bucket (issue 19 notes)")
+@pytest.mark.parametrize("steps, h", [(1, 5e-6), (10, 1.8e-6)])
+def test_dominated_bulk_near_q_keeps_delta(steps, h):
+    """sigma 0.505, q 3.2e-6 at eps 1e-5 (about 3q): the dominated side
+    should hold delta within 0.5% of the dominating side.  Today it holds 0
+    at one step and h = 5e-6, and falls 1.9% short at ten steps and
+    h = 1.8e-6."""
+    lower, upper = _few_steps_delta(0.505, 3.2e-6, steps, h, 1e-5)
+    assert lower >= (1 - 5e-3) * upper
