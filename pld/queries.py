@@ -399,11 +399,11 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
             asked = query
             if stop is not None and planner.predicted_points(d, query) > stop:
                 asked = Query("delta", query.value, JUMPS_FIRST_RTOL)
-            pess, opt = composer.materialize(d, *planner.settings(d, asked, floor=floor, stop_above=stop))
-            q_hi = pess.delta(flat)
-            if (asked.kind == "delta" and floor > -math.inf
-                    and np.any(np.where(inside, q_hi, 0.0) > np.maximum(lo, seen_lo))):
-                pess, opt = composer.materialize(d, *planner.settings(d, asked, stop_above=stop))
+            if asked.kind == "delta":
+                pess, opt, q_hi = _floored(engine, d, asked, floor, flat,
+                                           np.where(inside, np.maximum(lo, seen_lo), np.inf), stop_above=stop)
+            else:
+                pess, opt = composer.materialize(d, *planner.settings(d, asked, floor=floor))
                 q_hi = pess.delta(flat)
             if stop is not None:
                 short = short or asked is not query or planner.met_target(d, asked) is False
@@ -415,6 +415,24 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
         hi = np.maximum(hi, np.where(inside, d_hi, 0.0))
         lo = np.maximum(lo, np.where(inside, d_lo, 0.0))
     return lo, hi, short
+
+
+def _floored(engine: Engine, d: str, query: Query, floor: float, flat: np.ndarray, others_lo: np.ndarray,
+             lower: bool = True, stop_above: int | None = None) -> tuple:
+    """``(dominating, dominated, upper delta at flat)`` of direction ``d`` for
+    a delta query, tuned first against ``floor`` (an epsilon: refining stops
+    once the direction's epsilon at the query's delta is below it) and
+    refined fully after all where its upper ends reach ``others_lo``, the
+    lower ends the other directions have (the floor then changes no
+    bracket, only what a direction that cannot bind costs)."""
+    planner, composer = engine.planner, engine.composer
+    pess, opt = composer.materialize(d, *planner.settings(d, query, floor=floor, stop_above=stop_above),
+                                     lower=lower)
+    d_hi = pess.delta(flat)
+    if floor > -math.inf and np.any(d_hi > others_lo):
+        pess, opt = composer.materialize(d, *planner.settings(d, query, stop_above=stop_above), lower=lower)
+        d_hi = pess.delta(flat)
+    return pess, opt, d_hi
 
 
 def _directions_by_chernoff(engine: Engine, queries: list[Query]) -> list[str]:
@@ -538,11 +556,7 @@ def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi:
             # refined only if its upper ends then reach the terms' lower
             # ends (sigma 0.56, q 2.1e-5, T 4020: the add direction refined
             # to 1e6 points, 2 s, for ends 1e-4 of the remove direction's)
-            pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, query, floor=eps0), lower=False)
-            d_hi = pess.delta(flat[sel])
-            if np.any(d_hi > np.maximum(r_lo, lo[sel])):
-                pess, _ = engine.composer.materialize(d, *engine.planner.settings(d, query), lower=False)
-                d_hi = pess.delta(flat[sel])
+            _, _, d_hi = _floored(engine, d, query, eps0, flat[sel], np.maximum(r_lo, lo[sel]), lower=False)
             other = np.maximum(other, d_hi)
     lo, hi = lo.copy(), hi.copy()
     lo[sel] = np.maximum(lo[sel], r_lo)
