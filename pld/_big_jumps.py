@@ -293,10 +293,10 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         engines.append(kept[k] if k < len(kept) else Engine.build(comps, None))
         weights.append(_log_binomial(steps, k) + k * log_b)
 
-    def grid_pair(k: int, r: float, start=None) -> tuple:
+    def grid_pair(k: int, r: float, start=None, atol: float = 0.0) -> tuple:
         # tuned at epsilon itself: each term then resolves its own fall in
         # delta over one epsilon target, and the weighted falls add up to the whole's
-        planner, query = engines[k].planner, Query("epsilon", eps0, r)
+        planner, query = engines[k].planner, Query("epsilon", eps0, r, atol)
         settings = planner.settings("remove", query, start=start)
         if (start is not None and planner.met_target("remove", query) is False
                 and planner.first_estimate("remove", query).h < 0.5 * settings.h):
@@ -321,7 +321,13 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
     # whole target and the sum missed it 1.9x, sigma 0.61, q 2.8e-5, T 1.8e6);
     # w_k ~ sqrt(s_k) leaves a minor term a loose target and costs the
     # leading one only a factor sum_j sqrt(s_j) (<= sqrt(K + 1))
-    coarse = [grid_pair(k, COARSE_RTOL) for k in range(k_max + 1)]
+    # (a share needs resolving only against delta itself: a term whose own
+    # delta is far below it, the core's at a strict delta, is measured to an
+    # absolute COARSE_RTOL delta / weight.  Resolving the core's 1e-55 to 1%
+    # took strong tilts, extended precision and 8 s: sigma 1, q 1e-5, T 1e5
+    # at delta 1e-30)
+    coarse = [grid_pair(k, COARSE_RTOL, atol=COARSE_RTOL * delta * math.exp(-weights[k]))
+              for k in range(k_max + 1)]
     share = np.array([math.exp(lw) * float(pe.delta(eps0)[0]) for (lw, pe, _), _ in coarse])
     share = share / max(float(share.sum()), 1e-300)
     part = np.sqrt(share) / max(float(np.sqrt(share).sum()), 1e-300)

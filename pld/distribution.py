@@ -256,7 +256,7 @@ class PLD:
         out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():
             pess, opt = pair.dominating, pair.dominated
-            upper = pess.epsilon(delta)
+            upper = queries.direction_upper(engine, d, pess, delta)
             directions[d] = {
                 "epsilon_lower": opt.epsilon(delta), "epsilon_upper": upper,
                 # a direction whose upper end is below the other's lower end

@@ -107,12 +107,16 @@ class Query:
 
     ``kind`` is ``"delta"`` (the epsilon at a target ``value`` of delta) or
     ``"epsilon"`` (delta at ``value``); ``rtol`` is the bracket's relative
-    target, ``upper - lower <= rtol * epsilon + EPS_ATOL``.
+    target, ``upper - lower <= rtol * epsilon + EPS_ATOL``.  ``atol``
+    (``"epsilon"`` only): a width in delta that suffices whatever delta is, for
+    a term of a sum whose own delta may be far below what the sum needs
+    resolved (:mod:`pld._big_jumps`); it also sets the truncation budget.
     """
 
     kind: str
     value: float
     rtol: float = EPS_RTOL
+    atol: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in ("delta", "epsilon"):
@@ -246,6 +250,9 @@ class Planner:
             comp = self.laws.exploration(direction)
             lam = w.tilt_for_epsilon(comp, query.value)
             log_delta = float(comp.psi(lam)[0]) - lam * query.value
+            if query.atol > 0.0:
+                # (what is truncated need only stay below the width asked)
+                log_delta = max(log_delta, math.log(query.atol))
         if not math.isfinite(log_delta):
             return LogEta(LOG_ETA_FLOOR, LOG_ETA_FLOOR)
         below = min(LOG_ETA_FLOOR, log_delta - LOG_ETA_BELOW_DELTA)
@@ -313,7 +320,7 @@ class Planner:
         return h
 
     def _spacing_key(self, direction: str, query: Query, lam_star: float, log_eta: LogEta) -> tuple:
-        return (direction, w.quantize_tilt(lam_star), log_eta, query.rtol)
+        return (direction, w.quantize_tilt(lam_star), log_eta, query.rtol, query.atol)
 
     def first_settings(self, direction: str, query: Query) -> Settings | None:
         """Settings :meth:`settings` starts from, or None when it would start
@@ -339,7 +346,7 @@ class Planner:
         lam_star = self.tilt_star(direction, query)
         memo = self.cache.get(self.cache.spacings,
                               self._spacing_key(direction, query, lam_star, self.log_eta(direction, query)))
-        return None if memo is None else len(memo) == 3
+        return None if memo is None else len(memo) == 4
 
     def predicted_points(self, direction: str, query: Query) -> int:
         """Size of the first grid :meth:`settings` would materialise for
@@ -348,7 +355,10 @@ class Planner:
         lam_star = self.tilt_star(direction, query)
         log_eta = self.log_eta(direction, query)
         memo = self.cache.get(self.cache.spacings, self._spacing_key(direction, query, lam_star, log_eta))
-        h, lam = memo[:2] if memo is not None else self.first_estimate(direction, query)[:2]
+        if memo is not None:
+            h, lam, log_eta = memo[0], memo[1], memo[3]
+        else:
+            h, lam = self.first_estimate(direction, query)[:2]
         return self.composer.grid_points(direction, h, lam, log_eta)
 
     def probe_settings(self, direction: str, query: Query) -> Settings | None:
@@ -395,13 +405,15 @@ class Planner:
         memo = None if fresh else self.cache.get(self.cache.spacings, key)
         precision = "double"
         if memo is not None:
-            h, lam, precision = memo[:3]
-            if len(memo) > 3:
+            h, lam, precision, log_eta = memo[:4]
+            if len(memo) > 4:
                 # refining already ended short of the target here: asking
                 # again would only repeat that work
                 return Settings(h, lam, log_eta, precision)
-        elif start is not None and start.log_eta == log_eta:
+        elif start is not None:
+            # (the tighter of the two budgets: a start's may have been tightened)
             h, lam, precision = start.h, start.lam, start.precision
+            log_eta = LogEta(min(start.log_eta.below, log_eta.below), min(start.log_eta.above, log_eta.above))
         else:
             early = self._below_floor(direction, query, floor, probe, lam_star, log_eta)
             if isinstance(early, Settings):
@@ -409,9 +421,10 @@ class Planner:
             h, lam = early
         met, found = self._refine(direction, query, Settings(h, lam, log_eta, precision), lam_star, floor,
                                   stop_above)
-        if memo is None or found.h < memo[0] or found.precision != memo[2]:
-            # (a fourth entry marks settings that could not meet the target)
-            entry = (found.h, found.lam, found.precision)
+        if (memo is None or found.h < memo[0] or found.precision != memo[2]
+                or found.log_eta != memo[3]):
+            # (a fifth entry marks settings that could not meet the target)
+            entry = (found.h, found.lam, found.precision, found.log_eta)
             self.cache.put(self.cache.spacings, key, entry if met else (*entry, "short"))
         return found
 
@@ -493,6 +506,10 @@ class Planner:
                       f"round-off part={err_part:.3g} target={target:.3g}")
             if width <= target or not math.isfinite(value) or value <= floor:
                 break
+            tighter = self._tighter_budget(direction, query, h, lam, log_eta, precision, width, value)
+            if tighter is not None:
+                log_eta = tighter
+                continue
             if (stop_above is not None and err_part > 0.5 * width
                     and points(direction, h, lam, log_eta) > TERMS_ROUND_OFF_POINTS):
                 # round-off of a heavy tail on a big grid: extended precision
@@ -511,6 +528,30 @@ class Planner:
             h, lam, weakened = step
         width, found = best
         return width <= last_target, found
+
+    def _tighter_budget(self, direction: str, query: Query, h: float, lam: float, log_eta: LogEta,
+                        precision: str, width: float, value: float) -> LogEta | None:
+        """A truncation budget set from the delta just measured, where the one
+        from the Chernoff estimate was too loose to leave the width alone; or None.
+
+        For delta at an epsilon the budget is set from a Chernoff bound on
+        delta, ``P(L > eps)``-like, which can be far above delta itself: one
+        big-jump term's delta was 8e-9 where the bound said 0.1, and the mass
+        it let go to +inf, 2.5e-9, was the whole width at every spacing
+        (sigma 1.55, q 6.4e-6, T 96 at delta 2e-25: 48x the target).  Only a
+        dominating grid whose mass at +inf is a real part of the width, and
+        the budget only ever tightens (the windows widen: truncated mass lands
+        on the safe side either way).
+        """
+        if query.kind != "epsilon" or not value > 0.0:
+            return None
+        pess, _ = self.composer.materialize(direction, h, lam, log_eta, precision, lower=False)
+        if not pess.inf_mass > 0.1 * width:
+            return None
+        want = 5.0 * math.floor((math.log(value) - LOG_ETA_BELOW_DELTA) / 5.0)
+        if not want < log_eta.above - 2.5:
+            return None
+        return LogEta(min(log_eta.below, want), want)
 
     def _extend(self, direction: str, settings: Settings, width: float, target: float, err_part: float) -> bool:
         """Whether to redo ``settings`` (double precision) with the FFT power in
@@ -614,7 +655,7 @@ class Planner:
         # epsilon either).
         step = rtol * max(val, 0.0) + EPS_ATOL
         fall = hi - float(pess.delta(val + step)[0]) if math.isfinite(val) else 0.0
-        target = min(0.5 * hi, max(fall, step * hi)) + 1e-300
+        target = max(min(0.5 * hi, max(fall, step * hi)), query.atol) + 1e-300
         part = 0.0
         if hi - lo > target or _DEBUG:
             pz, oz = pess.without_error(), opt.without_error()

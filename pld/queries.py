@@ -18,6 +18,7 @@ from pld import _big_jumps
 from pld import _windows as w
 from pld.composer import MAX_GRID_POINTS, Composer, GridTooLargeError
 from pld.engine_cache import EngineCache
+from pld.grid import GridPLD
 from pld.laws import Laws
 from pld.planner import EPS_ATOL, EPS_RTOL, FAR_QUERY, Planner, Query, Settings
 
@@ -184,13 +185,25 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
                                     stop_above=cap if d == "remove" else None)
         used[d] = settings
         pess, _ = composer.materialize(d, *settings, lower=False)
-        upper = pess.epsilon(delta)
+        # delta(eps) = E_P[(1 - e^{eps - L})_+] is exactly 0 from the largest
+        # loss on (bounded: the add direction of Poisson sampling, at most
+        # -T log(1 - q)), where a grid can still hold its round-off at +inf
+        # (sigma 0.831, q 5.6e-6, T 50 at delta 9e-27: 1.6e-15 there, and
+        # an upper end of inf for an epsilon below 2.8e-4)
+        upper = direction_upper(engine, d, pess, delta)
         hi = max(hi, upper)
         if upper > lo:  # else this direction cannot move either end
             _, opt = composer.materialize(d, *settings)
             assert opt is not None
             lo = max(lo, opt.epsilon(delta))
     return lo, max(hi, lo), used
+
+
+def direction_upper(engine: Engine, d: str, pess: GridPLD, delta: float) -> float:
+    """Upper end of direction ``d``'s epsilon at ``delta`` from its dominating
+    grid, capped at the direction's largest loss: from there on delta is
+    exactly 0, where a grid can still hold its round-off at +inf."""
+    return min(pess.epsilon(delta), max(0.0, engine.laws.largest_loss(d)))
 
 
 def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
@@ -211,7 +224,8 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     other = 0.0
     for d, settings in used.items():
         if d != "remove":
-            other = max(other, engine.composer.materialize(d, *settings, lower=False)[0].epsilon(delta))
+            other = max(other, direction_upper(engine, d, engine.composer.materialize(d, *settings, lower=False)[0],
+                                               delta))
     steps = engine.laws.components[0][1]
     known = engine.cache.get(engine.cache.used, ("jumps_bracket", delta, rtol))
     if known is not None:
@@ -343,6 +357,17 @@ def delta_query(engine: Engine, epsilon: float) -> Query:
     if not -575.0 < est < math.log(0.25):
         return Query("epsilon", epsilon)
     return Query("delta", math.exp(est), EPS_RTOL)
+
+
+def _found_delta_query(engine: Engine, epsilon: float, found_lo: float) -> Query:
+    """The query for delta at ``epsilon`` once a certified lower end
+    ``found_lo`` is known there: the epsilon query at that delta where it is
+    far below :func:`delta_query`'s estimate (by 1e3 or more; the estimate
+    otherwise, so that grids are shared with the first pass)."""
+    est = delta_query(engine, epsilon)
+    if est.kind == "delta" and 0.0 < found_lo < 1e-3 * est.value:
+        return Query("delta", found_lo, EPS_RTOL)
+    return est
 
 
 def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
@@ -548,7 +573,12 @@ def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi:
     sel = np.flatnonzero(np.isfinite(flat))
     r_lo, r_hi = terms.delta_bounds(flat[sel])
     other = np.zeros(sel.size)
-    query = delta_query(engine, eps0)
+    # the other directions tuned at the delta found here, not the saddle
+    # point's estimate: that can be off by orders of magnitude beside a heavy
+    # tail, and a grid tuned for it holds a truncation floor of about
+    # e^-18 of it (sigma 1, q 1e-5, T 1e5 at epsilon 0.8155: delta 1e-30, the
+    # estimate 3e-10, the add direction's floor 2.8e-19 was the upper end)
+    query = _found_delta_query(engine, eps0, max(float(r_lo[np.searchsorted(sel, j)]), float(lo[j])))
     for d in engine.directions:
         if d != "remove":
             # first against the floor of an epsilon query (tuned only until
@@ -556,8 +586,11 @@ def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi:
             # refined only if its upper ends then reach the terms' lower
             # ends (sigma 0.56, q 2.1e-5, T 4020: the add direction refined
             # to 1e6 points, 2 s, for ends 1e-4 of the remove direction's)
+            top = engine.laws.largest_loss(d)
+            if not eps0 < top:
+                continue  # (delta is exactly 0 from this direction's largest loss on)
             _, _, d_hi = _floored(engine, d, query, eps0, flat[sel], np.maximum(r_lo, lo[sel]), lower=False)
-            other = np.maximum(other, d_hi)
+            other = np.maximum(other, np.where(flat[sel] >= top, 0.0, d_hi))
     lo, hi = lo.copy(), hi.copy()
     lo[sel] = np.maximum(lo[sel], r_lo)
     hi[sel] = np.maximum(np.minimum(hi[sel], np.maximum(r_hi, other)), lo[sel])
@@ -576,6 +609,6 @@ def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: n
             break
         r = float(flat[cand[0]])
         tried.add(r)
-        lo_r, hi_r, _ = delta_pass(engine, flat, [delta_query(engine, r)], known_lo=lo)
+        lo_r, hi_r, _ = delta_pass(engine, flat, [_found_delta_query(engine, r, float(lo[cand[0]]))], known_lo=lo)
         lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
     return lo, hi
