@@ -60,10 +60,6 @@ class Laws:
 
     def largest_loss(self, direction: str) -> float:
         """Sum of the components' largest losses in one direction (``inf``:
-        unbounded, or a mass at +inf), rounded up: delta is exactly 0 from
-        there on, which callers rely on."""
-        def compute() -> float:
-            top = sum(k * m.loss_model(direction).sup_loss() for m, k in self.components)
-            # (the products and the sum round by a few units in the last place)
-            return top + 1e-12 * abs(top) if math.isfinite(top) else top
-        return self.cache.scalar(("largest", direction), compute)
+        unbounded, or a mass at +inf)."""
+        return self.cache.scalar(("largest", direction), lambda: sum(
+            k * m.loss_model(direction).sup_loss() for m, k in self.components))

@@ -199,11 +199,18 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
     return lo, max(hi, lo), used
 
 
+def loss_cap(engine: Engine, d: str) -> float:
+    """Direction ``d``'s largest loss rounded up (its sum of products rounds
+    by a few units in the last place): delta is exactly 0 from there on."""
+    top = engine.laws.largest_loss(d)
+    return top + 1e-12 * abs(top) if math.isfinite(top) else top
+
+
 def direction_upper(engine: Engine, d: str, pess: GridPLD, delta: float) -> float:
     """Upper end of direction ``d``'s epsilon at ``delta`` from its dominating
     grid, capped at the direction's largest loss: from there on delta is
     exactly 0, where a grid can still hold its round-off at +inf."""
-    return min(pess.epsilon(delta), max(0.0, engine.laws.largest_loss(d)))
+    return min(pess.epsilon(delta), max(0.0, loss_cap(engine, d)))
 
 
 def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
@@ -406,7 +413,7 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
         # beyond this direction's largest loss (bounded: the add direction of
         # Poisson sampling, -T log(1 - q)) its delta is exactly 0; a grid
         # tuned there would only hold its truncation bound
-        top = engine.laws.largest_loss(d)
+        top = loss_cap(engine, d)
         inside = ~((flat >= top) & math.isfinite(top))
         if not np.any(inside):
             continue
@@ -586,7 +593,7 @@ def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi:
             # refined only if its upper ends then reach the terms' lower
             # ends (sigma 0.56, q 2.1e-5, T 4020: the add direction refined
             # to 1e6 points, 2 s, for ends 1e-4 of the remove direction's)
-            top = engine.laws.largest_loss(d)
+            top = loss_cap(engine, d)
             if not eps0 < top:
                 continue  # (delta is exactly 0 from this direction's largest loss on)
             _, _, d_hi = _floored(engine, d, query, eps0, flat[sel], np.maximum(r_lo, lo[sel]), lower=False)
