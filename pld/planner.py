@@ -577,20 +577,14 @@ class Planner:
                    width: float, target: float, err_part: float,
                    weakened: bool) -> tuple[float, float, bool] | None:
         """The next ``(h, lam, weakened)`` to try, or None to stop refining."""
-        # Where the discretisation part alone already fits the target, a
-        # finer h only adds round-off: a stronger tilt is the one move that
-        # can meet it, if it keeps the grid about the same size (sigma 0.34,
-        # q 4.2e-3, T 1.6e6 at rtol 1e-5: round-off 28% of the width; a finer
-        # grid, then the tilt anyway, took 3 grids of 0.4-0.7 s for 2)
-        fits = err_part > 0.1 * width and width - err_part <= 0.9 * target
-        if (err_part > 0.3 * width or fits) and lam < lam_star:
+        if err_part > 0.3 * width and lam < lam_star:
             # a stronger tilt, unless it widens the tilted law too much
             # (heavy tails: the grid would explode for little gain)
             lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
             comp = self.laws.sizing(direction, log_eta)
             lo0, hi0 = w.window(comp, lam, log_eta)
             lo1, hi1 = w.window(comp, lam_new, log_eta)
-            if hi1 - lo1 <= (4.0 if err_part > 0.3 * width else 1.5) * (hi0 - lo0):
+            if hi1 - lo1 <= 4.0 * (hi0 - lo0):
                 return h, lam_new, weakened
             if width - err_part <= target:
                 return None  # nothing left that a finer grid would fix

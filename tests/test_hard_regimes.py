@@ -111,25 +111,3 @@ def test_large_epsilon_long_runs_stay_narrow(steps, dp_accounting_value):
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert lo <= dp_accounting_value
     assert hi <= dpsgd_rdp_epsilon(1.0, 0.01, steps, 1e-5)[0]
-
-
-def test_refinement_tilts_when_the_discretisation_already_fits():
-    """sigma 0.34, q 4.2e-3, T 1.6e6 at rtol 1e-5 (epsilon ~4738): the first
-    grid's width 0.0536 holds 0.0151 of round-off against a target of 0.0474,
-    so its discretisation alone (0.0385) fits.  A finer spacing only adds
-    round-off; the next step is a stronger tilt on the same spacing (it had
-    been a finer grid, then the tilt anyway: three grids of ~0.5 s for two)."""
-    from pld.planner import Query
-
-    p = pld.dpsgd(0.343690705292556, 0.004248789732717983, 1648576)
-    planner = p._engine().planner
-    query = Query("delta", 2.114562552277993e-08, 1e-5)
-    lam_star = planner.tilt_star("remove", query)
-    log_eta = planner.log_eta("remove", query)
-    lam = planner.initial_tilt("remove", query, lam_star)
-    h = 2.96e-4
-    step = planner._next_step("remove", h, lam, lam_star, log_eta, 0.0536, 0.0474, 0.0151, False)
-    assert step is not None and step[0] == h and step[1] > lam
-    # where the discretisation alone does not fit, the spacing is refined
-    step = planner._next_step("remove", h, lam, lam_star, log_eta, 0.0700, 0.0474, 0.0151, False)
-    assert step is not None and step[0] < h and step[1] == lam
