@@ -106,3 +106,26 @@ def test_add_direction_delta_is_zero_beyond_its_largest_loss(sigma, q, steps):
     for delta in (1e-12, 1e-20):
         info = p.explain(delta)
         assert info["directions"]["add"]["epsilon_upper"] <= top * (1 + 1e-9)
+
+
+def test_terms_are_not_tuned_at_a_misplaced_window():
+    """sigma 1.588, q 3.3e-4, T 1.2e5 at delta 1e-26: the whole law's grid is
+    tuned at its Chernoff estimate, which the heavy tail puts at 3.45 for an
+    epsilon of 0.824, and its window [3.4544, 3.4545] estimates nothing.  The
+    terms were first tuned there (their core's delta of 1e-87 refined to
+    1e-4 of itself: 5 s); they start from the dominated side's end instead.
+    Within target, inside the whole law's own certified bracket, and
+    consistent with delta at its ends."""
+    from pld import queries
+
+    sigma, q, steps, delta = 1.588, 3.3e-4, 120_000, 1e-26
+    p = pld.dpsgd(sigma, q, steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = p.epsilon_bounds(delta)
+    assert _within_target(lo, hi)
+    first = p.explain(delta)["big_jump_decomposition"][0]["tuned_at"]
+    assert lo * 0.9 < first < hi * 1.1
+    whole_lo, whole_hi, _ = queries._grid_bracket(pld.dpsgd(sigma, q, steps)._engine(), delta, 1e-4)
+    assert whole_lo <= lo <= hi <= whole_hi
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
