@@ -489,7 +489,8 @@ class Planner:
                 # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
                 # tilt, each a 1.1M-point grid, both worse), so no more tilts
                 break
-            if precision == "extended" and prev is not None and prev[1] == lam and prev[3] == precision:
+            if (precision == "extended" and prev is not None and prev[1] == lam and prev[3] == precision
+                    and h < prev[0]):
                 # Once the round-off is small, what h does not control shows:
                 # the discretisation part extrapolated to h = 0 (linearly, the
                 # most hopeful of the orders h^1 .. h^2).  Where that already
@@ -497,8 +498,9 @@ class Planner:
                 # the width, finer grids cost time for nothing (after the
                 # switch the spacing is refined from a grid sized for a
                 # round-off-bound bracket: 1e6-point grids were built so)
+                # (h < prev: a new truncation budget keeps the spacing)
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
-                if h < prev[0] and rest > target and rest > 0.75 * width:
+                if rest > target and rest > 0.75 * width:
                     break
             prev = (h, lam, width, precision, err_part)
             if _DEBUG:

@@ -129,3 +129,17 @@ def test_terms_are_not_tuned_at_a_misplaced_window():
     whole_lo, whole_hi, _ = queries._grid_bracket(pld.dpsgd(sigma, q, steps)._engine(), delta, 1e-4)
     assert whole_lo <= lo <= hi <= whole_hi
     assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
+
+
+def test_tightened_budget_keeps_the_spacing():
+    """Coverage row 130 (sigma 2.05, q 3.8e-6, T 9e5, delta 9.2e-8): a term's
+    truncation budget is tightened on the same spacing, in extended
+    precision, where the refinement extrapolates the width to h = 0 from two
+    spacings; with one spacing twice (the delta queries at the bracket's
+    ends) that divided by zero.  Within target, and consistent."""
+    delta = 9.151503861350225e-08
+    p = pld.dpsgd(2.0481739049808128, 3.819778630805264e-06, 903185)
+    lo, hi = p.epsilon_bounds(delta)
+    assert _within_target(lo, hi)
+    assert 0.00668 < lo <= hi < 0.00670  # dp_accounting's estimate at its 1e-4 grid: 0.0459 (coarse)
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
