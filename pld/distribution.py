@@ -215,7 +215,9 @@ class PLD:
         if mu is not None:
             lo, hi = gaussian_exact.delta_bounds(mu, flat)
         else:
-            lo, hi = queries.delta_curve(self._engine(), flat, self._epsilon_at_zero_delta())
+            engine = self._engine()
+            lo, hi = queries.delta_curve(engine, flat, self._epsilon_at_zero_delta())
+            _warn_if_loose(flat, lo, hi, self._h_fixed, queries.tunable_epsilon(engine))
         if scalar:
             return float(lo[0]), float(hi[0])
         return lo.reshape(e.shape), hi.reshape(e.shape)
@@ -399,6 +401,31 @@ class PLD:
         engine = self._engine()
         return engine.cache.scalar("eps_at_zero", lambda: max(
             0.0, *(engine.laws.largest_loss(d) for d in engine.directions)))
+
+
+#: a delta bracket whose ends differ by more than this factor is reported
+#: (an epsilon target never asks for that much: delta falls by e^{lam rtol eps}
+#: over one target, ~1.1 at the largest epsilons of the coverage sample)
+DELTA_LOOSE_FACTOR = 10.0
+
+
+def _warn_if_loose(flat: np.ndarray, lo: np.ndarray, hi: np.ndarray, h_fixed: float | None,
+                   limit: float) -> None:
+    """Never silent: a delta bracket an order of magnitude wide (or ``[0, x]``)
+    is reported; both ends stay certified.  Not beyond ``limit``
+    (:func:`pld.queries.tunable_epsilon`), where no grid is tuned and the
+    upper end is the mass every grid sends to +inf, below ~1e-40."""
+    with np.errstate(invalid="ignore"):
+        loose = (np.abs(flat) < limit) & (hi > 1e-200) & (hi > DELTA_LOOSE_FACTOR * lo)
+    if not np.any(loose):
+        return
+    j = int(np.flatnonzero(loose)[0])
+    why = (f"the grid spacing is fixed at value_discretization_interval = {h_fixed:g}" if h_fixed is not None
+           else "the grids could not resolve it")
+    warnings.warn(f"delta bracket [{lo[j]:.4g}, {hi[j]:.4g}] at epsilon = {flat[j]:.6g}"
+                  + (f" (and {int(loose.sum()) - 1} more points)" if loose.sum() > 1 else "")
+                  + f" is wider than a factor {DELTA_LOOSE_FACTOR:g}: {why}. Both ends are still certified.",
+                  TargetMissedWarning, stacklevel=3)
 
 
 def _merge(components: tuple) -> tuple:

@@ -323,6 +323,21 @@ def test_a_missed_target_is_said():
     assert pld.Gaussian(1.0).pld().explain(1e-5)["target_met"] is True
 
 
+def test_a_loose_delta_bracket_is_said():
+    """delta brackets have no target of their own, but one an order of
+    magnitude wide (here [0, 1] on a fixed spacing of 0.3) is never silent;
+    the default grids' brackets at the same points stay quiet."""
+    p = pld.dpsgd(1.0, 0.01, 1000)
+    coarse = pld.PLD(p.components, value_discretization_interval=0.3)
+    with pytest.warns(pld.TargetMissedWarning, match="delta bracket .* wider than a factor 10"):
+        lo, hi = coarse.delta_bounds([1.0, 3.0])
+    assert np.all(lo <= hi)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = p.delta_bounds([1.0, 3.0, 5.0])
+    assert np.all(hi <= 1.01 * lo)
+
+
 def test_delta_query_costs_what_the_epsilon_query_costs():
     """delta at eps = 0 of a narrow loss law was refined to 8000x what the
     matching epsilon query needs; the grids it builds are now as fine as that
