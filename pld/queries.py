@@ -511,8 +511,17 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     if short:
         # the remove direction left to the big-jump terms (a first grid too
         # large, or refining stopped at their cap): terms tuned at the
-        # loosest point, however loose (an epsilon query's cost for one point)
-        lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit, loose_above=0.0)
+        # loosest point that is wider than the epsilon target implies, the
+        # fall of delta over one epsilon target (read off the same grids one
+        # step on), as an epsilon query's refinement asks (sigma 0.448,
+        # q 6.3e-6, T 760: the coarse grid's bracket was 2.7e-4 wide for a
+        # fall of 5.9e-3, and the terms took 20 s)
+        step = EPS_RTOL * np.abs(flat) + EPS_ATOL
+        lo2, hi2, _ = delta_pass(engine, flat + step, queries)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fall = np.where(hi > 0, np.maximum(lo - hi2, 0.0) / hi, 0.0)
+        lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit,
+                                        loose_above=np.minimum(0.5, np.maximum(fall, step)))
     if not short or np.any(_looseness(lo, hi) > DELTA_LOOSE):
         lo, hi = _refine_loose_points(engine, flat, lo, hi, {float(r) for r in reps}, limit)
         lo, hi = _refine_delta_by_jumps(engine, flat, lo, hi, limit)
@@ -547,7 +556,8 @@ def _looseness(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                           limit: float, loose_above: float = DELTA_LOOSE) -> tuple[np.ndarray, np.ndarray]:
+                           limit: float, loose_above: float | np.ndarray = DELTA_LOOSE
+                           ) -> tuple[np.ndarray, np.ndarray]:
     """Delta brackets still loose after the grids (relative width above
     ``loose_above``), narrowed by the big-jump decomposition of the remove
     direction (:mod:`pld._big_jumps`), tuned at the loosest point: what

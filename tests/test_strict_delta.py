@@ -143,3 +143,23 @@ def test_tightened_budget_keeps_the_spacing():
     assert _within_target(lo, hi)
     assert 0.00668 < lo <= hi < 0.00670  # dp_accounting's estimate at its 1e-4 grid: 0.0459 (coarse)
     assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
+
+
+def test_delta_query_settled_by_the_coarse_grid_builds_no_terms(monkeypatch):
+    """sigma 0.448, q 6.3e-6, T 760 at epsilon 13.2473 (delta ~1e-27): the
+    coarse whole-law grid's delta bracket is 2.7e-4 wide where the epsilon
+    target implies 5.9e-3 (delta's fall over one epsilon target), so the
+    big-jump terms are not needed (they took 20 s, for a bracket the epsilon
+    query itself settles in 0.6 s on that grid).  Consistent with the
+    epsilon bracket at 1e-27."""
+    def no_terms(*args, **kwargs):
+        raise AssertionError("big-jump terms built")
+
+    p = pld.dpsgd(0.448, 6.3e-06, 760)
+    lo, hi = p.epsilon_bounds(1e-27)
+    assert _within_target(lo, hi)
+    monkeypatch.setattr(bj, "build_terms", no_terms)
+    q = pld.dpsgd(0.448, 6.3e-06, 760)
+    d_lo, d_hi = q.delta_bounds(hi)
+    assert d_lo <= 1e-27 * (1 + 1e-9) and d_hi - d_lo <= 6e-3 * d_hi
+    assert q.delta_bounds(lo)[1] >= 1e-27 * (1 - 1e-9)
