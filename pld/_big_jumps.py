@@ -296,7 +296,9 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
     def grid_pair(k: int, r: float, start=None, atol: float = 0.0) -> tuple:
         # tuned at epsilon itself: each term then resolves its own fall in
         # delta over one epsilon target, and the weighted falls add up to the whole's
-        planner, query = engines[k].planner, Query("epsilon", eps0, r, atol)
+        # (truncation held below delta itself, weighted: the terms are read
+        # where the sum's delta is delta, wherever eps0 is)
+        planner, query = engines[k].planner, Query("epsilon", eps0, r, atol, delta * math.exp(-weights[k]))
         settings = planner.settings("remove", query, start=start)
         if (start is not None and planner.met_target("remove", query) is False
                 and planner.first_estimate("remove", query).h < 0.5 * settings.h):
@@ -349,6 +351,18 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         used.append(settings)
     tail = math.exp(log_tail) * (1.0 + 1e-9) if math.isfinite(log_tail) else 0.0
     return Terms(cut, log_b, tuple(grids), tail, tuple(engines), tuple(used))
+
+
+def finite_upper(terms: Terms, delta: float, start: float) -> float:
+    """An epsilon at which the terms certify ``delta_upper <= delta``, found by
+    doubling from ``start`` (``inf`` if none below ~1e12): an upper end for
+    :func:`epsilon_bracket` where the whole law's grid gave none."""
+    x = max(start, 1e-6)
+    for _ in range(60):
+        if terms.delta_bounds(np.array([x]))[1][0] <= delta:
+            return x
+        x *= 2.0
+    return math.inf
 
 
 def epsilon_bracket(terms: Terms, delta: float, lo: float, hi: float) -> tuple[float, float]:

@@ -111,12 +111,17 @@ class Query:
     (``"epsilon"`` only): a width in delta that suffices whatever delta is, for
     a term of a sum whose own delta may be far below what the sum needs
     resolved (:mod:`pld._big_jumps`); it also sets the truncation budget.
+    ``delta_floor`` (``"epsilon"`` only): the truncation budget is also held
+    below this delta, for a term read where the sum's delta is that small
+    (tuned at an epsilon where its own delta is far larger, its mass sent to
+    +inf would otherwise stay above the delta asked at every epsilon).
     """
 
     kind: str
     value: float
     rtol: float = EPS_RTOL
     atol: float = 0.0
+    delta_floor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in ("delta", "epsilon"):
@@ -253,6 +258,10 @@ class Planner:
             if query.atol > 0.0:
                 # (what is truncated need only stay below the width asked)
                 log_delta = max(log_delta, math.log(query.atol))
+            if query.delta_floor > 0.0:
+                # (with e^5 of room: where the Chernoff estimate is only a
+                # little above it, the old budget is kept, windows as wide)
+                log_delta = min(log_delta, math.log(query.delta_floor) + 5.0)
         if not math.isfinite(log_delta):
             return LogEta(LOG_ETA_FLOOR, LOG_ETA_FLOOR)
         below = min(LOG_ETA_FLOOR, log_delta - LOG_ETA_BELOW_DELTA)
@@ -320,7 +329,7 @@ class Planner:
         return h
 
     def _spacing_key(self, direction: str, query: Query, lam_star: float, log_eta: LogEta) -> tuple:
-        return (direction, w.quantize_tilt(lam_star), log_eta, query.rtol, query.atol)
+        return (direction, w.quantize_tilt(lam_star), log_eta, query.rtol, query.atol, query.delta_floor)
 
     def first_settings(self, direction: str, query: Query) -> Settings | None:
         """Settings :meth:`settings` starts from, or None when it would start

@@ -105,7 +105,10 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
         lo, hi = max(lo, lo0), max(min(hi, hi0), max(lo, lo0))
     else:
         lo, hi, used = _grid_bracket(engine, delta, rtol)
-        if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
+        if hi - lo > rtol * hi + EPS_ATOL or math.isinf(hi):
+            # (an upper end of inf too: a heavy tail's Chernoff tilt can put
+            # the whole law's window far from epsilon and its truncated mass
+            # above delta, sigma 2.75, q 1.3e-4, T 660 at delta 3e-28)
             lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
     engine.cache.put(engine.cache.used, (delta, rtol), used)
     return lo, hi, used
@@ -246,7 +249,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     # it certifies nothing), usually close, where the bracket's ends are not
     pess = engine.composer.materialize("remove", *used["remove"], lower=False)[0]
     est = pess.without_error().epsilon(delta)
-    if est <= (pess.k0 + 1) * pess.h and lo > 0:
+    if (est <= (pess.k0 + 1) * pess.h or not math.isfinite(est)) and lo > 0:
         # the grid's window starts above epsilon (tuned at a Chernoff estimate
         # that a heavy tail puts far out: sigma 1.59, q 3.3e-4, T 1.2e5 at
         # delta 1e-26, a window [3.4544, 3.4545] for an epsilon of 0.824): it
@@ -260,12 +263,14 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         terms = _try_terms(model, steps, delta, eps0, r, previous)
         if terms is None:
             break
+        if not math.isfinite(rem_hi):
+            rem_hi = _big_jumps.finite_upper(terms, delta, max(eps0, rem_lo))
         rem_lo, rem_hi = _big_jumps.epsilon_bracket(terms, delta, rem_lo, rem_hi)
         info.append({"tuned_at": eps0, "cut": terms.cut, "terms": len(terms.grids),
                      "jump_probability": math.exp(terms.log_b), "tail_bound": terms.tail,
                      "bracket": (rem_lo, rem_hi)})
         width, target = rem_hi - rem_lo, rtol * rem_hi + EPS_ATOL
-        if width <= target:
+        if width <= target or not math.isfinite(rem_hi):
             break
         mid = 0.5 * (rem_lo + rem_hi)
         if abs(mid - eps0) <= 0.01 * eps0:

@@ -163,3 +163,24 @@ def test_delta_query_settled_by_the_coarse_grid_builds_no_terms(monkeypatch):
     d_lo, d_hi = q.delta_bounds(hi)
     assert d_lo <= 1e-27 * (1 + 1e-9) and d_hi - d_lo <= 6e-3 * d_hi
     assert q.delta_bounds(lo)[1] >= 1e-27 * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("sigma, q, steps, delta", [(2.751, 1.3e-4, 660, 3e-28), (2.316, 8e-6, 790, 8e-27)])
+def test_infinite_upper_end_goes_to_the_terms(sigma, q, steps, delta):
+    """A heavy tail's Chernoff tilt (6e3 .. 4e4) put the whole law's window far
+    from epsilon (2 points) and its mass at +inf above delta: [lo, inf], and
+    an infinite upper end never reached the big-jump terms.  The terms now
+    take it, with their truncation held below delta wherever they are tuned
+    (tuned at the other direction's end, their floors 4e3 x delta kept every
+    upper end above it).  Within target, consistent, and inside the tilted
+    rounding oracle's bracket (tests/oracles.py: numpy/scipy only)."""
+    import oracles
+
+    p = pld.dpsgd(sigma, q, steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = p.epsilon_bounds(delta)
+    assert _within_target(lo, hi)
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
+    ref = oracles.subsampled_gaussian_epsilon(sigma, q, steps, delta, max_points=1 << 22)
+    assert ref.lower <= hi and lo <= ref.upper
