@@ -454,7 +454,10 @@ class Planner:
             # the same test on the first grid itself: a direction close to
             # the leader whose upper end still stays below the floor needs no
             # dominated side at all
-            pess, _ = self.composer.materialize(direction, h, lam, log_eta, lower=False)
+            try:
+                pess, _ = self.composer.materialize(direction, h, lam, log_eta, lower=False)
+            except FloatingPointError:
+                return h, lam  # (the refinement weakens the tilt)
             if pess.epsilon(query.value) <= floor:
                 return Settings(h, lam, log_eta)
         return h, lam
@@ -474,16 +477,32 @@ class Planner:
         # atoms between grid points make the dominated side's error first order
         # and erratic in h: give such compositions more tries
         tries, patience = (12, 5) if self.laws.exploration(direction).all_atoms else (8, 3)
+        weakened_for_mass = 0
+        seen = False
         for _ in range(tries):
             while points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = self.align(direction, round_spacing(2.0 * h))  # a new tilt can widen the grid
             if stop_above is not None and prev is not None and points(direction, h, lam, log_eta) > stop_above:
                 break  # (the caller has a cheaper way on from here)
-            width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
+            try:
+                width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
+            except FloatingPointError:
+                # every mass of a level fell outside its window: a tilt so
+                # strong (a heavy tail's Chernoff tilt at a tiny delta) that
+                # the tilted law underflows where the windows are drawn
+                # (sigma 1.45, q 4.6e-5, T 1.6e6 at delta 3.9e-29, the add
+                # direction); a weaker one, a few times
+                if weakened_for_mass < 3 and lam > 1e-3:
+                    lam, weakened_for_mass = w.quantize_tilt(lam / 8.0), weakened_for_mass + 1
+                    continue
+                raise
             last_target = target
-            if width < best[0]:
+            if width < best[0] or not seen:
+                # (the first grid built is kept even with an infinite width:
+                # the start itself may not build, see the tilt weakened above)
                 stalled = 0 if width < 0.9 * best[0] else stalled + 1
                 best = (width, Settings(h, lam, log_eta, precision))
+                seen = True
             else:
                 stalled += 1
             if stalled >= patience:
