@@ -240,8 +240,13 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     known = engine.cache.get(engine.cache.used, ("jumps_bracket", delta, rtol))
     if known is not None:
         # (the terms' engines are not kept: a second query, explain() after
-        # epsilon_bounds(), would build them all again)
-        return max(lo, known[0]), max(known[1], other, lo)
+        # epsilon_bounds(), would build them all again; nor would the other
+        # directions' refinement below be found without their settings)
+        rem_lo, rem_hi, refined = known
+        if refined is not None:
+            used.update(refined[0])
+            other, lo = refined[1], max(lo, refined[2])
+        return max(lo, rem_lo), max(rem_hi, other, lo)
     rem_lo, rem_hi = lo, hi
     info = []
     # tuned first where the remove direction's dominating grid puts epsilon
@@ -283,6 +288,27 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         else:
             previous = None  # (mistuned: a new cut at the new epsilon)
         eps0 = mid
+    refined = None
+    if other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
+        # another direction's end, from a grid tuned for a looser target (the
+        # terms-first route's), is now the wide one: refined at this target
+        # against the terms' lower end (sigma 1.10, q 1.3e-5, T 1e6 at delta
+        # 5.2e-14: the add direction's coarse grid had an error bound of
+        # 1e41 and its end was its largest loss, 13.2, for an epsilon of 0.098)
+        other = 0.0
+        for d in list(used):
+            if d == "remove":
+                continue
+            settings = engine.planner.settings(d, Query("delta", delta, rtol), floor=max(lo, rem_lo))
+            used[d] = settings
+            pess = engine.composer.materialize(d, *settings, lower=False)[0]
+            upper = direction_upper(engine, d, pess, delta)
+            other = max(other, upper)
+            if upper > max(lo, rem_lo):
+                opt = engine.composer.materialize(d, *settings)[1]
+                assert opt is not None
+                lo = max(lo, opt.epsilon(delta))
+        refined = ({d: s for d, s in used.items() if d != "remove"}, other, lo)
     out = max(lo, rem_lo), max(rem_hi, other, lo)
     if info:
         if terms is not None:
@@ -291,7 +317,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
             d_lo, d_hi = terms.delta_bounds(np.array([out[1]]))
             info[-1]["delta_at_epsilon_upper"] = (float(d_lo[0]), float(d_hi[0]))
         engine.cache.put(engine.cache.used, ("jumps", delta, rtol), info)
-        engine.cache.put(engine.cache.used, ("jumps_bracket", delta, rtol), (rem_lo, rem_hi))
+        engine.cache.put(engine.cache.used, ("jumps_bracket", delta, rtol), (rem_lo, rem_hi, refined))
     return out
 
 

@@ -200,3 +200,26 @@ def test_a_level_that_loses_all_mass_weakens_the_tilt():
     assert 0.0 < lo <= hi <= -steps * math.log1p(-q) * (1 + 1e-9)
     if not _within_target(lo, hi):
         assert any(issubclass(w.category, pld.TargetMissedWarning) for w in caught)
+
+
+@pytest.mark.parametrize("sigma, q, steps, delta", [
+    (1.1022689171530708, 1.292476857938492e-05, 1024362, 5.244656838304142e-14),
+    (1.4001673481782184, 2.3913474147699937e-05, 2047191, 6.011886809433193e-26),
+])
+def test_other_direction_refined_after_the_terms(sigma, q, steps, delta):
+    """The terms-first route tunes every direction on a grid for a loose
+    target; the add direction's grid there (T >= 1e6, a Chernoff tilt of
+    400) had an error bound of 1e41, so its end was its largest loss, T q
+    (13.2 and 49.0, for epsilons of 0.098 and 0.278; inf at d4f8bac).  It is
+    refined at the query's target against the terms' lower end.  Within
+    target, consistent with delta at the ends, and the add direction's own
+    bracket (explain) is finite and below the answer's upper end."""
+    p = pld.dpsgd(sigma, q, steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = p.epsilon_bounds(delta)
+    assert _within_target(lo, hi)
+    assert hi < 0.01 * steps * q
+    assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
+    add = p.explain(delta)["directions"]["add"]
+    assert add["epsilon_upper"] <= hi
