@@ -494,9 +494,6 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
 BULK_MASS = 0.5
 #: how many cells each side of the mode count as the bulk's
 BULK_CELLS = 2
-#: what taking an inexact shift off costs, in first spacings (it is taken off
-#: the FFT power's level of the remaining steps, once)
-UNSHIFT_SPACINGS = 1.0
 #: a shifted bulk cell is aimed this far (relative to the shift, plus 1e-13
 #: absolute for its loss's error bound) above its grid point
 BULK_SHIFT_ROOM = 1e-6
@@ -538,9 +535,11 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
     (:func:`_merge_score`), and the one whose merged law keeps most of the
     mean loss plus ``var_weight`` times its variance
     (:func:`pld.discretize.variance_weight`: what T steps' delta feels of
-    each) is taken, unless its gain over no shift, ``count`` times, is not
-    more than what taking the shift off can cost (nothing when it comes off
-    exactly, else :data:`UNSHIFT_SPACINGS` spacings).  A bulk of at least
+    each), ``count`` times, less what taking it off loses to the lattice
+    (:func:`_unshift_loss`: nothing for those candidates), is taken if it
+    beats no shift.  Where one cell holds :data:`ON_POINT_MASS` of the law
+    the shift that puts it a hair above its grid point is tried too, as it
+    is and rounded up onto the candidates.  A bulk of at least
     :data:`BULK_MASS` within :data:`BULK_CELLS` cells of the mode is searched;
     one step has no shift (it could not come off on its own lattice).
     Measured at sigma 0.505, q 3.2e-6, h 1.8e-6, eps 1e-5: the dominated
@@ -578,24 +577,43 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
     # worse: sigma 0.458, q 8.8e-6, T 790000, delta 1e-8 ended at 1.24 of its
     # target with it from a cell of 0.9, 0.90 from 0.97.)
     lp, _ = model.cells(np.array([mode - 0.5, mode + 0.5]) * h)
+    shifts = [_shift_down(m, base, h) for m in ms]
     if lp[1] > math.log(ON_POINT_MASS):
         on = _on_point_shift(model, h, mode)
         if on is not None:
             on -= math.floor(on / h) * h  # (into [0, h): a lattice point apart)
+            # itself (taken off inexactly) and rounded up onto the candidates' grid
+            shifts.append(on)
             m = math.ceil(on * base / h)
             if m < base:
-                ms = sorted(set(ms) | {m})
-    shifts = [_shift_down(m, base, h) for m in ms]
-    scores = {s: _merge_score(model, h, k_lo, top, s, var_weight) for s in shifts}
-    best = max(shifts, key=lambda s: (scores[s], -abs(s)))
-    if best == 0.0:
-        return 0.0
-    # (count s comes off exactly when count is base times a power of two;
-    # else the rest's level loses up to a spacing to the lattice)
-    exact = count == base << _power_shift(count)
-    if not count * (scores[best] - scores[0.0]) > (0.0 if exact else UNSHIFT_SPACINGS * h):
-        return 0.0
-    return best
+                shifts.append(_shift_down(m, base, h))
+    # what each keeps over count steps, less what taking it off loses
+    gains = {s: count * _merge_score(model, h, k_lo, top, s, var_weight) - _unshift_loss(s, count, h)
+             for s in set(shifts)}
+    best = max(gains, key=lambda s: (gains[s], -abs(s)))
+    return best if best != 0.0 and gains[best] > gains[0.0] else 0.0
+
+
+def _unshift_loss(shift: float, count: int, h: float) -> float:
+    """What :func:`_unshift` lowers the composed loss by beyond ``count *
+    shift`` when the shift comes off the FFT power's levels as
+    :func:`_power_start` first tries them (``count >> s`` steps, copied by
+    the squarings, and the rest's level once) or, without a power, off the
+    result: each level's total shift is rounded up to the lattice."""
+    s = _power_shift(count)
+    jump = count >> s
+    rem = count - (jump << s)
+    first = (jump + rem if 0 < rem and s <= 2 else rem) if jump >= 4 else 0
+    if jump < 4:
+        jump = count  # (no power: off the result, once)
+    copies = (count - first) // jump
+    return copies * _lattice_gap(jump * Fraction(shift), h) + (_lattice_gap(first * Fraction(shift), h) if first else 0.0)
+
+
+def _lattice_gap(total: Fraction, h: float) -> float:
+    """``ceil(total / h) h - total``: what rounding a shift up to the lattice adds."""
+    q = total / Fraction(h)
+    return float((-((-q.numerator) // q.denominator) - q) * Fraction(h))
 
 
 def _on_point_shift(model, h: float, j: int) -> float | None:
