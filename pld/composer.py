@@ -457,8 +457,9 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     """
     levels = _Levels(step, h, lam, total_steps, log_eta)
     weight = 1.0 if pessimistic else variance_weight(levels.sd1 ** 2, total_steps)
+    final_h = _final_spacing(levels, h, step.count)
     shift = 0.0 if pessimistic else bulk_shift(step.model, step.ex, h, step.k_lo, step.k_hi, step.count,
-                                               var_weight=weight)
+                                               var_weight=weight, final_h=final_h)
     # (a step that is the whole composition is asked at eps >= 0, where its
     # mass below 0 does not count: its bulk is rounded down, not lifted)
     free = 0.0 if total_steps == 1 and step.count == 1 else -math.inf
@@ -474,7 +475,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     base = discretize(step.model, h, step.k_lo, k_hi, lam, pessimistic, cells=step.cells,
                       points=points, loss_shift=shift, var_weight=weight, free_below=free)
     step.power_steps[pessimistic] = 1
-    start = _power_start(step, base, h, levels, pessimistic, precision, shift)
+    start = _power_start(step, base, h, levels, pessimistic, precision, shift, final_h)
     if start is None:
         result, result_count, cur, cur_count, remaining = None, 0, base, 1, step.count
     else:
@@ -516,7 +517,7 @@ SCORE_CELLS = 256
 
 
 def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: int,
-               var_weight: float = 1.0) -> float:
+               var_weight: float = 1.0, final_h: float | None = None) -> float:
     """Per-step loss shift that lets the dominated side merge a step's bulk
     with least loss, or 0.
 
@@ -598,13 +599,13 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
             if m < base:
                 shifts.append(_shift_down(m, base, h))
     # what each keeps over count steps, less what taking it off loses
-    gains = {s: count * _merge_score(model, h, k_lo, top, s, var_weight) - _unshift_loss(s, count, h)
+    gains = {s: count * _merge_score(model, h, k_lo, top, s, var_weight) - _unshift_loss(s, count, h, final_h)
              for s in set(shifts)}
     best = max(gains, key=lambda s: (gains[s], -abs(s)))
     return best if best != 0.0 and gains[best] > gains[0.0] else 0.0
 
 
-def _unshift_loss(shift: float, count: int, h: float) -> float:
+def _unshift_loss(shift: float, count: int, h: float, final_h: float | None = None) -> float:
     """What :func:`_unshift` lowers the composed loss by beyond ``count *
     shift`` when the shift comes off the FFT power's levels as
     :func:`_power_start` first tries them (``count >> s`` steps, copied by
@@ -618,9 +619,20 @@ def _unshift_loss(shift: float, count: int, h: float) -> float:
         jump = count  # (no power: off the result, once)
     copies = (count - first) // jump
     lost = copies * _lattice_gap(jump * Fraction(shift), h) + (_lattice_gap(first * Fraction(shift), h) if first else 0.0)
-    # (more than a spacing there and it comes off the result instead, once:
-    # under one of its spacings, counted as one here)
-    return min(lost, h)
+    # (or off the result instead, once, on the spacing the levels reach:
+    # whichever loses less, see _power_start)
+    return min(lost, _lattice_gap(count * Fraction(shift), final_h or h))
+
+
+def _final_spacing(levels: _Levels, h: float, count: int) -> float:
+    """The spacing :meth:`_Levels.fit` lets the ``count``-step level reach
+    (h doubled while twice it is allowed; the grid's size may stop it short)."""
+    allowed = min(math.sqrt(4.0 * count * levels.per_step_bias / levels.levels),
+                  math.sqrt(count) * levels.sd1 / 50.0)
+    out = h
+    while 2.0 * out <= allowed:
+        out *= 2.0
+    return out
 
 
 def _lattice_gap(total: Fraction, h: float) -> float:
@@ -698,7 +710,7 @@ def _unshift(g: GridPLD, total_shift: Fraction) -> GridPLD:
 
 
 def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool,
-                 precision: str = "double", loss_shift: float = 0.0):
+                 precision: str = "double", loss_shift: float = 0.0, final_h: float | None = None):
     """The early levels by one FFT power: ``(result, result_count, cur,
     cur_count, remaining)`` for the squaring loop, or None (squaring from one step).
 
@@ -742,15 +754,17 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
                     # a bulk shift (bulk_shift) comes off here, on the first
                     # spacing (the levels below are re-gridded to coarser
                     # ones), if what it loses there to the lattice, the jump
-                    # level's rounding times its copies, is under a spacing;
-                    # else it stays on and comes off the result, once
-                    # (sigma 0.311, q 8.5e-5, T 25320: a power of 395 steps
-                    # copied 64 times lost 43 h here)
+                    # level's rounding times its copies, is no more than
+                    # what it would lose coming off the result, once, on the
+                    # spacing the levels are expected to reach (sigma 0.311,
+                    # q 8.5e-5, T 25320: a power of 395 steps copied 64
+                    # times lost 43 h here; at sigma 0.33, q 7.7e-6,
+                    # T 2.6e6 the result's spacing is far coarser)
                     copies = (count - (first if rem else 0)) // jump
                     lost = copies * _lattice_gap(jump * Fraction(loss_shift), h)
                     if rem:
                         lost += _lattice_gap(first * Fraction(loss_shift), h)
-                    if lost <= h:
+                    if lost <= _lattice_gap(count * Fraction(loss_shift), final_h or h):
                         powered = [_unshift(g, Fraction(c) * Fraction(loss_shift)) for g, c in zip(powered, counts)]
                         unshifted = True
                 cur = levels.fit(powered[0], jump)
