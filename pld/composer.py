@@ -38,7 +38,7 @@ from pld._power import PRECISIONS, self_compose_powers
 from pld.discretize import discretize, variance_weight
 from pld.engine_cache import EngineCache, side_pool
 from pld.grid import GridPLD
-from pld.kernels import cell_points
+from pld.kernels import cell_points, optimistic_merge_centred
 from pld.laws import Laws
 
 #: largest number of grid points in any one array (memory cap: ~16 MB per array,
@@ -599,8 +599,8 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
             if m < base:
                 shifts.append(_shift_down(m, base, h))
     # what each keeps over count steps, less what taking it off loses
-    gains = {s: count * _merge_score(model, h, k_lo, top, s, var_weight) - _unshift_loss(s, count, h, final_h)
-             for s in set(shifts)}
+    scores = _merge_scores(model, h, k_lo, top, sorted(set(shifts)), var_weight)
+    gains = {s: count * scores[s] - _unshift_loss(s, count, h, final_h) for s in scores}
     best = max(gains, key=lambda s: (gains[s], -abs(s)))
     return best if best != 0.0 and gains[best] > gains[0.0] else 0.0
 
@@ -671,6 +671,66 @@ def _shift_down(m: int, count: int, h: float) -> float:
     while Fraction(count) * Fraction(s) > m * Fraction(h):
         s = math.nextafter(s, -math.inf)
     return s
+
+
+def _merge_scores(model, h: float, k_lo: int, k_hi: int, shifts: list, weight: float) -> dict:
+    """:func:`_merge_score` of every shift in ``shifts`` (increasing, in
+    ``[0, h)``), from one evaluation of the model's cells.
+
+    The candidates' cell edges ``(k + 1/2) h - s`` interleave into one
+    increasing grid (``k``-major: the shifts span less than a spacing), whose
+    pieces the model gives at once; each candidate's cells are sums of
+    ``len(shifts)`` consecutive pieces.  Only for choosing: the merge is run
+    without error margins (a score, not a certificate; the chosen shift is
+    discretised with them, :func:`pld.discretize.discretize`).  A model with
+    atoms takes the one-by-one path.
+    """
+    loss_a, lp_a, _ = model.atoms()
+    if np.any((lp_a > -np.inf) & np.isfinite(loss_a)) or not shifts:
+        return {s: _merge_score(model, h, k_lo, k_hi, s, weight) for s in shifts}
+    m = len(shifts)
+    n = k_hi - k_lo + 1
+    desc = np.array(shifts[::-1])  # (decreasing shift: increasing edge within a k)
+    ks = np.arange(k_lo - 1, k_hi + 1)  # upper edge of cell k is (k + 1/2) h; k_lo - 1: the lowest lower edge
+    grid = ((ks[:, None] + 0.5) * h - desc[None, :]).ravel()
+    lp, lq = model.cells(grid)  # len(grid) + 1: below, pieces, above
+    out = {}
+    pts = np.arange(k_lo, k_hi + 1, dtype=np.int64)
+    zeros = np.zeros(n + 1)
+    err = np.full(n + 1, 1e-15)
+    for j, s in enumerate(desc):
+        # edge index of (k + 1/2) h - s in grid: (k - k_lo + 1) * m + j
+        first = j  # the lower edge of cell k_lo
+        cp = _lse_rows(lp[first + 1: first + 1 + m * n].reshape(n, m))  # cell k: m pieces
+        cq = _lse_rows(lq[first + 1: first + 1 + m * n].reshape(n, m))
+        top = first + m * n  # index in grid of the window's upper edge
+        ap = np.logaddexp.reduce(lp[top + 1:])
+        aq = np.logaddexp.reduce(lq[top + 1:])
+        cell_p = np.concatenate((cp, [ap]))
+        cell_q = np.concatenate((cq, [aq])) - s  # (the pair of L + s: Q scaled by e^-s)
+        with np.errstate(invalid="ignore"):
+            mass = optimistic_merge_centred(cell_p, cell_q, pts, h, err, zeros, float(weight), -math.inf)
+        loss = pts * h - s
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            total = float(np.exp(cell_p[np.isfinite(cell_p)]).sum())
+            rest = max(0.0, total - float(mass.sum()))
+            rest_loss = float(ap - aq) if rest > 0.0 and np.isfinite(ap - aq) else 0.0
+        msum = float(mass.sum()) + rest
+        if not msum > 0.0:
+            out[float(s)] = -math.inf
+            continue
+        mean = (float(np.dot(mass, loss)) + rest * rest_loss) / msum
+        var = (float(np.dot(mass, (loss - mean) ** 2)) + rest * (rest_loss - mean) ** 2) / msum
+        out[float(s)] = mean + weight * var
+    return out
+
+
+def _lse_rows(x: np.ndarray) -> np.ndarray:
+    """log of the row sums of ``e^x`` (rows of ``-inf`` give ``-inf``)."""
+    top = x.max(axis=1)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.exp(x - safe[:, None]).sum(axis=1))
 
 
 def _merge_score(model, h: float, k_lo: int, k_hi: int, shift: float, weight: float) -> float:
