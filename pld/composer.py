@@ -696,6 +696,11 @@ def _merge_scores(model, h: float, k_lo: int, k_hi: int, shifts: list, weight: f
     lp, lq = model.cells(grid)  # len(grid) + 1: below, pieces, above
     out = {}
     pts = np.arange(k_lo, k_hi + 1, dtype=np.int64)
+    common = m * n + m - 1  # index in grid of the highest candidate's upper edge
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rp, rq = np.logaddexp.reduce(lp[common + 1:]), np.logaddexp.reduce(lq[common + 1:])
+        rest_p = math.exp(rp) if rp > -np.inf else 0.0
+        rest_l = float(rp - rq) if rest_p > 0.0 and np.isfinite(rp - rq) else 0.0
     zeros = np.zeros(n + 1)
     err = np.full(n + 1, 1e-15)
     for j, s in enumerate(desc):
@@ -711,16 +716,27 @@ def _merge_scores(model, h: float, k_lo: int, k_hi: int, shifts: list, weight: f
         with np.errstate(invalid="ignore"):
             mass = optimistic_merge_centred(cell_p, cell_q, pts, h, err, zeros, float(weight), -math.inf)
         loss = pts * h - s
+        # What the merge left of the law above the window (a fraction of it:
+        # lifts take fractions) at its losses: the pieces up to the highest
+        # candidate's window each at its own, the rest, the same for every
+        # candidate, at its merged loss (lumped at a boundary that moved with
+        # the shift, the tail's own spread would differ between candidates:
+        # sigma 0.34, q 4.2e-3, T 1.6e6 read that as 700 spacings)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             total = float(np.exp(cell_p[np.isfinite(cell_p)]).sum())
-            rest = max(0.0, total - float(mass.sum()))
-            rest_loss = float(ap - aq) if rest > 0.0 and np.isfinite(ap - aq) else 0.0
-        msum = float(mass.sum()) + rest
+            above = math.exp(ap) if ap > -np.inf else 0.0
+            left = max(0.0, total - float(mass.sum()))
+            frac = min(1.0, left / above) if above > 0.0 else 0.0
+            pieces_p = np.exp(lp[top + 1: common + 1])
+            pieces_l = np.where(pieces_p > 0.0, lp[top + 1: common + 1] - lq[top + 1: common + 1], 0.0)
+        parts_m = np.concatenate((mass, frac * pieces_p, [frac * rest_p]))
+        parts_l = np.concatenate((loss, pieces_l, [rest_l]))
+        msum = float(parts_m.sum())
         if not msum > 0.0:
             out[float(s)] = -math.inf
             continue
-        mean = (float(np.dot(mass, loss)) + rest * rest_loss) / msum
-        var = (float(np.dot(mass, (loss - mean) ** 2)) + rest * (rest_loss - mean) ** 2) / msum
+        mean = float(np.dot(parts_m, parts_l)) / msum
+        var = float(np.dot(parts_m, (parts_l - mean) ** 2)) / msum
         out[float(s)] = mean + weight * var
     return out
 
