@@ -243,9 +243,9 @@ def _margin(e_loss, e_mass, lmin, lmax, k, li):
     return e_loss + 2.01 * e_mass * spread + (2.0 * k + 8.0) * _U * max(1.0, abs(li))
 
 
-@called_with(F64, F64, I64, f64, F64, F64)
+@called_with(F64, F64, I64, f64, F64, F64, f64, f64)
 @njit(cache=True, nogil=True, error_model="numpy")
-def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
+def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_weight, free_below):
     """Dominated discretisation of a continuous part cut into centred cells.
 
     Parameters
@@ -264,6 +264,20 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
         ``log_p - log_q`` and of its ``log_p`` (``pld.discretize._cells_with_errors``
         and the default it falls back to).  A cell whose error is not finite is
         dropped (safe on this side).
+    var_weight : float
+        What a unit of loss variance removed per step costs next to a unit of
+        mean loss removed per step (about ``z / (2 sd)`` with ``sd`` the
+        standard deviation of the composed loss and ``z`` the query's distance
+        from its mean in those units; see ``pld.discretize.VAR_Z``).  It only
+        steers choices between valid merges (where the bottom switches, and
+        for one step whether a lift is worth it), never validity.
+    free_below : float
+        Loss (relative to the points' origin, like ``points * h``) below which
+        rounding a bucket down costs nothing: ``-inf`` in general; a single
+        step asked at ``eps >= 0`` only has its delta changed by mass above
+        ``eps``, so there (shifted to the kernel's frame) its bulk below 0 is
+        rounded down rather than lifted with the tail, and lifts are undone
+        where rounding costs less (see pass 1).  Steers choices only.
 
     Returns
     -------
@@ -304,6 +318,25 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
     lowering pass.  Near the bottom of a
     steeply rising support, where the lowering pass would run out of mass,
     cells are merged upwards instead (see ``bottom`` below).
+
+    Why every choice below is dominated.  Let ``(P, Q)`` be the pair of
+    cells (each cell an outcome with masses ``(P_i, Q_i)``; the cells are
+    themselves a post-processing of the true pair, so they are dominated by
+    it).  Every bucket is built by sending each cell ``i``, with fixed
+    probabilities ``f_ib`` (``sum_b f_ib <= 1``, the rest dropped), to the
+    buckets ``b``: a Markov kernel ``K`` applied to both ``P`` and ``Q``, so
+    ``(KP, KQ)`` is dominated by ``(P, Q)`` (data processing for every
+    hockey-stick divergence, ``eps`` of either sign).  Bucket ``b``'s loss
+    ``log KP(b) / KQ(b)`` is then placed at a grid point ``l <= `` it (the
+    margin covers the computed loss's error): lowering losses keeps each
+    ``E_P[(1 - e^{eps - L})_+]`` from growing, and convolution is monotone
+    in that order, so every composition of such steps stays below the
+    composition of the true ones.  Undoing a lift (below) restores the
+    fractions it took before any other bucket used them: the final ``f_ib``
+    are still fixed numbers, summing to at most one per cell.  ``var_weight``
+    and ``free_below`` only choose between such kernels; no choice can make
+    the result exceed its cells' delta (tests/test_bulk_dominated.py checks
+    that directly, at every eps).
     """
     n = points.shape[0]
     g = np.empty(n)        # the points' losses
@@ -342,8 +375,10 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
     # unit of mass instead, and the switch to centred buckets leaves the
     # bucket at `bottom` unlowered; the switch goes above the highest bucket
     # a dry run of the downward pass cannot lower, where the sum of the two
-    # costs is least (variance weighted 1, about d eps / d var of DP-SGD
-    # compositions).
+    # costs is least (variance weighted by var_weight, about d eps / d var of the
+    # compositions, var_weight, plus the half unit of mean a merge removes
+    # per unit of variance).
+    vw = var_weight + 0.5
     fail = -1
     dry = p.copy()
     # (only the lowest cells can fail: the dry run starts a few thousand
@@ -379,11 +414,11 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
         for i in range(fail):
             below += p[i]
         for i in range(fail, n):
-            cost = p[i] * max(0.0, loss[i] - g[i]) + 0.25 * gap[i] * gap[i] * below
+            cost = p[i] * max(0.0, loss[i] - max(g[i], free_below)) + vw * 0.25 * gap[i] * gap[i] * below
             if cost < best:
                 best = cost
                 bottom = i
-            elif 0.25 * gap[i] * gap[i] * below > best:
+            elif vw * 0.25 * gap[i] * gap[i] * below > best:
                 break
             below += p[i]
     # Pass 1, upwards: buckets below their grid point take the next cells
@@ -393,8 +428,24 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
     # The target is the grid point plus the bucket's margin, recomputed as
     # cells join (a cell is only taken if it still lies above the raised
     # target).
+    #
+    # A lift that cannot reach its target (too little above it) is undone:
+    # the cells it took get their mass back and the bucket is left to pass 2,
+    # which lowers it or rounds it down.  (A failed lift used to swallow
+    # everything above it and be rounded down all the same: a one-step
+    # remove law on a spacing above q lost its whole tail so.)  Where rounding
+    # below free_below is free (a one-step query), so is a lift whose merging
+    # removes more (variance weighted by var_weight) than rounding the bucket
+    # down would (its mass times its distance above free_below, or to the
+    # grid point it would be placed at): the bulk below 0 is rounded down
+    # rather than merged with the tail.  (In a composition that comparison
+    # also measured tighter, but it changed the refinement path of erratic
+    # laws, Poisson-sampled Laplace with its atoms, for the worse: kept to
+    # the one step.)
     target = np.full(n, -1, dtype=np.int64)  # grid index of a bucket that hit it
     marg = np.zeros(n)                        # each bucket's final margin
+    undo_j = np.empty(n + 1, dtype=np.int64)  # cells a lift took from, and what they held
+    undo_v = np.empty(n + 1)
     for i in range(n):
         if avail[i] == 0.0 or ongrid[i]:
             continue
@@ -410,11 +461,16 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
             li = g[k]
             m = _margin(el, em, lmin, lmax, kc, li)
             t = li + m
+            round_cost = avail[i] * max(0.0, loss[i] - max(g[i], free_below))
+        else:
+            round_cost = avail[i] * max(0.0, loss[i] - max(g[i - 1], free_below)) if i > 0 else np.inf
         lifted[i] = True
-        P = avail[i]
+        P = P0 = avail[i]
         mb = loss[i]
         Q = -1.0
         avail[i] = 0.0
+        spread = P * (loss[i] - li) ** 2  # P-weighted square distance of the parts to the target
+        nu = 0
         j = i + 1
         while j <= n:
             if avail[j] > 0.0 and loss[j] > t:
@@ -431,15 +487,28 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err):
                 t = li + m
                 den = -avail[j] * math.expm1(t - loss[j])
                 f = P * math.expm1(t - mb) / den * (1.0 + 1e-12) if den > 0.0 else 2.0
+                undo_j[nu] = j
+                undo_v[nu] = avail[j]
+                nu += 1
                 if f < 1.0:
                     take = f * avail[j]
                     P += take
+                    spread += take * (loss[j] - li) ** 2
                     avail[j] = max(0.0, avail[j] - take)
                     target[i] = k
                     break
+                spread += avail[j] * (loss[j] - li) ** 2
                 P, Q, mb = _swallow(P, Q, mb, avail[j], loss[j], li)
                 avail[j] = 0.0
             j += 1
+        if (target[i] < 0 and round_cost < np.inf) or (free_below > -np.inf and vw * spread > round_cost):
+            # undo the lift (see above)
+            for u in range(nu - 1, -1, -1):
+                avail[undo_j[u]] = undo_v[u]
+            avail[i] = P0
+            lifted[i] = False
+            target[i] = -1
+            continue
         pb[i] = P
         qb[i] = P * math.exp(li - mb) if Q < 0.0 else Q
         ref[i] = k

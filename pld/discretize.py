@@ -20,7 +20,8 @@ from pld.kernels import optimistic_merge_centred, pessimistic_spread
 
 def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: float,
                pessimistic: bool, cells: tuple[np.ndarray, np.ndarray] | None = None,
-               points: np.ndarray | None = None, loss_shift: float = 0.0) -> GridPLD:
+               points: np.ndarray | None = None, loss_shift: float = 0.0,
+               var_weight: float = 1.0, free_below: float = -math.inf) -> GridPLD:
     """Discretise ``model`` onto the grid ``l = k h`` for ``k_lo <= k <= k_hi``.
 
     Parameters
@@ -51,6 +52,14 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
         pair with its Q-mass scaled by ``e^-loss_shift``, which moves every
         loss by that constant and nothing else; see
         :func:`pld.composer.bulk_shift` for why and how it is undone).
+    var_weight : float, optional
+        Dominated side only: what removing a unit of loss variance per step
+        costs next to removing a unit of mean loss per step (see
+        :func:`variance_weight`); it steers the merge's choices, never validity.
+    free_below : float, optional
+        Dominated side only: a loss below which rounding down costs nothing
+        (0 for a step that is the whole composition, asked at ``eps >= 0``:
+        its delta there does not see mass below ``eps``); steers choices only.
     """
     if loss_shift and pessimistic:
         raise ValueError("loss_shift is for the dominated side only")
@@ -75,7 +84,7 @@ def discretize(model: LossModelProtocol, h: float, k_lo: int, k_hi: int, lam: fl
         return _dominating(model, h, int(k_lo), n, pts, lam, cells, atoms, inf_exact)
     if loss_shift:
         atoms = (atoms[0] + loss_shift, atoms[1], atoms[2] - loss_shift)
-    return _dominated(model, h, int(k_lo), int(k_hi), n, pts, lam, atoms, inf_exact, loss_shift)
+    return _dominated(model, h, int(k_lo), int(k_hi), n, pts, lam, atoms, inf_exact, loss_shift, var_weight, free_below)
 
 
 def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float, cells, atoms: tuple,
@@ -108,6 +117,29 @@ def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float,
     return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_mass, True)
 
 
+#: how far (in standard deviations of the composed loss) a query typically
+#: lies from the composed mean: removing a variance v per step moves delta at
+#: eps about as much as removing a mean of v z / (2 sd) per step (the density
+#: at eps over the tail above it is about z / sd)
+VAR_Z = 3.0
+
+
+def variance_weight(step_variance: float, total_steps: int) -> float:
+    """Weight of a unit of loss variance against a unit of mean loss, per
+    step, for the dominated merge's choices: ``VAR_Z / (2 sd)`` with ``sd``
+    the standard deviation of ``total_steps`` composed steps of variance
+    ``step_variance`` (1.0, the old fixed weight, where it is not known).
+    Composing ``T`` steps changes the mean by ``T dm`` and the variance by
+    ``T dv``; delta at ``eps`` moves by about ``Q(L > eps) e^eps`` times the
+    first and half the density at ``eps`` minus that times the second, and
+    the density over the tail is about ``z / sd``.  Only choices between valid
+    merges depend on it."""
+    if not (step_variance > 0.0 and total_steps >= 1 and math.isfinite(step_variance)):
+        return 1.0
+    sd = math.sqrt(step_variance * total_steps)
+    return min(1e12, VAR_Z / (2.0 * sd))
+
+
 #: loss error assumed per unit of |loss| for a cell whose model does not bound
 #: its masses' errors: piece masses carry ~1e-13 relative error from the
 #: log-CDF differences, so a merged loss computed a few ulps above its grid
@@ -138,7 +170,8 @@ def _cells_with_errors(model, grid: np.ndarray):
 
 
 def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, lam: float, atoms: tuple,
-               inf_exact: float, loss_shift: float = 0.0) -> GridPLD:
+               inf_exact: float, loss_shift: float = 0.0, var_weight: float = 1.0,
+               free_below: float = -math.inf) -> GridPLD:
     """Cells centred on the points, each merged onto its point (a post-processing).
 
     Buckets are one cell wide (see optimistic_merge_centred); each atom off the
@@ -189,7 +222,8 @@ def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, l
     with np.errstate(invalid="ignore"):
         loss_err = loss_err + 4.0 * _U * (np.abs(mid_lq) + np.abs(mid_lp - mid_lq) + 2.0 * abs(shift) + 1.0)
     pt_mass = optimistic_merge_centred(mid_lp, mid_lq + shift, k_lo - k_mid + pts, h,
-                                       np.where(np.isfinite(loss_err), loss_err, np.inf), mass_err)
+                                       np.where(np.isfinite(loss_err), loss_err, np.inf), mass_err,
+                                       float(var_weight), float(free_below - shift))
     if m == n:
         mass = pt_mass
     else:

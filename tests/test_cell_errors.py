@@ -112,12 +112,15 @@ def test_subsampled_cells_within_their_bounds(sigma, log_q, direction, log_h, ce
     assert checked > 0
 
 
-def _merged_delta_exceeds_exact(seed: int, push: float | None, told: float | None) -> float:
+def _merged_delta_exceeds_exact(seed: int, push: float | None, told: float | None, weight: float = 1.0,
+                                free: float = -math.inf) -> float:
     """Largest relative ``delta_merged(eps) - delta_exact(eps)`` over a range of eps.
 
     The merge's inputs are pushed up (each loss by its error bound when
     ``push`` is None, else by ``push`` spacings; P-masses up by their bound)
     and the kernel is told the bounds (``told`` None) or ``told`` spacings.
+    ``weight`` (per spacing) and ``free`` steer the merge's choices (undone
+    lifts, the bottom's rounding): validity must not depend on them.
     """
     rng = np.random.default_rng(seed)
     sigma, q = float(rng.uniform(0.6, 2.0)), float(10 ** rng.uniform(-5, -2))
@@ -142,7 +145,8 @@ def _merged_delta_exceeds_exact(seed: int, push: float | None, told: float | Non
         lq_adv = np.where(ok, lp_adv - (lp - lq) - up, lq)
     said_loss = loss_err if told is None else np.full_like(lp, told * h)
     said_mass = mass_err if told is None else np.zeros_like(lp)
-    out = optimistic_merge_centred(lp_adv, lq_adv, k_lo + pts, h, np.where(ok, said_loss, np.inf), said_mass)
+    out = optimistic_merge_centred(lp_adv, lq_adv, k_lo + pts, h, np.where(ok, said_loss, np.inf), said_mass,
+                                   weight / h, free)
     g = [mp.mpf(float((k_lo + int(k)) * h)) for k in pts]
     worst = -mp.inf
     for eps in np.linspace(-width, width, 41):
@@ -155,10 +159,11 @@ def _merged_delta_exceeds_exact(seed: int, push: float | None, told: float | Non
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_dominated_merge_stays_dominated_within_the_error_bounds(seed):
-    assert _merged_delta_exceeds_exact(seed, None, None) <= 0.0
+@pytest.mark.parametrize("weight, free", [(1e-6, -math.inf), (10.0, -math.inf), (1.0, 0.0)])
+def test_dominated_merge_stays_dominated_within_the_error_bounds(seed, weight, free):
+    assert _merged_delta_exceeds_exact(seed, None, None, weight, free) <= 0.0
     # inputs off by a third of a spacing, and the kernel told so
-    assert _merged_delta_exceeds_exact(seed, 0.3, 0.3) <= 0.0
+    assert _merged_delta_exceeds_exact(seed, 0.3, 0.3, weight, free) <= 0.0
 
 
 def test_the_margins_matter():
