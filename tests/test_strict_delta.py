@@ -24,6 +24,16 @@ def _within_target(lo: float, hi: float) -> bool:
     return 0.0 <= lo <= hi <= lo + 1e-4 * hi + 1e-6
 
 
+def _bracket_within_target(p: pld.PLD, delta: float) -> tuple[float, float]:
+    """``p.epsilon_bounds(delta)``, asserted within the default target and
+    said so (a TargetMissedWarning fails the test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = p.epsilon_bounds(delta)
+    assert _within_target(lo, hi)
+    return lo, hi
+
+
 def test_bounded_direction_never_ends_at_infinity():
     """sigma 0.831, q 5.6e-6, T 50 at delta 9e-27: the add direction's loss is
     at most -T log(1 - q) = 2.8e-4, so its epsilon is below that at any
@@ -33,10 +43,7 @@ def test_bounded_direction_never_ends_at_infinity():
     puts delta at the bracket's ends on the right sides of 9e-27."""
     sigma, q, steps, delta = 0.831, 5.6e-6, 50, 9e-27
     p = pld.dpsgd(sigma, q, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     info = p.explain(delta)
     assert info["directions"]["add"]["epsilon_upper"] <= -steps * math.log1p(-q) * (1 + 1e-9)
     (d_lo, se_lo), (d_hi, se_hi) = _delta_importance_sampled(sigma, q, steps, [lo, hi])
@@ -60,10 +67,7 @@ def test_term_truncation_budget_follows_the_measured_delta():
     Monte Carlo agrees at both ends."""
     sigma, q, steps, delta = 1.548, 6.4e-6, 96, 2e-25
     p = pld.dpsgd(sigma, q, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     (d_lo, se_lo), (d_hi, se_hi) = _delta_importance_sampled(sigma, q, steps, [lo, hi])
     assert se_lo < 0.01 * d_lo and se_hi < 0.01 * d_hi
     assert d_hi <= delta + 4 * se_hi
@@ -86,10 +90,7 @@ def test_negligible_term_is_measured_against_delta_only():
     log_w0, pess0, _ = terms.grids[0]
     assert terms.settings[0].precision == "double"
     assert math.exp(log_w0) * float(pess0.delta(eps0)[0]) < 1e-6 * delta
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     assert 0.8154 < lo <= hi < 0.8156
     d_at_hi, d_at_lo = p.delta_bounds(hi), p.delta_bounds(lo)
     assert d_at_hi[0] <= delta * (1 + 1e-9) and d_at_lo[1] >= delta * (1 - 1e-9)
@@ -120,10 +121,7 @@ def test_terms_are_not_tuned_at_a_misplaced_window():
 
     sigma, q, steps, delta = 1.588, 3.3e-4, 120_000, 1e-26
     p = pld.dpsgd(sigma, q, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     first = p.explain(delta)["big_jump_decomposition"][0]["tuned_at"]
     assert lo * 0.9 < first < hi * 1.1
     whole_lo, whole_hi, _ = queries._grid_bracket(pld.dpsgd(sigma, q, steps)._engine(), delta, 1e-4)
@@ -177,10 +175,7 @@ def test_infinite_upper_end_goes_to_the_terms(sigma, q, steps, delta):
     import oracles
 
     p = pld.dpsgd(sigma, q, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
     ref = oracles.subsampled_gaussian_epsilon(sigma, q, steps, delta, max_points=1 << 22)
     assert ref.lower <= hi and lo <= ref.upper
@@ -215,10 +210,7 @@ def test_other_direction_refined_after_the_terms(sigma, q, steps, delta):
     target, consistent with delta at the ends, and the add direction's own
     bracket (explain) is finite and below the answer's upper end."""
     p = pld.dpsgd(sigma, q, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
+    lo, hi = _bracket_within_target(p, delta)
     assert hi < 0.01 * steps * q
     assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
     add = p.explain(delta)["directions"]["add"]
