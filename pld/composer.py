@@ -575,7 +575,7 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
     # sigma 0.505, q 3.2e-6, h 1.8e-6, 100 steps)
     base = count >> _power_shift(count)
     if base <= SEARCH_SHIFTS:
-        ms = range(base)
+        ms = list(range(base))
     else:
         ms = sorted({int(round(i / SEARCH_SHIFTS * base)) for i in range(SEARCH_SHIFTS)})
     # and, for a bulk in one cell (a grid much coarser than q), the shift that
@@ -618,7 +618,9 @@ def _unshift_loss(shift: float, count: int, h: float, final_h: float | None = No
     if jump < 4:
         jump = count  # (no power: off the result, once)
     copies = (count - first) // jump
-    lost = copies * _lattice_gap(jump * Fraction(shift), h) + (_lattice_gap(first * Fraction(shift), h) if first else 0.0)
+    lost = copies * _lattice_gap(jump * Fraction(shift), h)
+    if first:
+        lost += _lattice_gap(first * Fraction(shift), h)
     # (or off the result instead, once, on the spacing the levels reach:
     # whichever loses less, see _power_start)
     return min(lost, _lattice_gap(count * Fraction(shift), final_h or h))
