@@ -187,19 +187,27 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
         settings = planner.settings(d, query, floor=lo, probe=probes.get(d),
                                     stop_above=cap if d == "remove" else None)
         used[d] = settings
-        pess, _ = composer.materialize(d, *settings, lower=False)
-        # delta(eps) = E_P[(1 - e^{eps - L})_+] is exactly 0 from the largest
-        # loss on (bounded: the add direction of Poisson sampling, at most
-        # -T log(1 - q)), where a grid can still hold its round-off at +inf
-        # (sigma 0.831, q 5.6e-6, T 50 at delta 9e-27: 1.6e-15 there, and
-        # an upper end of inf for an epsilon below 2.8e-4)
-        upper = direction_upper(engine, d, pess, delta)
+        upper, lo = _direction_ends(engine, d, settings, delta, lo)
         hi = max(hi, upper)
-        if upper > lo:  # else this direction cannot move either end
-            _, opt = composer.materialize(d, *settings)
-            assert opt is not None
-            lo = max(lo, opt.epsilon(delta))
     return lo, max(hi, lo), used
+
+
+def _direction_ends(engine: Engine, d: str, settings: Settings, delta: float, lo: float) -> tuple[float, float]:
+    """``(upper end of direction d's epsilon at delta, lo raised by its lower
+    end)``: the dominated side only where the upper end reaches ``lo`` (else
+    this direction cannot move either end of the maximum)."""
+    pess, _ = engine.composer.materialize(d, *settings, lower=False)
+    # delta(eps) = E_P[(1 - e^{eps - L})_+] is exactly 0 from the largest
+    # loss on (bounded: the add direction of Poisson sampling, at most
+    # -T log(1 - q)), where a grid can still hold its round-off at +inf
+    # (sigma 0.831, q 5.6e-6, T 50 at delta 9e-27: 1.6e-15 there, and an
+    # upper end of inf for an epsilon below 2.8e-4)
+    upper = direction_upper(engine, d, pess, delta)
+    if upper > lo:
+        _, opt = engine.composer.materialize(d, *settings)
+        assert opt is not None
+        lo = max(lo, opt.epsilon(delta))
+    return upper, lo
 
 
 def loss_cap(engine: Engine, d: str) -> float:
@@ -301,13 +309,8 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
                 continue
             settings = engine.planner.settings(d, Query("delta", delta, rtol), floor=max(lo, rem_lo))
             used[d] = settings
-            pess = engine.composer.materialize(d, *settings, lower=False)[0]
-            upper = direction_upper(engine, d, pess, delta)
+            upper, lo = _direction_ends(engine, d, settings, delta, max(lo, rem_lo))
             other = max(other, upper)
-            if upper > max(lo, rem_lo):
-                opt = engine.composer.materialize(d, *settings)[1]
-                assert opt is not None
-                lo = max(lo, opt.epsilon(delta))
         refined = ({d: s for d, s in used.items() if d != "remove"}, other, lo)
     out = max(lo, rem_lo), max(rem_hi, other, lo)
     if info:
