@@ -292,7 +292,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
                 round_off = (lip * (g.err + fwd_err)
                              + (kappa / (1.0 - kappa) + inv_rel) * y_norm
                              + size * c * 1e-300)
-            g_c = _assemble(g, c, buf, starts[idx], win, mgf, round_off, max(1e-3 * est, round_off))
+            g_c = _assemble(g, c, buf, starts[idx], win, mgf, round_off, max(1e-3 * est, round_off), y_norm)
             if g_c is None:
                 return None
             results.append(g_c)
@@ -372,11 +372,12 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
 
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
-              mgf: tuple, round_off: float, tau_max: float) -> GridPLD | None:
+              mgf: tuple, round_off: float, tau_max: float, y_norm: float | None = None) -> GridPLD | None:
     """The circular result ``y``, read as lattice points ``a0 .. a0 + len(y) - 1``,
     as a certified GridPLD truncated to ``window`` (None if aliasing is not
     negligible there).  ``y`` (the transform's buffer) is overwritten; the
-    result never shares memory with it."""
+    result never shares memory with it.  ``y_norm``: an upper bound on
+    ``||y||_2`` as given, when the caller has one (saves a pass)."""
     h = g.h
     n = g.p.size
     size = y.size
@@ -411,10 +412,16 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     # common relative error of every entry) is left for the error term
     exact = Fraction(c) * Fraction(g.log_scale)
     cs = float(exact)
-    y *= math.exp(float(exact - Fraction(cs)))
+    mult = math.exp(float(exact - Fraction(cs)))
+    y *= mult
     log_tot = math.log(tot)
     log_scale = cs + log_tot
-    err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * float(l1_l2_norms(y)[1]) * (1.0 + 2e-9)
+    if y_norm is None:
+        y_now = float(l1_l2_norms(y)[1]) * (1.0 + 2e-9)
+    else:
+        # (each entry was scaled by 1/tot, then by mult, rounding twice)
+        y_now = y_norm * (mult / tot) * (1.0 + 8.0 * _U)
+    err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * y_now
     inf_mass = _inf_mass_power(g, c)
     bound = None
     beyond = (0.0, 0.0)

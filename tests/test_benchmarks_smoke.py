@@ -68,3 +68,22 @@ def test_opake_native_module_loads_when_installed():
     assert W.OpakePeer().available() is None
     eps = W.opake_epsilon(((1.0, 0.01, 100),), 1e-5)
     assert 0 < eps < 10
+
+
+def test_profile_query_reports_phases_kernels_and_threads(tmp_path):
+    """benchmarks.profile_query: the phases and kernels it wraps exist (a
+    renamed function would leave a row out silently), and every number it
+    prints parses; one query of the cheapest workload, in child processes."""
+    from benchmarks import profile_query as P
+
+    out = tmp_path / "profile.md"
+    assert P.main(["--workload", "tiny-loss", "--queries", "1", "--rounds", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    for _, path in P.PHASES:
+        if path != "bulk_shift":  # (the dominated side's search: not every law has a bulk to shift)
+            assert f"| {path.split(' ')[0]}" in text or path in text, path
+    assert "| kernel " in text and "GIL hand-off probe" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| where")]
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert float(cells[1]) >= 0 and float(cells[2]) > 0, line
