@@ -485,6 +485,19 @@ class GridPLD:
             return 0.0
         if self.inf_mass > delta:
             return math.inf
+        # (a query reads the same delta off a grid several times: its
+        # bracket, the other direction's floor, the report)
+        memo = self.__dict__.get("_epsilon_memo")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_epsilon_memo", memo)
+        key = float(delta)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self._epsilon(key)
+        return hit
+
+    def _epsilon(self, delta: float) -> float:
         _, _, e, _, _ = self._suffix()
         n = self.p.size
         target = delta - self.inf_mass
