@@ -8,7 +8,9 @@ For one direction and one :class:`pld.planner.Settings` the composer
 2. self-composes each component: the early levels by one FFT power with
    certified aliasing (:mod:`pld._power`; ``precision`` ``"extended"`` does
    its forward transform and powers in long double, for compositions whose
-   bracket the power's round-off would dominate), the rest by repeated squaring with
+   bracket the power's round-off would dominate) or, for a long run on a
+   large first grid in double, by a power of a block of steps re-gridded to a
+   coarser spacing (:func:`_block_power_start`), the rest by repeated squaring with
    FFT convolutions on re-gridded levels, truncating each level to a
    Chernoff-sized window with the truncated mass moved to the safe side,
 3. convolves the components (heterogeneous compositions), each partial
@@ -489,9 +491,8 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
     # (a bulk shift comes off the power's levels on the first lattice, which
     # the block power's coarsened blocks no longer have: the plain power then)
     block = _block_power_start(step, base, h, levels, pessimistic) if not shift and precision == "double" else None
-    tail = None
     if block is not None:
-        result, result_count, cur, cur_count, remaining, tail = block
+        result, result_count, cur, cur_count, remaining = block
     else:
         start = _power_start(step, base, h, levels, pessimistic, precision, shift, final_h)
         if start is None:
@@ -514,10 +515,6 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
         cur_count *= 2
         cur = levels.fit(_truncate(cur.convolve(cur), levels.window(cur_count, shift)), cur_count)
     assert result is not None
-    if tail is not None:
-        # the steps short of a whole number of blocks
-        a, b = _same_grid(result, tail)
-        result = levels.fit(_truncate(a.convolve(b), levels.window(step.count)), step.count)
     # (the total shift exactly: count times the float shift the cells were cut with)
     return _unshift(result, Fraction(step.count) * Fraction(shift)) if shift else result
 
@@ -907,12 +904,15 @@ def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, l
     c_min = max(2, math.ceil(reach / (share * per_step_bias)))
     if count // c_min < BLOCK_MIN_BLOCKS:
         return None
-    return min(range(c_min, 2 * c_min), key=lambda c: (count % c, c))
+    # n - 1 = 4 j blocks (the second power's level squared twice, as the
+    # single power's): every other split costs convolutions of its own
+    fits = [c for c in range(c_min, 2 * c_min) if (count // c - 1) % 4 == 0]
+    return min(fits, key=lambda c: (count % c, c)) if fits else None
 
 
 def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimistic: bool):
     """The early levels by two FFT powers: ``(result, result_count, cur,
-    cur_count, remaining, tail)`` for the squaring loop, or None.
+    cur_count, remaining)`` for the squaring loop, or None.
 
     The single power (:func:`_power_start`) holds a level of thousands of
     steps on the first spacing, where it spans tens of thousands of points
@@ -922,19 +922,29 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
     (:func:`_block_size`) on the first spacing, the block is re-gridded
     :data:`BLOCK_COARSENINGS` times (evolving discretisation: a spread or a
     merge, so the certificate holds, :meth:`GridPLD.coarsen`), and a second
-    power composes ``n >> 2`` of the ``n`` blocks on the coarser spacing;
-    that level is then squared twice as the single power's is.  The ``r =
-    count - n c`` steps over come from the first transform too (``tail``)
-    and are convolved in at the end.  Both powers certify their aliasing and
-    round-off (:mod:`pld._power`).  Measured per side (one thread): sigma
-    1.1, q 0.00427, T 14063: 5.1 -> 4.2 ms; sigma 0.7, q 5e-4, T 2e5:
-    35 -> 16 ms; sigma 2, q 1e-3, T 1e6: 5.9 -> 3.8 ms; brackets within 2% of
+    power composes blocks on the coarser spacing.  With ``count = n c + r``:
+    the same first transform gives a longer block of ``c + r`` steps,
+    re-gridded alike (once, not ``n`` times: the ``r`` steps over never meet
+    a coarser grid in one go, which on a spiky law of a few records cost up
+    to a quarter of the bracket); the second power gives ``B^j`` and ``B^(j +
+    e)`` for ``n - 1 = 4 j + e``, the longer block is convolved into the
+    latter, and the squaring loop adds ``B^j`` and its square as it does the
+    single power's level.  Both powers certify their aliasing and round-off
+    (:mod:`pld._power`).  Measured per dominating side (one thread): sigma
+    1.1, q 0.00427, T 14063: 6.4 -> 4.5 ms; sigma 0.7, q 5e-4, T 2e5: 39 ->
+    19 ms; sigma 2, q 1e-3, T 1e6: 8.1 -> 5.4 ms; brackets within 2% of
     their width.  Only where the first step's grid holds at least
     :data:`BLOCK_MIN_POINTS` points (below, the single power's transform is
-    short and a second one only adds its fixed costs).
+    short and a second one only adds its fixed costs) and
+    :func:`_block_pays`.
     """
     count = step.count
-    if base.size < BLOCK_MIN_POINTS:
+    if base.size < BLOCK_MIN_POINTS or getattr(step.model, "bounded_above", False) or getattr(
+            step.model, "bounded_below", False):
+        # (nor for the big-jump terms' laws, cut at a loss (pld._big_jumps):
+        # their densest part sits at the cut, which a block's re-grid blurs:
+        # sigma 0.439, q 1.8e-5, T 1.6e6 took a worse refinement path and
+        # ended at 2.1x its target, 0.65x without)
         return None
     coarsenings = BLOCK_COARSENINGS
     c = _block_size(count, h, levels.per_step_bias, pessimistic, base.lam, coarsenings)
@@ -944,17 +954,19 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
         # lost and slower)
         return None
     blocks, r = divmod(count, c)
-    counts = (c, r) if r else (c,)
+    jump = (blocks - 1) >> 2
+    if not _block_pays(levels, count, c, r, jump, h, coarsenings):
+        return None
+    counts = (c, c + r) if r else (c,)
     windows = tuple(_padded(levels.window(k), h) for k in counts)
     powered = self_compose_powers(base, counts, windows, max(POWER_POINTS, _fft_size(2 * base.size)),
                                   total=count)
     if powered is None:
         return None
-    block = powered[0]
     for _ in range(coarsenings):
-        block = block.coarsen()
-    jump = blocks >> 2
-    rem = blocks - (jump << 2)
+        powered = [g.coarsen() for g in powered]
+    block, longer = powered[0], powered[-1]
+    rem = blocks - 1 - (jump << 2)
     counts_b = (jump, jump + rem) if rem else (jump,)
     windows_b = tuple(_padded(levels.window(k * c), block.h) for k in counts_b)
     out = self_compose_powers(block, counts_b, windows_b, max(POWER_POINTS, _fft_size(2 * block.size)),
@@ -963,8 +975,41 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
         return None
     step.power_steps[pessimistic] = jump * c
     cur = levels.fit(out[0], jump * c)
-    result, result_count = (levels.fit(out[1], (jump + rem) * c), (jump + rem) * c) if rem else (None, 0)
-    return result, result_count, cur, jump * c, 4 - (1 if rem else 0), powered[1] if r else None
+    if not rem:
+        # (the loop adds the 4 J blocks to the longer one)
+        return longer, c + r, cur, jump * c, 4
+    result_count = (jump + rem) * c + c + r
+    result = levels.fit(_truncate(out[1].convolve(longer), levels.window(result_count)), result_count)
+    # (the loop adds J and 2 J blocks)
+    return result, result_count, cur, jump * c, 3
+
+
+def _block_pays(levels: _Levels, count: int, c: int, r: int, jump: int, h: float, coarsenings: int) -> bool:
+    """Whether the block power's two transforms are predicted to cost less
+    than the single power's one (window points as the cost: the transforms
+    are about as long as the windows they hold).
+
+    The single power holds the ``count >> 2``-step level on the first spacing;
+    above :data:`POWER_POINTS` it does not fit and composes fewer steps, with
+    more squarings, where the block power always gained.  Below, the block
+    power's first level (``c + r`` steps on the first spacing) and second
+    (``jump`` blocks on the coarser one) must hold fewer points than the
+    single level: at most 0.6 of them where the single power's count is a
+    multiple of 4 (no remainder: one convolution fewer than the block
+    power's), all of them otherwise.  Measured (per dominating side, one
+    thread, 24 random DP-SGD settings with T >= 5000 and MNIST, sigma 0.7 /
+    T 2e5, sigma 2 / T 1e6): it kept every setting where the block power was
+    over 10% faster (down to 0.53x) but one, and every one it declined was at
+    most 10% faster or slower (up to 1.3x).
+    """
+    lo, hi = levels.window(count >> 2)
+    single = (hi - lo) / h
+    if single > POWER_POINTS:
+        return True
+    a_lo, a_hi = levels.window(c + r)
+    b_lo, b_hi = levels.window(jump * c)
+    blocked = (a_hi - a_lo) / h + (b_hi - b_lo) / (2 ** coarsenings * h)
+    return blocked < (1.0 if count % 4 else 0.6) * single
 
 
 def _power_shift(count: int) -> int:

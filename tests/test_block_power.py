@@ -47,11 +47,14 @@ def test_block_size_prefers_a_whole_number_of_blocks():
     bias = h * h / 6
     # c >= (4 h)^2 / (4 * 0.1 * h^2 / 6) = 240; 14063 = 7^3 * 41 has the divisor 287 in [240, 480)
     assert C._block_size(14063, h, bias, True, 0.0) == 287
-    c = C._block_size(14057, h, bias, True, 0.0)  # a prime: the fewest steps over
-    assert 240 <= c < 480 and 14057 % c == min(14057 % k for k in range(240, 480))
+    # n - 1 blocks a multiple of 4 (the second power's level squared twice),
+    # then the fewest steps over: 14057 is a prime
+    c = C._block_size(14057, h, bias, True, 0.0)
+    fits = [k for k in range(240, 480) if (14057 // k - 1) % 4 == 0]
+    assert c in fits and 14057 % c == min(14057 % k for k in fits)
     assert C._block_size(16 * 240 - 1, h, bias, True, 0.0) is None  # fewer than 16 blocks
     # the dominated side's re-grid costs (1 + 2 lam) times more: larger blocks
-    assert C._block_size(10**6, h, bias, False, 4.5) >= 10 * C._block_size(10**6, h, bias, True, 4.5)
+    assert C._block_size(10**6, h, bias, False, 4.5) >= (1 + 2 * 4.5) * 240 > C._block_size(10**6, h, bias, True, 4.5)
     assert C._block_size(10**6, h, 0.0, True, 0.0) is None
 
 
@@ -60,7 +63,9 @@ def test_block_size_prefers_a_whole_number_of_blocks():
        scale=st.floats(0.5, 3.0), delta_exp=st.integers(3, 10))
 def test_block_power_brackets_the_exact_gaussian_composition(steps, scale, delta_exp):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(C, "BLOCK_MIN_POINTS", 64)  # (small steps too: force the path)
+        # (small steps too, and where the single power would be cheaper: force the path)
+        mp.setattr(C, "BLOCK_MIN_POINTS", 64)
+        mp.setattr(C, "_block_pays", lambda *a: True)
         seen = _spy(mp)
         _check_gaussian(seen, steps, scale, delta_exp)
 
