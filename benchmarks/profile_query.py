@@ -45,6 +45,7 @@ PHASES = [
     ("pld.composer", "Composer._prepare"),
     ("pld.composer", "_compose_components"),
     ("pld.composer", "_power_start"),
+    ("pld.composer", "_block_power_start"),
     ("pld.composer", "bulk_shift"),
     ("pld.grid", "GridPLD.epsilon"),
 ]

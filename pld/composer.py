@@ -62,6 +62,16 @@ BLOCK_MIN_BLOCKS = 16
 #: ... and the first step's grid holds at least this many points (below, the
 #: single power's transform is short and a second one only adds its costs)
 BLOCK_MIN_POINTS = 1 << 13
+#: a materialisation whose single-power level (``count >> 2`` steps) holds at
+#: most this many points builds its two sides in the calling thread, and a
+#: query whose leading direction's does starts no speculative builds
+#: (:meth:`Composer.parallel`): its time is fixed costs
+#: (windows, error bounds, a few hundred short kernel calls), which a second
+#: thread only slows, every return from a nogil call waiting for the other's
+#: Python (MNIST, tiny-loss, sigma 5 / delta 1e-10: the same wall time in one
+#: thread as in two, with 30-50% more CPU in two; sigma 0.7, T 2e5, a 2e5-point
+#: first step: 44 ms in two against 62 ms in one)
+PARALLEL_POINTS = 1 << 17
 #: levels at most this large are never re-gridded (no time to gain)
 MIN_LEVEL_POINTS = 1 << 12
 #: early levels are re-gridded only above this size: their law can still be
@@ -108,6 +118,27 @@ class Composer:
         for lo, hi in self._step_windows(direction, lam, log_eta):
             n = max(n, int((hi - lo) / h) + 2)
         return n
+
+    def parallel(self, direction: str, h: float, lam: float, log_eta) -> bool:
+        """Whether building this direction's grids is worth a second thread:
+        some component's level of ``count >> 2`` steps (the single FFT power's)
+        spans more than :data:`PARALLEL_POINTS` points of spacing ``h``
+        (sized from the exact law: sizing only)."""
+        if side_pool() is None:
+            return False
+        key = ("parallel", direction, h, lam, log_eta)
+        hit = self.cache.get(self.cache.laws, key)
+        if hit is None:
+            sizing = self.laws.sizing(direction, log_eta)
+            steps = sizing.steps()
+            widest = 0.0
+            for ex, count in sizing.parts:
+                c = max(1, count >> 2)
+                lo, hi = w.window(w.Composite([(ex, c)]), lam, w.shifted(log_eta, math.log(steps / c)), h)
+                widest = max(widest, (hi - lo) / h)
+            hit = (widest > PARALLEL_POINTS,)
+            self.cache.put(self.cache.laws, key, hit)
+        return hit[0]
 
     def _step_windows(self, direction: str, lam: float, log_eta) -> list[tuple[float, float]]:
         """Each component's single-step window, within its support (cached:
@@ -177,7 +208,7 @@ class Composer:
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
-        pool = None if serial else side_pool()
+        pool = side_pool() if not serial and self.parallel(direction, h, lam, log_eta) else None
         try:
             if entry.dominating is None and lower and pool is not None:
                 future = pool.submit(side, True)

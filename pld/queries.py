@@ -169,14 +169,18 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
     dirs = sorted(((d, planner.chernoff(d, delta)[1]) for d in engine.directions), key=lambda de: -de[1])
     query = Query("delta", delta, rtol)
     probes = {d: planner.probe_settings(d, query) for d, _ in dirs[1:]}
+    # (beside a small leading grid nothing is built in the background: one
+    # thread is as fast there, see pld.composer.PARALLEL_POINTS)
+    first = planner.first_settings(dirs[0][0], query)
+    parallel = first is None or composer.parallel(dirs[0][0], *first[:3])
     for d, probe in probes.items():
-        if probe is not None:
+        if probe is not None and parallel:
             composer.speculate(d, *probe)
     # a direction without a probe (a remembered spacing, a probe above the
     # memory cap) starts on its first grid, whose dominating side alone often
     # shows it below the leader's lower end: that side too is built meanwhile
     for d, _ in dirs[1:]:
-        if probes[d] is None:
+        if probes[d] is None and parallel:
             first = planner.first_settings(d, query)
             if first is not None:
                 composer.speculate(d, *first)
