@@ -923,9 +923,12 @@ def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, l
     That cost is held to :data:`BLOCK_BIAS_SHARE` of what the first
     discretisation adds, ``count`` times ``per_step_bias``:
     ``c >= (2^k h)^2 / (4 share bias)``, the dominated side's share divided
-    by ``1 + 2 lam``.  Within ``[c, 2c)`` the block that leaves the fewest
-    steps over is taken (those are composed apart and convolved in once).
-    None where fewer than :data:`BLOCK_MIN_BLOCKS` blocks would be composed.
+    by ``1 + 2 lam``.  Within ``[c, 2c)``, among the blocks that leave ``n - 1
+    = 4 j`` of the ``n`` whole blocks (the second power's level then squared
+    twice, as the single power's: any other split costs convolutions of its
+    own), the one that leaves the fewest steps over is taken.  None where
+    fewer than :data:`BLOCK_MIN_BLOCKS` blocks would be composed, or no block
+    in the range splits so.
     Accuracy only: every re-grid keeps the certificate.
     """
     if not per_step_bias > 0.0:
@@ -935,8 +938,6 @@ def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, l
     c_min = max(2, math.ceil(reach / (share * per_step_bias)))
     if count // c_min < BLOCK_MIN_BLOCKS:
         return None
-    # n - 1 = 4 j blocks (the second power's level squared twice, as the
-    # single power's): every other split costs convolutions of its own
     fits = [c for c in range(c_min, 2 * c_min) if (count // c - 1) % 4 == 0]
     return min(fits, key=lambda c: (count % c, c)) if fits else None
 

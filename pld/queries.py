@@ -171,8 +171,8 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
     probes = {d: planner.probe_settings(d, query) for d, _ in dirs[1:]}
     # (beside a small leading grid nothing is built in the background: one
     # thread is as fast there, see pld.composer.PARALLEL_POINTS)
-    first = planner.first_settings(dirs[0][0], query)
-    parallel = first is None or composer.parallel(dirs[0][0], *first[:3])
+    lead = planner.first_settings(dirs[0][0], query)
+    parallel = lead is None or composer.parallel(dirs[0][0], *lead[:3])
     for d, probe in probes.items():
         if probe is not None and parallel:
             composer.speculate(d, *probe)
