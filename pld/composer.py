@@ -127,7 +127,7 @@ class Composer:
         if side_pool() is None:
             return False
         key = ("parallel", direction, h, lam, log_eta)
-        hit = self.cache.get(self.cache.laws, key)
+        hit = self.cache.get(self.cache.spacings, key)
         if hit is None:
             sizing = self.laws.sizing(direction, log_eta)
             steps = sizing.steps()
@@ -137,7 +137,7 @@ class Composer:
                 lo, hi = w.window(w.Composite([(ex, c)]), lam, w.shifted(log_eta, math.log(steps / c)), h)
                 widest = max(widest, (hi - lo) / h)
             hit = (widest > PARALLEL_POINTS,)
-            self.cache.put(self.cache.laws, key, hit)
+            self.cache.put(self.cache.spacings, key, hit)
         return hit[0]
 
     def _step_windows(self, direction: str, lam: float, log_eta) -> list[tuple[float, float]]:

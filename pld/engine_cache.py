@@ -63,7 +63,8 @@ class EngineCache:
     Stores (all :class:`LRUStore`): ``laws`` (explored loss laws per direction
     and truncation budget), ``chernoff`` (tilt and Chernoff epsilon per
     direction and delta), ``grids`` (materialised grid pairs), ``spacings``
-    (the grid spacing and tilt a query's refinement settled on) and ``used``
+    (the grid spacing and tilt a query's refinement settled on, the first
+    spacing it starts from, whether its grids use a side thread) and ``used``
     (settings behind each epsilon query, for :meth:`pld.PLD.explain`);
     ``scalars`` holds values computed once per PLD (total variation, largest
     losses).

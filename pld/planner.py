@@ -323,10 +323,17 @@ class Planner:
         return self.align(direction, round_spacing(h))
 
     def first_spacing(self, direction: str, query: Query, lam: float, log_eta: LogEta) -> float:
-        h = self.initial_spacing(direction, query)
-        while self.composer.grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
-            h = round_spacing(h * 2.0)
-        return h
+        """The variance model's spacing, coarsened to the memory cap (cached:
+        a query asks for it up to three times, probes and threads included)."""
+        key = ("first_spacing", direction, query, lam, log_eta)
+        hit = self.cache.get(self.cache.spacings, key)
+        if hit is None:
+            h = self.initial_spacing(direction, query)
+            while self.composer.grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+                h = round_spacing(h * 2.0)
+            hit = (h,)
+            self.cache.put(self.cache.spacings, key, hit)
+        return hit[0]
 
     def _spacing_key(self, direction: str, query: Query, lam_star: float, log_eta: LogEta) -> tuple:
         return (direction, w.quantize_tilt(lam_star), log_eta, query.rtol, query.atol, query.delta_floor)
