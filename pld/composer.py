@@ -903,7 +903,7 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
 
 
 def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, lam: float,
-                coarsenings: int = 2) -> int | None:
+                coarsenings: int = BLOCK_COARSENINGS) -> int | None:
     """Steps per block of the block power (:func:`_block_power_start`), or None.
 
     Re-gridding a block of ``c`` steps from ``h`` to ``2^k h``
