@@ -64,17 +64,26 @@ def coarsen_dominated(p, front, err0, lam, h):
     """Merge a tilted vector (``p`` padded: odd length ``2M + 1``, first index
     even) onto the doubled grid.
 
-    Coarse point ``K`` keeps fine point ``2K``, half of the odd point above it
-    and the fraction ``f_K`` of half of the odd point below that keeps its
-    merged loss at or above ``K`` for every vector within ``err0`` of ``p``;
-    the rest of that half goes to ``K - 1``.
+    Coarse point ``K`` keeps fine point ``2K``, the share ``1 - t_a`` of the
+    odd point ``a = 2K + 1`` above it and the share ``t_b`` of the odd point
+    ``b = 2K - 1`` below it (the rest of ``b`` is ``K - 1``'s share from
+    above).  Going down from the top, ``t_b`` is the largest share, up to the
+    balanced one, that keeps the bucket's merged loss at or above ``K`` for
+    every vector within ``err0`` of ``p``:
+    ``t_b <= (1 - t_a) (p_a - err0)_+ / (p_b + err0) e^{-2 lam h - h}``.  The
+    balanced share ``r / (1 + r)``, ``r = (p_a / p_b) e^{-2 lam h - h}``, meets
+    that with equality on a law of constant log-slope, so the buckets land on
+    their grid points and a merge loses only its Jensen gap, as the
+    dominating side's spread does.
 
     Returns
     -------
     out : float64[M + 1]
         The merged vector.
     norm_m : float
-        Gershgorin bound on the 2-norm of the linear map applied.
+        Gershgorin bound on the 2-norm of the linear map applied (rows of
+        ``M M^T``: ``1 + a_K^2 + b_K^2 + a_K b_K+1 + a_K-1 b_K`` with ``a_K =
+        (1 - t_a) e^{-lam h}``, ``b_K = t_b e^{lam h}``).
     l2 : float
         2-norm of ``out`` (for the rounding of this pass).
     """
@@ -83,36 +92,37 @@ def coarsen_dominated(p, front, err0, lam, h):
     up = math.exp(lam * h)
     dn = math.exp(-lam * h)
     c = math.exp(-2.0 * lam * h - h)
-    # One pass: the share of K's lower odd point that goes to K - 1 and the
-    # norm and l2 terms of K - 1 need f_K, so they lag one point behind (the
-    # same operations in the same order as three passes over a stored f,
-    # without that transform-sized temporary)
     worst = 0.0
-    a_prev = 0.0
     s2 = 0.0
-    f_prev = 0.0
-    for k in range(m):
-        pa = _fine(p, front, 2 * k + 1) if k < m - 1 else 0.0
-        pb = _fine(p, front, 2 * k - 1) if k >= 1 else 0.0
-        low_a = max(pa - err0, 0.0)
-        high_b = max(pb, 0.0) + err0
-        fk = min(1.0, low_a / high_b * c) if high_b > 0.0 else 1.0
-        fk *= 1.0 - 1e-12  # rounding of the ratio, on the safe side
-        out[k] = _fine(p, front, 2 * k) + 0.5 * pa * dn + fk * 0.5 * pb * up
+    t_a = 0.0  # up share of the odd point above K (none above the top)
+    b_above = 0.0  # b_K+1
+    # One pass from the top: K's share of b needs only t_a, decided at K + 1
+    for k in range(m - 1, -1, -1):
+        pa = _fine(p, front, 2 * k + 1)
+        a_k = (1.0 - t_a) * dn if k < m - 1 else 0.0
         if k >= 1:
-            out[k - 1] += (1.0 - fk) * 0.5 * pb * dn
-            a = 0.5 * dn + (1.0 - fk) * 0.5 * dn
-            b = f_prev * 0.5 * up
-            v = 1.0 + a * a + b * b + a * (fk * 0.5 * up) + a_prev * b
-            if v > worst:
-                worst = v
-            a_prev = a
-            s2 += out[k - 1] * out[k - 1]
-        f_prev = fk
-    a = 0.5 * dn + (1.0 - 1.0) * 0.5 * dn
-    b = f_prev * 0.5 * up
-    v = 1.0 + a * a + b * b + a * 0.0 + a_prev * b
-    if v > worst:
-        worst = v
-    s2 += out[m - 1] * out[m - 1]
+            pb = _fine(p, front, 2 * k - 1)
+            t_b = 0.5
+            if pa > 0.0 and pb > 0.0:
+                r = pa / pb * c
+                t_b = r / (1.0 + r)
+            high_b = max(pb, 0.0) + err0
+            if high_b > 0.0:
+                # (the ratio's rounding, on the safe side)
+                t_b = min(t_b, (1.0 - t_a) * (max(pa - err0, 0.0) / high_b * c) * (1.0 - 1e-12))
+            b_k = t_b * up
+            a_below = (1.0 - t_b) * dn
+        else:
+            pb = 0.0
+            t_b = 0.0
+            b_k = 0.0
+            a_below = 0.0
+        v = _fine(p, front, 2 * k) + a_k * pa + b_k * pb
+        out[k] = v
+        s2 += v * v
+        row = 1.0 + a_k * a_k + b_k * b_k + a_k * b_above + a_below * b_k
+        if row > worst:
+            worst = row
+        b_above = b_k
+        t_a = t_b
     return out, math.sqrt(worst), math.sqrt(s2)

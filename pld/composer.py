@@ -902,8 +902,7 @@ def _power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pessimis
     return None
 
 
-def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, lam: float,
-                coarsenings: int = BLOCK_COARSENINGS) -> int | None:
+def _block_size(count: int, h: float, per_step_bias: float, coarsenings: int = BLOCK_COARSENINGS) -> int | None:
     """Steps per block of the block power (:func:`_block_power_start`), or None.
 
     Re-gridding a block of ``c`` steps from ``h`` to ``2^k h``
@@ -912,30 +911,27 @@ def _block_size(count: int, h: float, per_step_bias: float, pessimistic: bool, l
 
     * dominating side: a spread, which adds at most ``(2^k h)^2 / 4`` of loss
       variance (bounding the sum over its ``k`` levels);
-    * dominated side: a merge, which rounds down by a spacing the part of an
-      odd point's mass that would lift its bucket above its grid point.  Where
-      the level's law decides delta its log-density falls with slope about
-      ``-lam`` (that is where the tilt centres it), so a fraction ``~(1 + 2
-      lam) h'`` of half of every odd point drops by ``h'``: a mean loss of about
-      ``(1 + 2 lam)`` times the spread's variance (measured: sigma 2, q 1e-3,
-      T 1e6 lost 0.7 of the bracket's width to blocks of 250 steps).
+    * dominated side: a merge, whose buckets sit on their grid points (the
+      shares are balanced, :func:`pld.kernels.coarsen_dominated`), so that it
+      loses its Jensen gap, the same order as the spread's.  (The earlier
+      merge dropped a spacing for a fraction ``~(1 + 2 lam) h'`` of half of
+      every odd point and needed blocks ``1 + 2 lam`` times longer: 10x on
+      MNIST, too few blocks to pay.)
 
     That cost is held to :data:`BLOCK_BIAS_SHARE` of what the first
     discretisation adds, ``count`` times ``per_step_bias``:
-    ``c >= (2^k h)^2 / (4 share bias)``, the dominated side's share divided
-    by ``1 + 2 lam``.  Within ``[c, 2c)``, among the blocks that leave ``n - 1
-    = 4 j`` of the ``n`` whole blocks (the second power's level then squared
-    twice, as the single power's: any other split costs convolutions of its
-    own), the one that leaves the fewest steps over is taken.  None where
+    ``c >= (2^k h)^2 / (4 share bias)`` on either side.  Within ``[c, 2c)``,
+    among the blocks that leave ``n - 1 = 4 j`` of the ``n`` whole blocks
+    (the second power's level then squared twice, as the single power's: any
+    other split costs convolutions of its own), the one that leaves the fewest steps over is taken.  None where
     fewer than :data:`BLOCK_MIN_BLOCKS` blocks would be composed, or no block
     in the range splits so.
     Accuracy only: every re-grid keeps the certificate.
     """
     if not per_step_bias > 0.0:
         return None
-    share = BLOCK_BIAS_SHARE if pessimistic else BLOCK_BIAS_SHARE / (1.0 + 2.0 * abs(lam))
     reach = (2 ** coarsenings * h) ** 2 / 4.0
-    c_min = max(2, math.ceil(reach / (share * per_step_bias)))
+    c_min = max(2, math.ceil(reach / (BLOCK_BIAS_SHARE * per_step_bias)))
     if count // c_min < BLOCK_MIN_BLOCKS:
         return None
     fits = [c for c in range(c_min, 2 * c_min) if (count // c - 1) % 4 == 0]
@@ -979,11 +975,8 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
         # ended at 2.1x its target, 0.65x without)
         return None
     coarsenings = BLOCK_COARSENINGS
-    c = _block_size(count, h, levels.per_step_bias, pessimistic, base.lam, coarsenings)
+    c = _block_size(count, h, levels.per_step_bias, coarsenings)
     if c is None:
-        # (fewer re-grids for smaller blocks did not pay on the dominated
-        # side: sigma 1.1, q 0.00427, T 14063 with one, 0.33 of the width
-        # lost and slower)
         return None
     blocks, r = divmod(count, c)
     jump = (blocks - 1) >> 2

@@ -46,16 +46,14 @@ def test_block_size_prefers_a_whole_number_of_blocks():
     h = 1e-4
     bias = h * h / 6
     # c >= (4 h)^2 / (4 * 0.1 * h^2 / 6) = 240; 14063 = 7^3 * 41 has the divisor 287 in [240, 480)
-    assert C._block_size(14063, h, bias, True, 0.0) == 287
+    assert C._block_size(14063, h, bias) == 287
     # n - 1 blocks a multiple of 4 (the second power's level squared twice),
     # then the fewest steps over: 14057 is a prime
-    c = C._block_size(14057, h, bias, True, 0.0)
+    c = C._block_size(14057, h, bias)
     fits = [k for k in range(240, 480) if (14057 // k - 1) % 4 == 0]
     assert c in fits and 14057 % c == min(14057 % k for k in fits)
-    assert C._block_size(16 * 240 - 1, h, bias, True, 0.0) is None  # fewer than 16 blocks
-    # the dominated side's re-grid costs (1 + 2 lam) times more: larger blocks
-    assert C._block_size(10**6, h, bias, False, 4.5) >= (1 + 2 * 4.5) * 240 > C._block_size(10**6, h, bias, True, 4.5)
-    assert C._block_size(10**6, h, 0.0, True, 0.0) is None
+    assert C._block_size(16 * 240 - 1, h, bias) is None  # fewer than 16 blocks
+    assert C._block_size(10**6, h, 0.0) is None
 
 
 @settings(max_examples=12, deadline=None)
@@ -87,7 +85,7 @@ def _check_gaussian(seen: list, steps: int, scale: float, delta_exp: int) -> Non
 
 
 @pytest.mark.parametrize("sigma, q, steps, delta", [
-    (1.1, 256 / 60000, 14063, 1e-5),   # MNIST: both sides' bracket within 5% of the single power's
+    (1.1, 256 / 60000, 14063, 1e-5),   # MNIST: both sides' bracket within 8% of the single power's
     (0.7, 5e-4, 200_000, 1e-5),        # a long run whose single power does not fit one transform
 ])
 def test_block_power_keeps_the_bracket_width(monkeypatch, sigma, q, steps, delta):
@@ -99,6 +97,9 @@ def test_block_power_keeps_the_bracket_width(monkeypatch, sigma, q, steps, delta
     # (a fresh PLD: nothing cached; the same settings)
     pess, opt = pld.dpsgd(sigma, q, steps)._engine().composer.materialize("remove", *pair.settings)
     plain = (opt.epsilon(delta), pess.epsilon(delta))
-    # both certified: they intersect; the block's bracket is no more than 5% wider
+    # both certified: they intersect; the block's bracket is no more than 8%
+    # wider (each side's blocks may cost a tenth of its first discretisation's
+    # bias, BLOCK_BIAS_SHARE: about 3% of the width each on MNIST, where both
+    # sides take the block power)
     assert block[0] <= plain[1] and plain[0] <= block[1]
-    assert block[1] - block[0] <= 1.05 * (plain[1] - plain[0]), (block, plain)
+    assert block[1] - block[0] <= 1.08 * (plain[1] - plain[0]), (block, plain)

@@ -288,31 +288,47 @@ def test_carried_mgf_bound_is_an_upper_bound(n):
 
 
 def _coarsen_dominated_reference(p, err0, lam, h):
-    """The dominated re-grid map written with numpy arrays (the form the
-    kernel replaced): coarse K keeps 2K, half of 2K+1, a fraction f_K of half
-    of 2K-1; the rest of that half goes to K-1."""
-    e_t, o_t = p[0::2], p[1::2]
-    m = e_t.size
-    pa = np.zeros(m)
-    pa[:-1] = o_t
-    pb = np.zeros(m)
-    pb[1:] = o_t
-    low_a = np.maximum(pa - err0, 0.0)
-    high_b = np.maximum(pb, 0.0) + err0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(high_b > 0, np.minimum(1.0, low_a / high_b * math.exp(-2.0 * lam * h - h)), 1.0)
-    f = f * (1.0 - 1e-12)
+    """The dominated re-grid as an explicit matrix ``M`` (coarse x fine), its
+    shares set from the top down in plain Python: coarse K takes 2K whole,
+    ``1 - t`` of 2K+1 and ``t`` of 2K-1, ``t`` the balanced share capped by
+    the bucket's merged-loss condition for every vector within ``err0``."""
+    n = p.size
+    m = n // 2 + 1
+    c = math.exp(-2.0 * lam * h - h)
     up, dn = math.exp(lam * h), math.exp(-lam * h)
-    out = e_t + 0.5 * pa * dn + f * 0.5 * pb * up
-    rest = (1.0 - f) * 0.5 * pb * dn
-    out[:-1] += rest[1:]
-    f_next = np.concatenate((f[1:], [1.0]))
-    a = 0.5 * dn + (1.0 - f_next) * 0.5 * dn
-    b = f * 0.5 * up
-    b_next = np.concatenate((b[1:], [0.0]))
-    a_prev = np.concatenate(([0.0], a[:-1]))
-    norm_m = math.sqrt(float(np.max(1.0 + a * a + b * b + a * b_next + a_prev * b)))
-    return out, norm_m
+    t = {}  # up share of odd point j
+    t_above = 0.0
+    for k in range(m - 1, 0, -1):
+        pa = p[2 * k + 1] if 2 * k + 1 < n else 0.0
+        pb = p[2 * k - 1]
+        share = (pa / pb * c) / (1.0 + pa / pb * c) if pa > 0 and pb > 0 else 0.5
+        high_b = max(pb, 0.0) + err0
+        if high_b > 0:
+            share = min(share, (1.0 - t_above) * (max(pa - err0, 0.0) / high_b * c) * (1.0 - 1e-12))
+        t[2 * k - 1] = share
+        t_above = share
+    mat = np.zeros((m, n))
+    for k in range(m):
+        mat[k, 2 * k] = 1.0
+        if 2 * k + 1 < n:
+            mat[k, 2 * k + 1] = (1.0 - t[2 * k + 1]) * dn
+        if k >= 1:
+            mat[k, 2 * k - 1] = t[2 * k - 1] * up
+    return mat
+
+
+def _bucket_losses_hold(mat, p_true, lam, h):
+    """Every bucket's merged loss log(P/Q) is at least its grid point's, for
+    the true vector (tilted masses; loss offsets -h, 0, +h around K)."""
+    m, n = mat.shape
+    for k in range(m):
+        cols = [j for j in (2 * k - 1, 2 * k, 2 * k + 1) if 0 <= j < n]
+        # untilted P-mass of a fine point relative to K's: p e^{-lam (l - l_K)}
+        share = np.array([mat[k, j] * math.exp(lam * h * (j - 2 * k)) for j in cols])  # the fraction taken
+        pm = np.array([p_true[j] * math.exp(-lam * h * (j - 2 * k)) for j in cols]) * share
+        qm = pm * np.exp(-h * (np.array(cols) - 2 * k))
+        if pm.sum() > 0:
+            assert pm.sum() >= qm.sum() * (1 - 1e-12), (k, pm.sum(), qm.sum())
 
 
 @settings(max_examples=30, deadline=None)
@@ -326,10 +342,17 @@ def test_dominated_coarsen_kernel_matches_the_array_form(seed, n, lam, h, err_sc
     p[rng.random(p.size) < 0.05] *= -1e-3  # computed vectors carry small negative entries
     err0 = err_scale * float(np.abs(p).max(initial=1.0))
     out, norm_m, l2 = coarsen_dominated(p, 0, err0, lam, h)
-    ref, ref_norm = _coarsen_dominated_reference(p, err0, lam, h)
-    np.testing.assert_allclose(out, ref, rtol=1e-14, atol=1e-300)
-    assert norm_m == pytest.approx(ref_norm, rel=1e-14)
+    mat = _coarsen_dominated_reference(p, err0, lam, h)
+    np.testing.assert_allclose(out, mat @ p, rtol=1e-12, atol=1e-300)
+    gram = mat @ mat.T
+    assert norm_m == pytest.approx(math.sqrt(float(np.max(np.abs(gram).sum(axis=1)))), rel=1e-12)
+    assert norm_m >= np.linalg.norm(mat, 2) * (1 - 1e-12)
     assert l2 == pytest.approx(float(np.linalg.norm(out)), rel=1e-12)
+    # the shares hold for every vector within err0 of p, here two at the edges
+    # of that ball which the shares' condition is tightest on
+    for sign in (-1.0, 1.0):
+        shift = np.where(np.arange(p.size) % 2, sign, -sign) * err0
+        _bucket_losses_hold(mat, np.maximum(p + shift, 0.0), lam, h)
     # the kernel's own padding (a zero in front, zeros up to odd length) is
     # the explicit padding
     q = p[1:]
