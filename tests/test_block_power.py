@@ -85,7 +85,7 @@ def _check_gaussian(seen: list, steps: int, scale: float, delta_exp: int) -> Non
 
 
 @pytest.mark.parametrize("sigma, q, steps, delta", [
-    (1.1, 256 / 60000, 14063, 1e-5),   # MNIST: both sides' bracket within 8% of the single power's
+    (1.1, 256 / 60000, 14063, 1e-5),   # MNIST: both sides' bracket within 10% of the single power's
     (0.7, 5e-4, 200_000, 1e-5),        # a long run whose single power does not fit one transform
 ])
 def test_block_power_keeps_the_bracket_width(monkeypatch, sigma, q, steps, delta):
@@ -97,9 +97,9 @@ def test_block_power_keeps_the_bracket_width(monkeypatch, sigma, q, steps, delta
     # (a fresh PLD: nothing cached; the same settings)
     pess, opt = pld.dpsgd(sigma, q, steps)._engine().composer.materialize("remove", *pair.settings)
     plain = (opt.epsilon(delta), pess.epsilon(delta))
-    # both certified: they intersect; the block's bracket is no more than 8%
+    # both certified: they intersect; the block's bracket is no more than 10%
     # wider (each side's blocks may cost a tenth of its first discretisation's
-    # bias, BLOCK_BIAS_SHARE: about 3% of the width each on MNIST, where both
-    # sides take the block power)
+    # bias, BLOCK_BIAS_SHARE: about 4% of the width each on MNIST, where both
+    # sides take the block power and the dominated side is near its ideal)
     assert block[0] <= plain[1] and plain[0] <= block[1]
-    assert block[1] - block[0] <= 1.08 * (plain[1] - plain[0]), (block, plain)
+    assert block[1] - block[0] <= 1.10 * (plain[1] - plain[0]), (block, plain)

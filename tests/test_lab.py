@@ -105,7 +105,7 @@ def dpsgd_result():
 
 def test_compare_dpsgd(dpsgd_result):
     r = dpsgd_result
-    assert r["pld_epsilon_lower"] <= 1.8282 <= r["pld_epsilon_upper"] + 1e-4
+    assert r["pld_epsilon_lower"] <= 1.8282 + 5e-5 and 1.8282 - 5e-5 <= r["pld_epsilon_upper"]  # (4 decimals)
     assert r["pld_epsilon_upper"] <= r["rdp_epsilon_improved"] <= r["rdp_epsilon_classic"]
     assert r["tail_epsilon_upper"] >= r["pld_epsilon_lower"]
     assert r["exact_epsilon"] is None
