@@ -923,9 +923,10 @@ def _block_size(count: int, h: float, per_step_bias: float, coarsenings: int = B
     ``c >= (2^k h)^2 / (4 share bias)`` on either side.  Within ``[c, 2c)``,
     among the blocks that leave ``n - 1 = 4 j`` of the ``n`` whole blocks
     (the second power's level then squared twice, as the single power's: any
-    other split costs convolutions of its own), the one that leaves the fewest steps over is taken.  None where
-    fewer than :data:`BLOCK_MIN_BLOCKS` blocks would be composed, or no block
-    in the range splits so.
+    other split costs convolutions of its own), the one that leaves the
+    fewest steps over is taken.  None where fewer than
+    :data:`BLOCK_MIN_BLOCKS` blocks would be composed, or no block in the
+    range splits so.
     Accuracy only: every re-grid keeps the certificate.
     """
     if not per_step_bias > 0.0:
