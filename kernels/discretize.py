@@ -243,32 +243,180 @@ def _margin(e_loss, e_mass, lmin, lmax, k, li):
     return e_loss + 2.01 * e_mass * spread + (2.0 * k + 8.0) * _U * max(1.0, abs(li))
 
 
-#: variance pass 3 (``_settle_bottom``) is predicted to remove per unit of the
+#: pass 3 aims its unions this far (in loss) above their margin: a merged
+#: loss computed from sums that nearly cancel lands within a few ulps of its
+#: aim, on either side, and the union is only placed if it clears the margin
+_SETTLE_AIM = 1e-14
+
+#: variance pass 3 (``_settle_short``) is predicted to remove per unit of the
 #: failing buckets' mass, in squared spacings: each moves up by about one
 #: spacing and about as much is lifted down from the bucket above
 _SETTLE_COST = 2.0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _settle_bottom(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, free_below):
-    """Pass 3 of :func:`optimistic_merge_centred`: the buckets the downward
-    pass could not lower (nothing left below them: the bottom of a support
-    whose density rises from its end, subsampled losses near ``log(1 - q)``)
-    would be rounded down to their grid points, a cost first order in the
-    spacing.  Instead, from the lowest up, each joins the next bucket with
-    mass above it (``G``), and the union is lifted back onto ``G``'s point by
-    the fraction of the buckets above ``G`` that makes its merged loss exactly
-    that point plus its margin (enlarged by 1e-12), as pass 1 lifts.
+def _join_above(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, round_cost, mb_i):
+    """Bucket ``i`` joins the next bucket with mass above it (``G``), the
+    union lifted back onto ``G``'s point by the fraction of the buckets above
+    ``G`` that makes its merged loss that point plus its margin (enlarged by
+    1e-12).  Applied only where its removed variance (weighted by ``vw``)
+    costs less than ``round_cost``; returns whether it was."""
+    n = pb.shape[0]
+    gi = g[ref[i]]
+    G = i + 1
+    while G < n and not (pb[G] > 0.0 and qb[G] > 0.0 and ref[G] > ref[i]):
+        G += 1
+    if G >= n:
+        return False
+    rg = ref[G]
+    lg = g[rg]
+    # masses in G's frame: Q-masses times e^{g[rg]}
+    PC = pb[i] + pb[G]
+    QC = qb[i] * math.exp(lg - gi) + qb[G]
+    el, em = max(b_el[i], b_el[G]), max(b_em[i], b_em[G])
+    lmin, lmax = min(b_lmin[i], b_lmin[G]), max(b_lmax[i], b_lmax[G])
+    kc = b_kc[i] + b_kc[G]
+    m = _margin(el, em, lmin, lmax, kc, lg)
+    spread = pb[i] * (lg - mb_i) ** 2
+    # the buckets lifted from: up to the first one only partly taken
+    H = G + 1
+    last = -1
+    frac = 1.0
+    while math.log(PC / QC) < m:
+        while H < n and not (pb[H] > 0.0 and qb[H] > 0.0 and ref[H] > rg):
+            H += 1
+        if H >= n:
+            return False
+        QH = qb[H] * math.exp(lg - g[ref[H]])
+        m_h = _margin(max(el, b_el[H]), max(em, b_em[H]), min(lmin, b_lmin[H]), max(lmax, b_lmax[H]),
+                      kc + b_kc[H], lg)
+        if not math.log(pb[H] / QH) > m_h:
+            return False  # (a bucket that cannot lift it)
+        el, em = max(el, b_el[H]), max(em, b_em[H])
+        lmin, lmax = min(lmin, b_lmin[H]), max(lmax, b_lmax[H])
+        kc += b_kc[H]
+        m = m_h
+        e = math.exp(m + _SETTLE_AIM)
+        f = (e * QC - PC) / (pb[H] - e * QH) * (1.0 + 1e-12)
+        last = H
+        if f < 1.0:
+            frac = f
+            PC += f * pb[H]
+            QC += f * QH
+            spread += f * pb[H] * (g[ref[H]] - lg) ** 2
+            break
+        PC += pb[H]
+        QC += QH
+        spread += pb[H] * (g[ref[H]] - lg) ** 2
+        H += 1
+    if not math.log(PC / QC) >= m or not vw * spread < round_cost:
+        return False
+    for k in range(G + 1, last + 1 if last >= 0 else G + 1):
+        if not (pb[k] > 0.0 and qb[k] > 0.0 and ref[k] > rg):
+            continue
+        if k == last and frac < 1.0:
+            pb[k] *= 1.0 - frac
+            qb[k] *= 1.0 - frac
+        else:
+            pb[k] = 0.0
+            qb[k] = 0.0
+    pb[G], qb[G] = PC, QC
+    target[G] = rg
+    marg[G] = m
+    b_el[G], b_em[G], b_lmin[G], b_lmax[G], b_kc[G] = el, em, lmin, lmax, kc
+    pb[i] = 0.0
+    qb[i] = 0.0
+    return True
 
-    Every bucket is an output of a fixed Markov kernel applied to the cells;
-    sending a whole bucket, or a fixed fraction of one, to another bucket is
-    one more (post-processing), and a fraction of a bucket keeps that
-    bucket's merged loss.  The union's margin is formed from its parts' error
-    summaries as for any bucket, and the union is placed only at a grid point
-    its merged loss clears by it, so validity is as in passes 1 and 2.  A
-    bucket is moved only where its removed variance (weighted by ``vw``)
-    costs less than rounding it down (its mass times its height above its
-    point, or above ``free_below``).
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _lower_from_below(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, round_cost):
+    """Bucket ``i`` takes, from the buckets below it (nearest first), the
+    fraction that lowers its merged loss to its point plus its margin
+    (reduced by 1e-12), as pass 2 takes from cells.  Applied only where its
+    removed variance (weighted by ``vw``) costs less than ``round_cost``;
+    returns whether it was."""
+    ri = ref[i]
+    li = g[ri]
+    P, Q = pb[i], qb[i]  # (Q times e^{g[ri]}: i's own frame)
+    el, em, lmin, lmax, kc = b_el[i], b_em[i], b_lmin[i], b_lmax[i], b_kc[i]
+    m = _margin(el, em, lmin, lmax, kc, li)
+    spread = 0.0
+    H = i - 1
+    last = -1
+    frac = 1.0
+    while math.log(P / Q) > m:
+        while H >= 0 and not (pb[H] > 0.0 and qb[H] > 0.0 and ref[H] < ri):
+            H -= 1
+        if H < 0:
+            return False
+        QH = qb[H] * math.exp(li - g[ref[H]])
+        m_h = _margin(max(el, b_el[H]), max(em, b_em[H]), min(lmin, b_lmin[H]), max(lmax, b_lmax[H]),
+                      kc + b_kc[H], li)
+        if not math.log(pb[H] / QH) < m_h or not math.log(P / Q) > m_h:
+            return False  # (a bucket that cannot lower it, or a margin it no longer clears)
+        el, em = max(el, b_el[H]), max(em, b_em[H])
+        lmin, lmax = min(lmin, b_lmin[H]), max(lmax, b_lmax[H])
+        kc += b_kc[H]
+        m = m_h
+        e = math.exp(m + _SETTLE_AIM)
+        # (P + f P_H) / (Q + f Q_H) = e^{m + aim}
+        f = (P - e * Q) / (e * QH - pb[H]) * (1.0 - 1e-12)
+        last = H
+        if f < 1.0:
+            frac = f
+            P += f * pb[H]
+            Q += f * QH
+            spread += f * pb[H] * (li - g[ref[H]]) ** 2
+            break
+        P += pb[H]
+        Q += QH
+        spread += pb[H] * (li - g[ref[H]]) ** 2
+        H -= 1
+    if not math.log(P / Q) >= m or not vw * spread < round_cost:
+        return False
+    for k in range(i - 1, last - 1 if last >= 0 else i - 1, -1):
+        if not (pb[k] > 0.0 and qb[k] > 0.0 and ref[k] < ri):
+            continue
+        if k == last and frac < 1.0:
+            pb[k] *= 1.0 - frac
+            qb[k] *= 1.0 - frac
+        else:
+            pb[k] = 0.0
+            qb[k] = 0.0
+    pb[i], qb[i] = P, Q
+    target[i] = ri
+    marg[i] = m
+    b_el[i], b_em[i], b_lmin[i], b_lmax[i], b_kc[i] = el, em, lmin, lmax, kc
+    return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _settle_short(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, free_below):
+    """Pass 3 of :func:`optimistic_merge_centred`: the buckets the downward
+    pass could not lower (no cells left below them) would be rounded down to
+    their grid points, a cost first order in the spacing.  Two such places:
+
+    * the bottom of a support whose density rises from its end (subsampled
+      losses near ``log(1 - q)``): nothing below at all.  The bucket joins
+      the next bucket above, lifted back onto its point by a fraction of the
+      buckets above that (:func:`_join_above`);
+    * a heavy atom at the top of a support (Poisson-sampled Laplace: the
+      loss is constant beyond the sensitivity, an atom of mass ~0.3 that is
+      the largest loss) between grid points: pass 1 has already made every
+      cell below it a bucket of its own.  The bucket takes the fraction of
+      the buckets below it that lowers it onto its point
+      (:func:`_lower_from_below`).
+
+    From the lowest up; each only where its removed variance (weighted by
+    ``vw``) costs less than rounding the bucket down (its mass times its
+    height above its point, or above ``free_below``).  Every bucket is an
+    output of a fixed Markov kernel applied to the cells; sending a whole
+    bucket, or a fixed fraction of one, to another bucket is one more
+    (post-processing), and a fraction of a bucket keeps that bucket's merged
+    loss.  Each union's margin is formed from its parts' error summaries as
+    for any bucket, and a union is placed only at a grid point its merged
+    loss clears by it, so validity is as in passes 1 and 2.
     """
     n = pb.shape[0]
     for i in range(n):
@@ -279,73 +427,9 @@ def _settle_bottom(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax,
         round_cost = pb[i] * max(0.0, mb_i - max(gi, free_below))
         if not round_cost > 0.0:
             continue
-        G = i + 1
-        while G < n and not (pb[G] > 0.0 and qb[G] > 0.0 and ref[G] > ref[i]):
-            G += 1
-        if G >= n:
+        if _join_above(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, round_cost, mb_i):
             continue
-        rg = ref[G]
-        lg = g[rg]
-        # masses in G's frame: Q-masses times e^{g[rg]}
-        PC = pb[i] + pb[G]
-        QC = qb[i] * math.exp(lg - gi) + qb[G]
-        el, em = max(b_el[i], b_el[G]), max(b_em[i], b_em[G])
-        lmin, lmax = min(b_lmin[i], b_lmin[G]), max(b_lmax[i], b_lmax[G])
-        kc = b_kc[i] + b_kc[G]
-        m = _margin(el, em, lmin, lmax, kc, lg)
-        spread = pb[i] * (lg - mb_i) ** 2
-        # the buckets lifted from: up to the first one only partly taken
-        H = G + 1
-        last = -1
-        frac = 1.0
-        ok = True
-        while math.log(PC / QC) < m:
-            while H < n and not (pb[H] > 0.0 and qb[H] > 0.0 and ref[H] > rg):
-                H += 1
-            if H >= n:
-                ok = False
-                break
-            QH = qb[H] * math.exp(lg - g[ref[H]])
-            m_h = _margin(max(el, b_el[H]), max(em, b_em[H]), min(lmin, b_lmin[H]), max(lmax, b_lmax[H]),
-                          kc + b_kc[H], lg)
-            if not math.log(pb[H] / QH) > m_h:
-                ok = False  # (a bucket that cannot lift it: leave the bottom as it was)
-                break
-            el, em = max(el, b_el[H]), max(em, b_em[H])
-            lmin, lmax = min(lmin, b_lmin[H]), max(lmax, b_lmax[H])
-            kc += b_kc[H]
-            m = m_h
-            e = math.exp(m)
-            f = (e * QC - PC) / (pb[H] - e * QH) * (1.0 + 1e-12)
-            last = H
-            if f < 1.0:
-                frac = f
-                PC += f * pb[H]
-                QC += f * QH
-                spread += f * pb[H] * (g[ref[H]] - lg) ** 2
-                break
-            PC += pb[H]
-            QC += QH
-            spread += pb[H] * (g[ref[H]] - lg) ** 2
-            H += 1
-        if not ok or vw * spread >= round_cost:
-            continue
-        # apply: the buckets G + 1 .. last (mass above rg) give all, `last` its fraction
-        for k in range(G + 1, last + 1 if last >= 0 else G + 1):
-            if not (pb[k] > 0.0 and qb[k] > 0.0 and ref[k] > rg):
-                continue
-            if k == last and frac < 1.0:
-                pb[k] *= 1.0 - frac
-                qb[k] *= 1.0 - frac
-            else:
-                pb[k] = 0.0
-                qb[k] = 0.0
-        pb[G], qb[G] = PC, QC
-        target[G] = rg
-        marg[G] = m
-        b_el[G], b_em[G], b_lmin[G], b_lmax[G], b_kc[G] = el, em, lmin, lmax, kc
-        pb[i] = 0.0
-        qb[i] = 0.0
+        _lower_from_below(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, round_cost)
 
 
 @called_with(F64, F64, I64, f64, F64, F64, f64, f64)
@@ -423,7 +507,7 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
     lowering pass.  Near the bottom of a steeply rising support the lowering
     pass runs out of mass: there either the few buckets it cannot lower join
     the bucket above, lifted back onto its point by a fraction of the next
-    (pass 3, :func:`_settle_bottom`), or, where that is predicted to cost
+    (pass 3, :func:`_settle_short`), or, where that is predicted to cost
     more, every cell below a switch point is merged upwards (see ``bottom``
     below).  On MNIST's step (sigma 1.1, q 0.00427, h 8.9e-5, the support's
     end 48 spacings below 0) the pairs removed 2.2 times the centred cells'
@@ -704,8 +788,10 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         ref[i] = i
         marg[i] = m
         b_el[i], b_em[i], b_lmin[i], b_lmax[i], b_kc[i] = el, em, lmin, lmax, kc
-    if settle:
-        _settle_bottom(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, free_below)
+    # (pass 3: where the downward pass ran out of cells; settle marks a
+    # bottom left without upward pairs for it)
+    if settle or np.any(short):
+        _settle_short(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, free_below)
     out = np.zeros(n)
     # (what is left above the window is dropped: safe on this side, and at most
     # the truncation budget; kept at the top point it would stand for a heavy
