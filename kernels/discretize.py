@@ -406,7 +406,9 @@ def _settle_short(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, 
       the largest loss) between grid points: pass 1 has already made every
       cell below it a bucket of its own.  The bucket takes the fraction of
       the buckets below it that lowers it onto its point
-      (:func:`_lower_from_below`).
+      (:func:`_lower_from_below`); one that sits below its point (pass 1
+      found nothing above to lift it with) onto the point below, where it
+      would otherwise be placed.
 
     From the lowest up; each only where its removed variance (weighted by
     ``vw``) costs less than rounding the bucket down (its mass times its
@@ -424,6 +426,22 @@ def _settle_short(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, 
             continue
         gi = g[ref[i]]
         mb_i = math.log(pb[i] / qb[i]) + gi
+        if target[i] < 0:
+            # below its own point with nothing above to lift it (an atom at
+            # the top of a support a fraction of a spacing below a grid
+            # point): it would be placed at the point below, so aim there
+            r0 = ref[i]
+            if r0 < 1 or not (g[r0 - 1] < mb_i < gi):
+                continue
+            round_cost = pb[i] * max(0.0, mb_i - max(g[r0 - 1], free_below))
+            q0 = qb[i]
+            ref[i] = r0 - 1
+            qb[i] = q0 * math.exp(g[r0 - 1] - gi)
+            if not _lower_from_below(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw,
+                                     round_cost):
+                ref[i] = r0
+                qb[i] = q0
+            continue
         round_cost = pb[i] * max(0.0, mb_i - max(gi, free_below))
         if not round_cost > 0.0:
             continue
@@ -783,6 +801,8 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
             target[i] = i  # (at or above its target: rounded down to its grid point)
             if j < 0 and target[i] == i and mb > t:
                 short[i] = True
+        elif target[i] < 0:
+            short[i] = True  # (below its target, nothing above lifted it: see pass 3)
         pb[i] = P
         qb[i] = P * math.exp(-m) if exact else (P * math.exp(li - mb) if Q < 0.0 else Q)
         ref[i] = i
