@@ -186,8 +186,8 @@ def test_laplace_atoms_stay_below_the_closed_form(scale, log_q, log_ratio, lam, 
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_heavy_top_atoms_stay_dominated_by_their_cells(seed):
-    """A heavy atom in the top cell, a fraction of a spacing above its grid
-    point, over a thin continuous part whose cells sit a hair below theirs
+    """A heavy atom in the top cell, a fraction of a spacing above or below
+    its grid point, over a thin continuous part whose cells sit a hair below theirs
     (pass 1 lifts each of them, so pass 2 finds nothing left to lower the
     atom with; pass 3 lowers it with the buckets below): the merge's delta
     never exceeds the cells' own, at every eps."""
@@ -201,7 +201,7 @@ def test_heavy_top_atoms_stay_dominated_by_their_cells(seed):
     log_m = math.log(10 ** rng.uniform(-7, -2)) + rng.normal(0, rng.uniform(0, 0.3), n)
     log_m[-1] = math.log(10 ** rng.uniform(-2, 0))  # the atom
     offsets = -rng.uniform(0, 1e-3, n)
-    offsets[-1] = rng.uniform(0.0, 0.5)
+    offsets[-1] = rng.uniform(-0.5, 0.5)  # (below its point too: then aimed at the point below)
     log_p = np.concatenate((log_m, [-np.inf]))
     log_p[:-1] -= np.logaddexp.reduce(log_m)
     losses = np.concatenate((g + offsets * h, [g[-1] + h]))
