@@ -254,6 +254,34 @@ _SETTLE_AIM = 1e-14
 _SETTLE_COST = 2.0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _give(pb, qb, ref, first, last, frac, point, above):
+    """Pass 3's sources, from ``first`` to ``last`` (either way): every
+    bucket with mass on the given side of grid index ``point`` gives all of
+    itself, ``last`` only ``frac`` where that is below one (a fraction of a
+    bucket keeps its merged loss)."""
+    step = 1 if last >= first else -1
+    for k in range(first, last + step, step):
+        if not (pb[k] > 0.0 and qb[k] > 0.0 and (ref[k] > point if above else ref[k] < point)):
+            continue
+        if k == last and frac < 1.0:
+            pb[k] *= 1.0 - frac
+            qb[k] *= 1.0 - frac
+        else:
+            pb[k] = 0.0
+            qb[k] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _store(k, P, Q, point, m, el, em, lmin, lmax, kc, pb, qb, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc):
+    """Bucket ``k`` becomes a union ``(P, Q)`` placed at grid index ``point``
+    (its merged loss clears it by the margin ``m``), with its error summary."""
+    pb[k], qb[k] = P, Q
+    target[k] = point
+    marg[k] = m
+    b_el[k], b_em[k], b_lmin[k], b_lmax[k], b_kc[k] = el, em, lmin, lmax, kc
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _join_above(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, round_cost, mb_i):
     """Bucket ``i`` joins the next bucket with mass above it (``G``), the
@@ -311,19 +339,9 @@ def _join_above(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc, 
         H += 1
     if not math.log(PC / QC) >= m or not vw * spread < round_cost:
         return False
-    for k in range(G + 1, last + 1 if last >= 0 else G + 1):
-        if not (pb[k] > 0.0 and qb[k] > 0.0 and ref[k] > rg):
-            continue
-        if k == last and frac < 1.0:
-            pb[k] *= 1.0 - frac
-            qb[k] *= 1.0 - frac
-        else:
-            pb[k] = 0.0
-            qb[k] = 0.0
-    pb[G], qb[G] = PC, QC
-    target[G] = rg
-    marg[G] = m
-    b_el[G], b_em[G], b_lmin[G], b_lmax[G], b_kc[G] = el, em, lmin, lmax, kc
+    if last >= 0:
+        _give(pb, qb, ref, G + 1, last, frac, rg, True)
+    _store(G, PC, QC, rg, m, el, em, lmin, lmax, kc, pb, qb, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc)
     pb[i] = 0.0
     qb[i] = 0.0
     return True
@@ -375,19 +393,9 @@ def _lower_from_below(i, pb, qb, ref, target, marg, b_el, b_em, b_lmin, b_lmax, 
         H -= 1
     if not math.log(P / Q) >= m or not vw * spread < round_cost:
         return False
-    for k in range(i - 1, last - 1 if last >= 0 else i - 1, -1):
-        if not (pb[k] > 0.0 and qb[k] > 0.0 and ref[k] < ri):
-            continue
-        if k == last and frac < 1.0:
-            pb[k] *= 1.0 - frac
-            qb[k] *= 1.0 - frac
-        else:
-            pb[k] = 0.0
-            qb[k] = 0.0
-    pb[i], qb[i] = P, Q
-    target[i] = ri
-    marg[i] = m
-    b_el[i], b_em[i], b_lmin[i], b_lmax[i], b_kc[i] = el, em, lmin, lmax, kc
+    if last >= 0:
+        _give(pb, qb, ref, i - 1, last, frac, ri, False)
+    _store(i, P, Q, ri, m, el, em, lmin, lmax, kc, pb, qb, target, marg, b_el, b_em, b_lmin, b_lmax, b_kc)
     return True
 
 
