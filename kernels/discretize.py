@@ -632,7 +632,6 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
                 fail = i
             short_mass += dry[i]
     bottom = 0
-    settle = False
     if fail >= 0:
         best = np.inf
         below = 0.0
@@ -656,7 +655,6 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         # move every cell below `bottom` by one.
         if vw * _SETTLE_COST * short_mass * gap[fail] * gap[fail] < best:
             bottom = 0
-            settle = True
     # Pass 1, upwards: buckets below their grid point take the next cells
     # (the fraction that lifts them exactly to the target, enlarged by a few
     # ulps).  A bucket's Q-mass is only formed when it swallows a whole cell;
@@ -816,9 +814,8 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         ref[i] = i
         marg[i] = m
         b_el[i], b_em[i], b_lmin[i], b_lmax[i], b_kc[i] = el, em, lmin, lmax, kc
-    # (pass 3: where the downward pass ran out of cells; settle marks a
-    # bottom left without upward pairs for it)
-    if settle or np.any(short):
+    # (pass 3: where the downward pass ran out of cells)
+    if np.any(short):
         _settle_short(pb, qb, ref, target, marg, short, b_el, b_em, b_lmin, b_lmax, b_kc, g, vw, free_below)
     out = np.zeros(n)
     # (what is left above the window is dropped: safe on this side, and at most
