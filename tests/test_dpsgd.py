@@ -186,13 +186,28 @@ def _swor_single_step_delta(sigma, q, eps):
     return integrate.quad(f, -20 * sigma, 2 + 20 * sigma, limit=400, points=[1.0])[0]
 
 
-@pytest.mark.parametrize("sigma, q", [(1.0, 0.1), (2.0, 0.5), (0.8, 0.02)])
-def test_swor_single_step_profile(sigma, q):
+#: a delta bracket has no target of its own: it is read off grids tuned for the epsilon query at
+#: the saddle-point estimate of delta(eps), "as narrow as the epsilon target implies" (README).
+#: Checked as: its ends lie within the truth IMPLIED_TARGETS epsilon targets either side (2: the
+#: grids are tuned at an estimate of delta, not at the truth; measured up to 1.08 here)
+IMPLIED_TARGETS = 2.0
+
+
+@pytest.mark.parametrize("sigma, q, eps", [
+    (sigma, q, eps) if (sigma, q, eps) != (0.8, 0.02, 0.05) else pytest.param(
+        sigma, q, eps, marks=pytest.mark.xfail(strict=True, reason=(
+            "pld: the delta bracket's lower end is 29 epsilon targets below the truth here "
+            "([0.0126058, 0.0126129] against 0.0126127; the epsilon query at that delta meets its "
+            "target)")))
+    for sigma, q in [(1.0, 0.1), (2.0, 0.5), (0.8, 0.02)] for eps in (0.05, 0.5, 1.5)])
+def test_swor_single_step_profile(sigma, q, eps):
     d = SampledWithoutReplacement(Gaussian(sigma), q).pld()
-    for eps in (0.05, 0.5, 1.5):
-        ref = _swor_single_step_delta(sigma, q, eps)
-        lo, hi = d.delta_bounds(eps)
-        assert lo * (1 - 1e-6) - 1e-12 <= ref <= hi * (1 + 1e-6) + 1e-12
+    ref = _swor_single_step_delta(sigma, q, eps)
+    lo, hi = d.delta_bounds(eps)
+    assert lo * (1 - 1e-6) - 1e-12 <= ref <= hi * (1 + 1e-6) + 1e-12
+    w = IMPLIED_TARGETS * (1e-4 * eps + 1e-6)
+    below, above = _swor_single_step_delta(sigma, q, eps + w), _swor_single_step_delta(sigma, q, eps - w)
+    assert below * (1 - 1e-6) - 1e-12 <= lo and hi <= above * (1 + 1e-6) + 1e-12, (lo, hi, below, above)
 
 
 @pytest.mark.parametrize("sigma, steps, delta", [(1.0, 10, 1e-5), (4.0, 1000, 1e-8), (20.0, 1, 1e-3)])
@@ -200,6 +215,7 @@ def test_swor_full_batch_is_gaussian_with_double_sensitivity(sigma, steps, delta
     lo, hi = pld.dpsgd(sigma, 1.0, steps, sampling="without_replacement").epsilon_bounds(delta)
     ref = gaussian_epsilon(delta, 2.0 * math.sqrt(steps) / sigma)
     assert lo - 1e-9 <= ref <= hi + 1e-9
+    assert hi - lo <= 1e-4 * hi + 1e-6
 
 
 @pytest.mark.parametrize("sigma, q, steps", [(1.0, 0.05, 200), (2.0, 0.2, 50)])
@@ -213,6 +229,8 @@ def test_swor_dominates_both_fixed_configurations(sigma, q, steps):
     one_sided = PoissonSampled(Gaussian(sigma, 2.0), q).pld().self_compose(steps).epsilon_bounds(delta)
     assert swor[1] >= one_sided[0]
     assert swor[0] > one_sided[1]
+    for lo, hi in (swor, one_sided):
+        assert hi - lo <= 1e-4 * hi + 1e-6
 
 
 def _brute_swor_pld(sigma, q, h, half_width=15.0):

@@ -115,6 +115,27 @@ def _contains(bracket, value, tol=QUAD_TOL):
     return lo - tol * (1 + abs(value)) <= value <= hi + tol * (1 + abs(value))
 
 
+def _eps_target(eps):
+    """pld's default epsilon target at ``eps``: upper - lower <= 1e-4 eps + 1e-6."""
+    return 1e-4 * abs(eps) + 1e-6
+
+
+#: see tests/test_dpsgd.py: a delta bracket's ends lie within the truth this many epsilon
+#: targets either side (its grids are tuned at an estimate of delta, not at the truth)
+IMPLIED_TARGETS = 2.0
+
+
+def _narrow(bracket, truth_of_eps, eps, tol=QUAD_TOL):
+    """The width a delta bracket claims (README: "as narrow as the epsilon target
+    implies"): its ends lie between the truth IMPLIED_TARGETS epsilon targets either
+    side, ``delta(eps + w) <= lower`` and ``upper <= delta(eps - w)``,
+    w = 2 (1e-4 eps + 1e-6).  A [0, 1] bracket, or one 1% wide at delta ~ 1e-6, fails."""
+    lo, hi = bracket
+    w = IMPLIED_TARGETS * _eps_target(eps)
+    below, above = truth_of_eps(eps + w), truth_of_eps(eps - w)
+    return below - tol * (1 + below) <= lo and hi <= above + tol * (1 + above)
+
+
 # ------------------------------------------------------- mixture of Gaussians
 @pytest.mark.parametrize("sigma, sens, probs", [
     (1.0, (0.0, 1.0, 2.0), (0.2, 0.6, 0.2)),
@@ -129,6 +150,8 @@ def test_mixture_of_gaussians_one_step_against_quadrature(sigma, sens, probs):
         remove = hockey(mix, ref, sigma, eps)
         add = hockey(ref, mix, sigma, eps)
         assert _contains(d.delta_bounds(eps), max(remove, add)), (eps, remove, add, d.delta_bounds(eps))
+        truth = lambda e: max(hockey(mix, ref, sigma, e), hockey(ref, mix, sigma, e))
+        assert _narrow(d.delta_bounds(eps), truth, eps), (eps, d.delta_bounds(eps))
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
@@ -137,8 +160,9 @@ def test_mixture_of_gaussians_one_step_against_quadrature(sigma, sens, probs):
 def test_mixture_of_gaussians_property(sigma, c1, c2, w, eps):
     d = pld.MixtureOfGaussians(sigma, (c1, c2), (w, 1.0 - w)).pld()
     mix = [(w, c1), (1.0 - w, c2)]
-    truth = max(hockey(mix, [(1.0, 0.0)], sigma, eps), hockey([(1.0, 0.0)], mix, sigma, eps))
-    assert _contains(d.delta_bounds(eps), truth)
+    truth_of = lambda e: max(hockey(mix, [(1.0, 0.0)], sigma, e), hockey([(1.0, 0.0)], mix, sigma, e))
+    assert _contains(d.delta_bounds(eps), truth_of(eps))
+    assert _narrow(d.delta_bounds(eps), truth_of, eps), d.delta_bounds(eps)
 
 
 def test_mixture_with_one_sensitivity_is_the_gaussian_composed():
@@ -147,9 +171,10 @@ def test_mixture_with_one_sensitivity_is_the_gaussian_composed():
     sigma, c, T = 3.0, 1.5, 40
     d = pld.MixtureOfGaussians(sigma, (c,), (1.0,)).pld().self_compose(T)
     mu = math.sqrt(T) * c / sigma
+    exact = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu)
     for eps in (0.5, 2.0, 4.0):
-        exact = norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-        assert _contains(d.delta_bounds(eps), exact, tol=1e-12)
+        assert _contains(d.delta_bounds(eps), exact(eps), tol=1e-12)
+        assert _narrow(d.delta_bounds(eps), exact, eps, tol=1e-12), d.delta_bounds(eps)
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -178,15 +203,17 @@ def test_poisson_substitute_one_step_against_quadrature(q, sigma, C, epsilons):
     for eps in epsilons:
         truth = hockey(P, Q, sigma, eps)
         assert _contains(d.delta_bounds(eps), truth), (eps, truth, d.delta_bounds(eps))
+        assert _narrow(d.delta_bounds(eps), lambda e: hockey(P, Q, sigma, e), eps), (eps, d.delta_bounds(eps))
 
 
 def test_poisson_substitute_at_rate_one_is_the_gaussian_with_twice_the_sensitivity():
     sigma, T = 4.0, 50
     d = pld.PoissonSampledSubstitute(pld.Gaussian(sigma), 1.0).pld().self_compose(T)
     mu = math.sqrt(T) * 2.0 / sigma
+    exact = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu)
     for eps in (1.0, 3.0, 5.0):
-        exact = norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-        assert _contains(d.delta_bounds(eps), exact, tol=1e-12)
+        assert _contains(d.delta_bounds(eps), exact(eps), tol=1e-12)
+        assert _narrow(d.delta_bounds(eps), exact, eps, tol=1e-12), d.delta_bounds(eps)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
@@ -246,6 +273,9 @@ def test_poisson_substitute_composition_by_monte_carlo():
         lo, hi = d.delta_bounds(eps)
         assert lo <= mean + 6 * se and mean - 6 * se <= hi, (eps, mean, se, lo, hi)
         assert hi - lo < 2 * se  # the certificate is far sharper than the estimate
+        # and the epsilon query at that delta meets its width target
+        e_lo, e_hi = d.epsilon_bounds(mean)
+        assert e_hi - e_lo <= _eps_target(e_hi)
 
 
 def test_poisson_substitute_rejects_bad_input():
