@@ -4,9 +4,12 @@ Both are certified, so both contain the true epsilon and must intersect:
 ``pld.lower <= oracle.upper`` and ``oracle.lower <= pld.upper``.  A miss is a soundness bug in
 one of the two (the oracle is numpy/scipy only and shares no code with pld).
 
-* Moderate DP-SGD settings (q in {1e-3, 1e-2}, T <= 2000, delta in {1e-6, 1e-10}): pld meets
-  its target there; the oracle's bracket is ~0.1-1% wide (its width is T h), so the check
-  catches any error larger than that.
+* Short runs (T <= 100, in the default run): the oracle is cheap at a spacing that makes its
+  bracket ~1e-4 of epsilon wide (<= 0.1% asserted), so an error of that size in either of
+  pld's ends fails.
+* Moderate DP-SGD settings (q in {1e-3, 1e-2}, T <= 2000, delta in {1e-6, 1e-10}; ``slow``):
+  pld meets its target there; the oracle's bracket is ~0.1-1% wide (its width is T h), so the
+  check catches any error larger than that.
 * The hard settings of issue 19: containment (intersection with the oracle and with the
   reference intervals quoted in the issue / DESIGN.md) must hold, and so must the width
   target ``upper - lower <= 1e-4 * upper + 1e-6`` (met since the big-jump decomposition).
@@ -50,6 +53,24 @@ def _assert_intersects(eng, orc, what):
     assert lo <= orc.upper + slack and orc.lower <= hi + slack, (
         f"SOUNDNESS: {what}: pld bracket [{lo!r}, {hi!r}] and the rounding oracle's "
         f"[{orc.lower!r}, {orc.upper!r}] are disjoint: one of them excludes the true epsilon")
+
+
+SHORT = [
+    # sigma, q, T, delta        (oracle bracket at width 1e-4 eps; seconds on 2 shared cores)
+    (1.0, 0.2, 10, 1e-5),       # [4.983985, 4.984442], 0.8 s
+    (3.0, 0.3, 20, 1e-12),      # [3.710390, 3.710714], 0.8 s
+    (2.0, 0.1, 100, 1e-8),      # [3.282205, 3.282715], 3.5 s
+]
+
+
+@pytest.mark.parametrize("sigma,q,T,delta", SHORT)
+def test_short_runs_agree_with_a_fine_rounding_oracle(sigma, q, T, delta):
+    lo, hi = _engine(sigma, q, T, delta)
+    orc = _oracle(sigma, q, T, delta, width=1e-4 * hi)
+    _assert_intersects((lo, hi), orc, f"sigma={sigma}, q={q}, T={T}, delta={delta}")
+    # the check has teeth: the oracle pins epsilon to 0.1% or better
+    assert orc.width <= 1e-3 * hi
+    assert hi - lo <= _target(hi)
 
 
 MODERATE = [
