@@ -1,22 +1,52 @@
-"""The privacy-loss lab (pld.lab): seed numbers, text, plot, DP-SGD comparison."""
+"""The privacy-loss lab (pld.lab): seed numbers, text, plot, DP-SGD comparison.
+
+The module fixtures run the engine, not the Gaussian closed form (pld.gaussian_exact): they
+are built before conftest's function-scoped switch applies, so they switch it off themselves
+(:func:`engine_only`); the lab's ``exact`` columns come from pld.exact and are checked against
+tests/oracles.py (numpy/scipy only), which shares no code with pld.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pytest
 
+import pld.distribution
 from pld import lab as L
 
-matplotlib = pytest.importorskip("matplotlib")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import oracles as O  # noqa: E402
+
 matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
-def seed():
+def engine_only():
+    """conftest.py's closed-form switch, for module fixtures (conftest's autouse fixture is
+    function-scoped, so a module fixture is built before it applies)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pld.distribution, "CLOSED_FORMS", False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def seed(engine_only):
     return L.lab()
+
+
+def test_module_fixtures_run_the_engine(seed, monkeypatch):
+    """The seed's bracket is the engine's, not the closed form's."""
+    engine = pld.Gaussian(8.0).pld().self_compose(120).epsilon_bounds(1e-6)  # (conftest: engine)
+    monkeypatch.setattr(pld.distribution, "CLOSED_FORMS", True)
+    closed = pld.Gaussian(8.0).pld().self_compose(120).epsilon_bounds(1e-6)
+    assert engine != closed
+    assert (seed["pld_epsilon_lower"], seed["pld_epsilon_upper"]) == engine
 
 
 # ---------------------------------------------------------------- seed numbers
@@ -34,7 +64,12 @@ def test_seed_pld_bracket_contains_exact(seed):
     lo, hi = seed["pld_epsilon_lower"], seed["pld_epsilon_upper"]
     assert lo <= seed["exact_epsilon"] <= hi
     assert round(seed["exact_epsilon"], 4) == 7.0168
-    assert hi - lo < 1e-3
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    # the lab's exact references against the independent closed forms
+    mu = math.sqrt(120) / 8.0
+    assert seed["exact_epsilon"] == pytest.approx(O.gaussian_epsilon(1e-6, mu), rel=1e-10)
+    assert seed["exact_delta_at_probe"] == pytest.approx(O.gaussian_delta(6.0, mu), rel=1e-10)
+    assert lo <= O.gaussian_epsilon(1e-6, mu) <= hi
     assert seed["pld_delta_at_probe_lower"] <= seed["exact_delta_at_probe"] <= seed["pld_delta_at_probe_upper"]
     assert seed["pld_tail_epsilon_lower"] <= seed["tail_epsilon"] <= seed["pld_tail_epsilon_upper"]
     assert (seed["pld_tail_delta_at_probe_lower"] <= seed["tail_delta_at_probe"]
@@ -99,7 +134,7 @@ def test_plot_lab_without_matplotlib_is_a_clear_error(seed, tmp_path, monkeypatc
 
 # -------------------------------------------------------------------- compare
 @pytest.fixture(scope="module")
-def dpsgd_result():
+def dpsgd_result(engine_only):
     return L.compare(1.0, 0.01, 1000, 1e-5)
 
 

@@ -55,8 +55,17 @@ def test_curve_plot_from_precomputed_values(tmp_path):
     assert svg.read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
+def _pyplot_state(matplotlib):
+    """What a plot through pyplot would change: whether pyplot is imported, its open
+    figures, and the backend setting as stored (read without resolving it)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    return (pyplot is not None, tuple(pyplot.get_fignums()) if pyplot else (),
+            dict.__getitem__(matplotlib.rcParams, "backend"))
+
+
 def test_report_plot_and_distribution_for_a_pld(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
+    before = _pyplot_state(matplotlib)
     d = pld.PoissonSampled(pld.Gaussian(2.0), 0.05).pld().self_compose(50)
     out = tmp_path / "report.png"
     plots.plot_report(out, d, delta=1e-5, title="test")
@@ -68,8 +77,9 @@ def test_report_plot_and_distribution_for_a_pld(tmp_path):
     assert _is_png(out2)
     beta_lo, beta_hi = plots.tradeoff(d, np.linspace(0, 1, 11), delta=1e-5)
     assert np.all(beta_lo <= beta_hi + 1e-12) and np.all((beta_lo >= 0) & (beta_lo <= 1))
-    # the global pyplot backend is never touched
-    assert "matplotlib.pyplot" not in sys.modules or matplotlib.get_backend()
+    # the global pyplot state is never touched: not imported by pld.plots, no figure left
+    # open, the backend setting as it was
+    assert _pyplot_state(matplotlib) == before
 
 
 def test_bad_paths_fail_before_any_work(tmp_path):
