@@ -10,16 +10,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
-import types
 
 import pytest
 
 import pld
 from pld import cli
 from pld.report import MNIST_EXAMPLE
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracles as O  # noqa: E402
+
+PEER_VALUES = pathlib.Path(__file__).resolve().parent / "data" / "peer_values.json"
 
 SMALL = ["--noise-multiplier", "2", "--sampling-rate", "0.05", "--steps", "50"]
 
@@ -323,45 +328,76 @@ def test_calibrate_wiring_and_check(capsys, monkeypatch):
     assert code == 0 and "Calibrated steps T = 40" in out and "check: certified epsilon" in out
 
 
-def _fake_lab(monkeypatch):
-    mod = types.ModuleType("pld.lab")
-    calls = {}
-
-    def lab(sigma=8.0, steps=120, delta=1e-6, probe_epsilon=6.0):
-        calls["lab"] = (sigma, steps, delta, probe_epsilon)
-        return {"sigma": sigma, "steps": steps, "epsilon_exact": 7.0168}
-
-    def plot_lab(result, path):
-        with open(path, "wb") as f:
-            f.write(b"\x89PNG\r\n\x1a\n fake")
-
-    def compare(noise_multiplier, sampling_rate, steps, delta, sampling="poisson"):
-        calls["compare"] = (noise_multiplier, sampling_rate, steps, delta, sampling)
-        return {"pld": [1.0, 1.1], "rdp": 1.3}
-
-    mod.lab, mod.plot_lab, mod.compare = lab, plot_lab, compare
-    mod.format_lab = lambda r: f"lab report sigma={r['sigma']}"
-    mod.format_compare = lambda r: "compare report"
-    monkeypatch.setitem(sys.modules, "pld.lab", mod)
-    monkeypatch.setattr(pld, "lab", mod, raising=False)
-    return calls
-
-
-def test_lab_and_compare_are_wired_to_pld_lab(capsys, monkeypatch, tmp_path):
-    calls = _fake_lab(monkeypatch)
-    code, out, _ = call(capsys, "lab")
-    assert code == 0 and out.strip() == "lab report sigma=8.0"
-    assert calls["lab"] == (8.0, 120, 1e-6, 6.0)
-    code, out, _ = call(capsys, "lab", "--sigma", "4", "--steps", "10", "--json", "--plot", tmp_path / "lab.png")
-    assert code == 0 and json.loads(out)["steps"] == 10
-    assert (tmp_path / "lab.png").read_bytes().startswith(b"\x89PNG")
+def test_lab_runs_the_real_lab(capsys, tmp_path):
+    """`pld lab` on pld.lab itself: its exact epsilon is the Gaussian closed form
+    (tests/oracles.py, no pld), inside pld's bracket, which meets its target; the plot
+    is a real PNG; the text report is the seed table."""
+    code, out, err = call(capsys, "lab", "--sigma", "4", "--steps", "10", "--delta", "1e-5", "--json",
+                          "--plot", tmp_path / "lab.png")
+    assert code == 0, err
+    res = json.loads(out)
+    assert (res["sigma"], res["steps"], res["delta"]) == (4.0, 10, 1e-5)
+    exact = O.gaussian_epsilon(1e-5, math.sqrt(10) / 4.0)
+    assert res["exact_epsilon"] == pytest.approx(exact, rel=1e-10)
+    lo, hi = res["pld_epsilon_lower"], res["pld_epsilon_upper"]
+    assert lo <= exact <= hi and hi - lo <= 1e-4 * hi + 1e-6
+    data = (tmp_path / "lab.png").read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
     assert sorted(os.listdir(tmp_path)) == ["lab.png"]
-    code, out, _ = call(capsys, "compare", "--noise-multiplier", "1", "-q", "0.01", "-T", "1000")
-    assert code == 0 and out.strip() == "compare report"
-    assert calls["compare"] == (1.0, 0.01, 1000, 1e-5, "poisson")
-    code, out, _ = call(capsys, "compare", "--json", "--sampling", "without-replacement")
-    assert json.loads(out)["rdp"] == 1.3
-    assert calls["compare"] == (1.1, 256 / 60000, 14063, 1e-5, "without_replacement")
+    code, out, err = call(capsys, "lab", "--sigma", "4", "--steps", "10", "--delta", "1e-5")
+    assert code == 0, err
+    assert f"exact epsilon   {exact:.2f}" in out and "RDP epsilon" in out
+
+
+def test_compare_runs_the_real_peers(capsys):
+    """`pld compare` with the peers installed (the test extra): each peer's value is
+    the one tests/data/peer_values.json stores for the same configuration (computed by
+    calling the peers directly), and sits where it must around pld's bracket."""
+    cfg = (2.0, 0.1, 100, 1e-8)
+    code, out, err = call(capsys, "compare", "--noise-multiplier", "2", "-q", "0.1", "-T", "100",
+                          "--delta", "1e-8", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    lo, hi = res["pld_epsilon_lower"], res["pld_epsilon_upper"]
+    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
+    peers = {p["key"]: p for p in res["peers"]}
+    assert {"dp_accounting.pld", "dp_accounting.rdp", "prv_accountant"} <= set(peers)
+    assert all(peers[k]["installed"] for k in ("dp_accounting.pld", "dp_accounting.rdp", "prv_accountant"))
+    stored = {tuple(e["config"]): e for e in json.loads(PEER_VALUES.read_text())["configs"]}[cfg]
+    dpa = peers["dp_accounting.pld"]["epsilon"]
+    assert dpa == pytest.approx(stored["dp_accounting"]["value"], rel=1e-9)
+    assert lo <= dpa <= hi + 1e-4 * hi  # pessimistic, and close
+    prv = peers["prv_accountant"]
+    assert [prv["epsilon_lower"], prv["epsilon"], prv["epsilon_upper"]] == pytest.approx(
+        stored["prv_accountant"]["value"], rel=1e-6)
+    assert prv["epsilon_lower"] <= hi and lo <= prv["epsilon_upper"]
+    assert hi <= peers["dp_accounting.rdp"]["epsilon"] <= res["rdp_epsilon_classic"] * (1 + 1e-6)
+    code, out, err = call(capsys, "compare", "--noise-multiplier", "2", "-q", "0.1", "-T", "100",
+                          "--delta", "1e-8")
+    assert code == 0, err
+    assert "prv_accountant" in out and "dp_accounting" in out
+
+
+def test_compare_defaults_are_the_mnist_run(capsys, monkeypatch):
+    """Without flags `pld compare` accounts the MNIST example (the real pld.lab.compare,
+    its arguments recorded on the way; peers off to keep it cheap)."""
+    import pld.lab
+
+    seen = []
+    real = pld.lab.compare
+
+    def recording(*args, **kwargs):
+        seen.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pld.lab, "compare", recording)
+    code, out, err = call(capsys, "compare", "--json", "--no-peers", "--sampling", "without-replacement")
+    assert code == 0, err
+    assert seen == [((1.1, 256 / 60000, 14063, 1e-5), {"sampling": "without_replacement", "peers": False})]
+    res = json.loads(out)
+    assert res["peers"] == [] and res["sampling"] == "without_replacement"
+    ref = pld.dpsgd(1.1, 256 / 60000, 14063, sampling="without_replacement").epsilon_bounds(1e-5)
+    assert (res["pld_epsilon_lower"], res["pld_epsilon_upper"]) == pytest.approx(ref, rel=1e-12)
 
 
 def test_lab_missing_is_a_clear_error(capsys, monkeypatch):
@@ -370,12 +406,10 @@ def test_lab_missing_is_a_clear_error(capsys, monkeypatch):
     assert code == 2 and err.startswith("pld: error: ") and len(err.splitlines()) == 1
 
 
-def test_real_lab_if_available():
-    lab = pytest.importorskip("pld.lab")
-    if not all(hasattr(lab, n) for n in ("lab", "format_lab")):
-        pytest.skip("pld.lab.lab/format_lab not written yet")
-    out = run("lab", "--json").stdout
-    assert isinstance(json.loads(out), dict)
+def test_lab_console_script():
+    """The installed entry point runs the real lab (JSON on stdout, nothing on stderr)."""
+    res = json.loads(run("lab", "--sigma", "4", "--steps", "10", "--json").stdout)
+    assert res["pld_epsilon_lower"] <= res["exact_epsilon"] <= res["pld_epsilon_upper"]
 
 
 def test_plot_without_matplotlib_fails_before_any_work(capsys, monkeypatch, tmp_path):
