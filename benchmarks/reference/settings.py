@@ -31,11 +31,14 @@ HAND: list[Setting] = [
     Setting("sched_4ph_mixed", [(2.0, 0.05, 300), (1.0, 0.001, 5000), (4.0, 0.2, 100), (1.5, 0.01, 1000)], 1e-8),
     Setting("sched_2ph_tinyq", [(3.0, 1e-4, 200000), (1.0, 1e-3, 50000)], 1e-10),
     Setting("sched_3ph_lowsigma", [(0.6, 0.002, 2000), (0.9, 0.005, 3000), (0.5, 0.001, 1000)], 1e-5),
+    Setting("sched_2ph_tinyq_b", [(3.0, 1e-4, 200000), (2.5, 2e-4, 100000)], 1e-10),
+    Setting("sched_3ph_largeq", [(4.0, 0.3, 200), (6.0, 0.5, 300), (3.0, 0.1, 500)], 1e-7),
     # Poisson subsampling under substitute adjacency (symmetric pair)
     Setting("subst_s2_q01_T1000", [(2.0, 0.01, 1000)], 1e-5, adjacency="substitute"),
     Setting("subst_s4_q05_T500", [(4.0, 0.05, 500)], 1e-8, adjacency="substitute"),
     Setting("subst_s15_q002_T20000", [(1.5, 0.002, 20000)], 1e-6, adjacency="substitute"),
     Setting("subst_s08_q2e-4_T1e5", [(0.8, 2e-4, 100000)], 1e-10, adjacency="substitute"),
+    Setting("subst_s3_q1e-3_T3e5", [(3.0, 1e-3, 300000)], 1e-9, adjacency="substitute"),
 ]
 
 

@@ -259,10 +259,12 @@ def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk
     # integration edges (finite)
     ya = y[:-1].copy()
     yb = y[1:].copy()
+    # (the infinite end cell is integrated to 38 sigma beyond the means, or one sigma beyond its
+    # finite edge when that lies further out; the P-mass beyond is bounded by log_ndtr below)
     if special_bottom:
-        ya[0] = -x_far
+        ya[0] = min(-x_far, yb[0] - sig)
     if special_top:
-        yb[-1] = x_far
+        yb[-1] = max(x_far, ya[-1] + sig)
     W = yb - ya
     # ---- integrals per part, in chunks
     names = ("P", "E", "D")
