@@ -174,22 +174,43 @@ def _rows(path):
         return [json.loads(line) for line in f]
 
 
+#: `pld sweep` in a child whose work function stops for good after ``keep`` rows (a gate
+#: that is never opened; it leaves a marker file when reached).  With one worker (the inline
+#: executor: work runs on the thread that writes the rows) nothing is written once the gate is
+#: reached, so the parent kills a sweep that is mid-way by construction, however fast the
+#: machine: no race with the sweep's end
+_GATED_SWEEP = """
+import pathlib, sys, threading
+import pld._sweep_work as work
+from pld import cli
+keep, marker, real, calls = int(sys.argv[1]), pathlib.Path(sys.argv[2]), work.account, []
+def gated(config):
+    calls.append(config)
+    if len(calls) > keep:
+        marker.write_text("gated")
+        threading.Event().wait()  # the row after the keep-th never finishes
+    return real(config)
+work.account = gated
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
 def test_killed_and_resumed_sweep_writes_each_row_exactly_once(tmp_path):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps(GRID))
     out = tmp_path / "rows.jsonl"
-    n = 24
-    proc = _pld_sweep(grid, "--workers", 1, "--out", out, "--no-progress")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if out.exists() and out.read_text().count("\n") >= 5:
-            break
+    n, keep, marker = 24, 10, tmp_path / "gated"
+    proc = subprocess.Popen([sys.executable, "-c", _GATED_SWEEP, str(keep), str(marker), "sweep", str(grid),
+                             "--workers", "1", "--chunksize", "1", "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300  # (only a hung child takes this long: the gate is reached after 10 rows)
+    while time.monotonic() < deadline and proc.poll() is None and not marker.exists():
         time.sleep(0.02)
-    assert proc.poll() is None, f"the sweep ended before it could be killed: {proc.communicate()}"
+    assert marker.exists() and proc.poll() is None, f"the gated sweep ended: {proc.communicate()}"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = out.read_text().count("\n")
-    assert 5 <= before < n
+    assert 1 <= before <= keep < n
     done = _pld_sweep(grid, "--workers", 1, "--out", out, "--resume", "--no-progress")
     stdout, stderr = done.communicate(timeout=120)
     assert done.returncode == 0, stderr
