@@ -3,21 +3,54 @@ of the space found (issue 19: "delta down to 1e-30 on the same terms").
 
 Truths that do not come from pld: Monte Carlo with importance sampling
 (numpy only, tests/test_big_jumps.py), the exact largest loss of the add
-direction, ``-T log(1 - q)``, and the definition of the hockey-stick
-divergence (delta = 0 from the largest loss on).
+direction, ``-T log(1 - q)``, the definition of the hockey-stick
+divergence (delta = 0 from the largest loss on), dp_accounting's RDP
+accountant (an upper bound) and its PLD accountant at a fine grid (a
+pessimistic estimate), and prv_accountant's certified interval.  Where none
+of these pins epsilon to the width target, the bracket pld gave before is
+pinned in a ``test_regression_*`` test: a guard against change, not a truth.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
+import dp_accounting
 import pytest
+from dp_accounting import pld as dpa_pld
+from dp_accounting import rdp as dpa_rdp
 
 import pld
 from pld import _big_jumps as bj
 
 from test_big_jumps import _delta_importance_sampled
+
+
+def _dp_accounting_epsilons(sigma, q, steps, delta, interval=None):
+    """dp_accounting's RDP epsilon (an upper bound on the truth) and, with ``interval``,
+    its PLD accountant's (pessimistic: at least the truth, up to its own round-off)."""
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    rdp = dpa_rdp.RdpAccountant()
+    rdp.compose(event, steps)
+    if interval is None:
+        return rdp.get_epsilon(delta), None
+    acc = dpa_pld.PLDAccountant(value_discretization_interval=interval)
+    acc.compose(event, steps)
+    return rdp.get_epsilon(delta), acc.get_epsilon(delta)
+
+
+@functools.lru_cache(maxsize=None)
+def _query(sigma, q, steps, delta):
+    """``(pld.dpsgd(sigma, q, steps), lower, upper)`` at delta, within target; one query for
+    a test and its regression twin."""
+    p = pld.dpsgd(sigma, q, steps)
+    return (p, *_bracket_within_target(p, delta))
+
+
+def _bracket(sigma, q, steps, delta):
+    return _query(sigma, q, steps, delta)[1:]
 
 
 def _within_target(lo: float, hi: float) -> bool:
@@ -82,7 +115,7 @@ def test_negligible_term_is_measured_against_delta_only():
     precision and its weighted upper bound is negligible; the bracket meets
     its target and agrees with delta queries at its ends."""
     sigma, q, steps, delta = 1.0, 1e-5, 100_000, 1e-30
-    p = pld.dpsgd(sigma, q, steps)
+    p = _query(sigma, q, steps, delta)[0]
     model = bj.applicable(p.components)
     eps0 = 0.8157
     terms = bj.build_terms(model, steps, delta, eps0)
@@ -90,8 +123,9 @@ def test_negligible_term_is_measured_against_delta_only():
     log_w0, pess0, _ = terms.grids[0]
     assert terms.settings[0].precision == "double"
     assert math.exp(log_w0) * float(pess0.delta(eps0)[0]) < 1e-6 * delta
-    lo, hi = _bracket_within_target(p, delta)
-    assert 0.8154 < lo <= hi < 0.8156
+    lo, hi = _bracket(sigma, q, steps, delta)
+    rdp, _ = _dp_accounting_epsilons(sigma, q, steps, delta)  # (its PLD accountant: inf at 1e-30)
+    assert 0.0 < lo <= hi and lo <= rdp
     d_at_hi, d_at_lo = p.delta_bounds(hi), p.delta_bounds(lo)
     assert d_at_hi[0] <= delta * (1 + 1e-9) and d_at_lo[1] >= delta * (1 - 1e-9)
     assert d_at_hi[1] <= 1.01 * d_at_hi[0]
@@ -135,12 +169,35 @@ def test_tightened_budget_keeps_the_spacing():
     precision, where the refinement extrapolates the width to h = 0 from two
     spacings; with one spacing twice (the delta queries at the bracket's
     ends) that divided by zero.  Within target, and consistent."""
-    delta = 9.151503861350225e-08
-    p = pld.dpsgd(2.0481739049808128, 3.819778630805264e-06, 903185)
-    lo, hi = p.epsilon_bounds(delta)
-    assert _within_target(lo, hi)
-    assert 0.00668 < lo <= hi < 0.00670  # dp_accounting's estimate at its 1e-4 grid: 0.0459 (coarse)
+    cfg = (2.0481739049808128, 3.819778630805264e-06, 903185, 9.151503861350225e-08)
+    delta = cfg[3]
+    p, lo, hi = _query(*cfg)
     assert p.delta_bounds(hi)[0] <= delta * (1 + 1e-9) and p.delta_bounds(lo)[1] >= delta * (1 - 1e-9)
+    # independent, loose: dp_accounting's RDP (0.179) and PLD accountant at a 1e-5 grid (0.0136;
+    # 0.0459 at its default 1e-4: per-step losses far below its grid), both at least the truth
+    rdp, dpa = _dp_accounting_epsilons(*cfg, interval=1e-5)
+    assert 0.0 < lo <= min(rdp, dpa * (1 + 1e-9))
+    # prv_accountant's certified interval at eps_error 0.001 (378 s, computed once):
+    # [0.0056946, 0.0076955], estimate 0.0066950
+    assert lo <= 0.0076955 and 0.0056945 <= hi
+
+
+def test_regression_tightened_budget_bracket():
+    """Regression, not a truth: pins pld's own earlier bracket for coverage row 130
+    (sigma 2.05, q 3.8e-6, T 9e5, delta 9.2e-8) to 0.00668 < lo <= hi < 0.00670.  No
+    peer resolves it cheaply (dp_accounting at a 1e-5 grid: 0.0136); the independent
+    checks are in test_tightened_budget_keeps_the_spacing."""
+    lo, hi = _bracket(2.0481739049808128, 3.819778630805264e-06, 903185, 9.151503861350225e-08)
+    assert 0.00668 < lo <= hi < 0.00670
+
+
+def test_regression_delta_1e30_bracket():
+    """Regression, not a truth: pins pld's own earlier bracket for sigma 1, q 1e-5,
+    T 1e5 at delta 1e-30 to 0.8154 < lo <= hi < 0.8156.  No peer reaches delta 1e-30
+    (dp_accounting: inf; prv_accountant refuses); the independent checks are in
+    test_negligible_term_is_measured_against_delta_only (dp_accounting's RDP bound)."""
+    lo, hi = _bracket(1.0, 1e-5, 100_000, 1e-30)
+    assert 0.8154 < lo <= hi < 0.8156
 
 
 def test_delta_query_settled_by_the_coarse_grid_builds_no_terms(monkeypatch):
