@@ -59,11 +59,15 @@ class Phase:
     k0: int
     T: int
     log_inf: float = -math.inf
+    theta: float = 0.0   # grid offset: index k is the loss (k + theta) h
+
+    def losses(self, h: float) -> np.ndarray:
+        return (self.k0 + np.arange(self.logm.size) + self.theta) * h
 
 
 def log_mgf(ph: Phase, h: float, t: float) -> float:
     """log sum_k m_k e^{t l_k} over the finite part."""
-    l = (ph.k0 + np.arange(ph.logm.size)) * h
+    l = ph.losses(h)
     return float(sc.logsumexp(ph.logm + t * l))
 
 
@@ -71,7 +75,7 @@ def tilted_moments(phases: list[Phase], h: float, lam: float) -> tuple[float, fl
     """(sum T K(lam), sum T K'(lam), sum T K''(lam)) of the finite parts."""
     K = m1 = m2 = 0.0
     for ph in phases:
-        l = (ph.k0 + np.arange(ph.logm.size)) * h
+        l = ph.losses(h)
         z = ph.logm + lam * l
         k = float(sc.logsumexp(z))
         with np.errstate(under="ignore"):
@@ -138,6 +142,7 @@ class Composed:
     log_inf_term: float  # log bound on the probability that some step is at +inf (dominating side)
     eta_total: float     # sum_i T_i eta_i: how far the composed atoms may sit from their grid points
     info: dict
+    offset: float = 0.0  # composed index J is the loss J h + offset
 
 
 def compose(phases: list[Phase], h: float, lam: float, J0: int, N: int, *, upper: bool,
@@ -158,7 +163,7 @@ def compose(phases: list[Phase], h: float, lam: float, J0: int, N: int, *, upper
     shift_total = 0
     log_total_mass = 0.0  # sum_i T_i log(total untilted mass of phase i), for the +inf term
     for ph in phases:
-        l = (ph.k0 + np.arange(ph.logm.size)) * h
+        l = ph.losses(h)
         z = ph.logm + lam * l
         K = float(sc.logsumexp(z))
         z = z - K
@@ -230,8 +235,9 @@ def compose(phases: list[Phase], h: float, lam: float, J0: int, N: int, *, upper
     del yr
     # tilted mass outside the window (Chernoff on the exact, unwrapped composition)
     scale = max(h, math.sqrt(max(tilted_moments(phases, h, lam)[2], 1e-300)))
-    x_top = (J0 + N) * h
-    x_bot = J0 * h
+    offset = composed_offset(phases, h)
+    x_top = (J0 + N) * h + offset
+    x_bot = J0 * h + offset
     log_above = _log_chernoff(zs, ls, Ts, x_top, True, scale)
     log_below = _log_chernoff(zs, ls, Ts, x_bot, False, scale)
     log_outside = float(np.logaddexp(log_above, log_below))
@@ -243,7 +249,13 @@ def compose(phases: list[Phase], h: float, lam: float, J0: int, N: int, *, upper
             log_inf_term = float(sc.logsumexp([math.log(T) + li for T, li in infs])) + log_total_mass + 1e-12
     info = {"term1": term1, "term2": term2, "term3": term3, "gamma_N": g}
     return Composed(h=h, lam=lam, J0=J0, N=N, c=c, E_abs=E_abs, TK=TK, log_above=log_above,
-                    log_outside=log_outside, log_inf_term=log_inf_term, eta_total=eta_total, info=info)
+                    log_outside=log_outside, log_inf_term=log_inf_term, eta_total=eta_total, info=info,
+                    offset=offset)
+
+
+def composed_offset(phases: list[Phase], h: float) -> float:
+    """Loss of composed index 0: sum_i T_i theta_i h (composed index J is the loss J h + offset)."""
+    return float(sum(ph.T * ph.theta for ph in phases)) * h
 
 
 #: relative slack on every delta sum (rounding of the log-sum-exp over <= 2^26 terms whose
@@ -264,7 +276,7 @@ class DeltaReader:
         self.comp = comp
         self.upper = upper
         h = comp.h
-        self.x = (comp.J0 + np.arange(comp.N)) * h
+        self.x = (comp.J0 + np.arange(comp.N)) * h + comp.offset
         with np.errstate(divide="ignore"):
             if upper:
                 self.base = np.log(comp.c + comp.E_abs) - comp.lam * self.x
@@ -282,7 +294,7 @@ class DeltaReader:
             terms = self.base[i0:] + np.log(-np.expm1(e - xs))
         s = float(sc.logsumexp(terms)) if terms.size else -math.inf
         if self.upper:
-            above = c.log_above - c.lam * (c.J0 + c.N) * c.h
+            above = c.log_above - c.lam * ((c.J0 + c.N) * c.h + c.offset)
             s = float(np.logaddexp(s, above)) + math.log1p(SUM_RTOL)
             s += c.TK
             return float(np.logaddexp(s, c.log_inf_term))

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.special as sc
 
-from .compose import Composed, DeltaReader, Phase, compose, tilted_moments
+from .compose import Composed, DeltaReader, Phase, compose, composed_offset, tilted_moments
 from .pairs import Pair, poisson_pairs, substitute_pairs
 from .steplaw import build_step
 
-ORACLE_VERSION = "1.0"
+ORACLE_VERSION = "1.1"
 MAX_N = 2**24
 MAX_CELLS = 30_000_000
 
@@ -146,18 +146,25 @@ def _direction(pairs: list[Pair], setting: Setting, h: float, eps_guess: float |
     steps = []
     cells = 0
     t0 = time.time()
+    # one grid offset for the direction: from the phase whose bounded loss end carries most steps
+    # (a grid offset just inside a bounded loss end, steplaw.grid_offset, was tried and made the
+    # dominated side worse: a bucket there cannot gather the mass piled up below it; theta = 0)
+    theta = 0.0
     for pr, (_, _, T) in zip(pairs, setting.phases):
-        st = build_step(pr, h, tail_mass=tail, low_mass=low)
+        st = build_step(pr, h, tail_mass=tail, low_mass=low, theta=theta)
         cells += st.info["cells"]
         if cells > MAX_CELLS:
             raise WindowError(f"step laws need more than {MAX_CELLS} cells")
         steps.append((st, int(T)))
     t_step = time.time() - t0
-    ups = [Phase(st.up_logm, st.up_k0, T, st.up_log_inf) for st, T in steps]
-    los = [Phase(st.lo_logm, st.lo_k0, T, -math.inf) for st, T in steps]
+    ups = [Phase(st.up_logm, st.up_k0, T, st.up_log_inf, theta) for st, T in steps]
+    los = [Phase(st.lo_logm, st.lo_k0, T, -math.inf, theta) for st, T in steps]
+    offset = composed_offset(ups, h)
     eta_total = sum(T * st.eta for st, T in steps)
     if eps_guess is None:
         eps_guess, _ = _saddle_eps(ups, h, delta)
+    # positions J h + offset are formed in floating point: a few ulps of the largest position
+    eta_total += 64.0 * 2.0**-53 * (abs(offset) + abs(eps_guess) + 1.0)
     lam = _lam_for(ups, h, eps_guess)
     _, mu, var = tilted_moments(ups, h, lam)
     sd = math.sqrt(max(var, 0.0))
@@ -169,7 +176,7 @@ def _direction(pairs: list[Pair], setting: Setting, h: float, eps_guess: float |
         N = 2 ** max(12, math.ceil(math.log2((hi_x - lo_x) / h + 2)))
         if N > MAX_N:
             raise WindowError(f"window needs N = {N} > {MAX_N}")
-        J0 = math.floor(0.5 * (lo_x + hi_x) / h) - N // 2
+        J0 = math.floor((0.5 * (lo_x + hi_x) - offset) / h) - N // 2
         t1 = time.time()
         cu: Composed = compose(ups, h, lam, J0, N, upper=True, eta_total=eta_total)
         ru = DeltaReader(cu, True)
@@ -255,7 +262,7 @@ def _probe_h(setting: Setting) -> float:
         for pr, (_, _, T) in zip(pairs, setting.phases):
             st = build_step(pr, hp, tail_mass=1e-10 * setting.delta / setting.T_total,
                             low_mass=1e-12 / setting.T_total)
-            steps.append(Phase(st.up_logm, st.up_k0, int(T), st.up_log_inf))
+            steps.append(Phase(st.up_logm, st.up_k0, int(T), st.up_log_inf, st.theta))
         eps, lam = _saddle_eps(steps, hp, setting.delta)
         sds.append((eps, math.sqrt(max(tilted_moments(steps, hp, lam)[2], 1e-300))))
     sd = max(s for _, s in sds)

@@ -79,6 +79,7 @@ class StepLaws:
     lo_logm: np.ndarray
     eta: float
     info: dict = field(default_factory=dict)
+    theta: float = 0.0
 
 
 def _log1mexp(a: np.ndarray) -> np.ndarray:
@@ -144,7 +145,8 @@ def _integrate_parts(pair: Pair, base: np.ndarray, ws: np.ndarray, s0: np.ndarra
     # relative error: arguments of exp/log of size |x|^2/(2 s2) + (|x| + 1)/s2 + |log c| + |log d|,
     # each rounded to a few ulps (x itself carries u |x|), plus the quadrature remainder
     lc = abs(pair.log_c) if pair.q < 1 else 0.0
-    mag = 1.0 + 0.5 * xmax * xmax / s2 + 3.0 * (xmax + 1.0) / s2 + lc + abs(pair.log_d) + np.abs(out)
+    mag = (1.0 + 0.5 * xmax * xmax / s2 + 3.0 * (xmax + 1.0) / s2 + lc + abs(pair.log_d)
+           + np.where(np.isfinite(out), np.abs(out), 0.0))
     rel = 16.0 * U * mag + QUAD_RTOL
     return out, rel
 
@@ -211,8 +213,12 @@ def _walk(eL: np.ndarray, eB: np.ndarray, dH: np.ndarray, dB: np.ndarray, margin
     return tau
 
 
-def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk: int = 400_000) -> StepLaws:
-    """Dominating and dominated laws of one step of ``pair`` on the grid of spacing ``h``.
+def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, theta: float = 0.0,
+               chunk: int = 400_000) -> StepLaws:
+    """Dominating and dominated laws of one step of ``pair`` on the grid l_k = (k + theta) h.
+
+    ``theta`` in [0, 1) offsets the grid (so that a grid point can sit just inside the end of a
+    bounded loss range, where subsampled steps pile up their mass: :func:`grid_offset`).
 
     ``tail_mass``: P-mass allowed above the top edge (moved to +inf / dropped);
     ``low_mass``: P-mass allowed below the bottom edge (moved up / dropped).
@@ -225,24 +231,24 @@ def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk
     special_top = math.isfinite(pair.loss_sup)
     x_far = 38.0 * sig + 1.0
     if special_bottom:
-        k_lo = math.floor(pair.loss_inf / h)
-        if k_lo * h >= pair.loss_inf:
+        k_lo = math.floor(pair.loss_inf / h - theta)
+        if (k_lo + theta) * h >= pair.loss_inf:
             k_lo -= 1
     else:
         x_low = -1.0 - zl * sig
-        k_lo = math.floor(float(pair.loss(x_low)) / h)
+        k_lo = math.floor(float(pair.loss(x_low)) / h - theta)
     if special_top:
-        k_hi = math.ceil(pair.loss_sup / h)
-        if k_hi * h <= pair.loss_sup:
+        k_hi = math.ceil(pair.loss_sup / h - theta)
+        if (k_hi + theta) * h <= pair.loss_sup:
             k_hi += 1
     else:
         x_cut = 1.0 + zt * sig
-        k_hi = math.ceil(float(pair.loss(x_cut)) / h)
+        k_hi = math.ceil(float(pair.loss(x_cut)) / h - theta)
     n = k_hi - k_lo  # cells 0..n-1, grid points 0..n
     if n < 2:
         raise ValueError("grid too coarse for this step")
     kk = np.arange(k_lo, k_hi + 1)
-    lg = kk * h
+    lg = (kk + theta) * h
     y = pair.inverse_loss(lg)
     if special_bottom:
         y[0] = -math.inf
@@ -255,7 +261,8 @@ def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk
         off[0] = 0.0  # the spread point is the grid point itself
     if special_top:
         off[-1] = 0.0
-    eta = float(np.max(np.abs(off))) + off_err
+    # (+ the rounding of the grid values (k + theta) h themselves, which stand for exact points)
+    eta = float(np.max(np.abs(off))) + off_err + 4.0 * U * float(np.max(np.abs(lg)))
     # integration edges (finite)
     ya = y[:-1].copy()
     yb = y[1:].copy()
@@ -270,19 +277,30 @@ def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk
     names = ("P", "E", "D")
     res = {f"{w}{p}": np.empty(n) for w in names for p in range(3)}
     rel = {f"{w}{p}": np.empty(n) for w in names for p in range(3)}
+    # split points at fixed fractions of the cell's *loss* range, l_j + 3h/8 and l_j + 5h/8 (where
+    # the loss is far from linear in x, e.g. next to the infimum of the remove loss, fractions of
+    # the x-width would put almost all of a cell's mass in one part); any split is a valid kernel
     f1, f2 = SPLIT
+    c1 = pair.inverse_loss((kk[:-1] + theta + f1) * h)
+    c2 = pair.inverse_loss((kk[:-1] + theta + f2) * h)
+    c1 = np.minimum(np.maximum(c1, ya), yb)
+    c2 = np.minimum(np.maximum(c2, c1), yb)
     for c0 in range(0, n, chunk):
-        c1 = min(n, c0 + chunk)
-        a, wd, b = ya[c0:c1], W[c0:c1], yb[c0:c1]
-        bounds = [(np.zeros_like(wd), f1 * wd), (f1 * wd, f2 * wd), (f2 * wd, wd)]
-        tops = [(wd, (1 - f1) * wd), ((1 - f1) * wd, (1 - f2) * wd), ((1 - f2) * wd, np.zeros_like(wd))]
+        c1_ = min(n, c0 + chunk)
+        a, wd, b = ya[c0:c1_], W[c0:c1_], yb[c0:c1_]
+        o1 = np.minimum(np.maximum(c1[c0:c1_] - a, 0.0), wd)
+        o2 = np.minimum(np.maximum(c2[c0:c1_] - a, o1), wd)
+        t1 = np.minimum(np.maximum(b - c1[c0:c1_], 0.0), wd)   # distances below the top
+        t2 = np.minimum(np.maximum(b - c2[c0:c1_], 0.0), t1)
+        bounds = [(np.zeros_like(wd), o1), (o1, o2), (o2, wd)]
+        tops = [(wd, t1), (t1, t2), (t2, np.zeros_like(wd))]
         for p in range(3):
             s0, s1 = bounds[p]
             wt0, wt1 = tops[p]
             for w in names:
                 v, r = _integrate_parts(pair, a, wd, s0, s1, wt0, wt1, b, w)
-                res[f"{w}{p}"][c0:c1] = v
-                rel[f"{w}{p}"][c0:c1] = r
+                res[f"{w}{p}"][c0:c1_] = v
+                rel[f"{w}{p}"][c0:c1_] = r
     # ---- remainders beyond the integrated range
     log_above = pair.log_p_above(float(yb[-1]))   # -> +inf (or to the top point if special_top)
     log_below = pair.log_p_below(float(ya[0]))    # -> lowest point (or to point 1 if special_bottom)
@@ -371,4 +389,19 @@ def build_step(pair: Pair, h: float, *, tail_mass: float, low_mass: float, chunk
             "log_above": log_above, "log_below": log_below,
             "max_rel": float(np.max([np.max(r) for r in rel.values()]))}
     return StepLaws(h=h, up_k0=k_lo, up_logm=up, up_log_inf=up_log_inf, lo_k0=k_lo - 1, lo_logm=lo,
-                    eta=eta, info=info)
+                    eta=eta, info=info, theta=theta)
+
+
+def grid_offset(pair: Pair, h: float) -> float:
+    """Offset theta putting a grid point h/1000 inside the bounded end of the loss range (the
+    infimum log(1-q) of remove, the supremum -log(1-q) of add), 0 for unbounded ranges.
+
+    Near that end the loss is nearly constant over a wide range of outputs, so a subsampled step
+    piles much of its mass within a cell of it; with a grid point just inside, the dominated law
+    rounds that mass down by at most h/1000 and the dominating law spreads it over one cell.
+    """
+    if math.isfinite(pair.loss_inf):
+        return (pair.loss_inf / h - 1e-3) % 1.0
+    if math.isfinite(pair.loss_sup):
+        return (pair.loss_sup / h - 1e-3) % 1.0
+    return 0.0
