@@ -43,8 +43,9 @@ Siegmund, "Importance sampling in the Monte Carlo study of sequential tests", An
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import scipy.fft
@@ -317,9 +318,9 @@ class StepLaw:
         n = self.logm.size
         b = max(1, math.ceil(n / max_cells))
         nb = math.ceil(n / b)
-        lm = np.full(nb * b, -np.inf)
-        lm[:n] = self.logm
-        lm = lm.reshape(nb, b)
+        flat = np.full(nb * b, -np.inf)
+        flat[:n] = self.logm
+        lm = flat.reshape(nb, b)
         start = self.k0 + np.arange(nb) * b
         if b > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -530,7 +531,7 @@ def _chernoff_log_tail(step: StepLaw, lam: float, K: float, T: int, a: float, up
     if (upper and a <= T * m1) or (not upper and a >= T * m1):
         return 0.0
 
-    def chernoff(mask: Optional[np.ndarray]) -> float:
+    def chernoff(mask: np.ndarray | None) -> float:
         if upper:
             xs = hi_ if mask is None else hi_[mask]
             ls = lm if mask is None else lm[mask]
@@ -562,7 +563,7 @@ def _chernoff_log_tail(step: StepLaw, lam: float, K: float, T: int, a: float, up
 
 def _power_inplace(X: np.ndarray, T: int) -> np.ndarray:
     """X^T by binary powering (complex multiplications only)."""
-    result = None
+    result: np.ndarray | None = None
     base = X.copy()
     e = T
     while e:
@@ -571,6 +572,7 @@ def _power_inplace(X: np.ndarray, T: int) -> np.ndarray:
         e >>= 1
         if e:
             np.multiply(base, base, out=base)
+    assert result is not None  # (T >= 1)
     return result
 
 
@@ -741,7 +743,7 @@ class _Sums:
         with np.errstate(divide="ignore"):
             self.base_up = np.log(comp.C + comp.E_abs) - comp.lam * x
             self.base_lo = np.log(np.maximum(comp.C - comp.E_abs, 0.0)) - comp.lam * x
-        self.g = _log1mexp(-(np.arange(x.size) + 1.0) * h)
+        self.g = np.asarray(_log1mexp(-(np.arange(x.size) + 1.0) * h))
         self.TK = T * comp.K
 
     def log_sum(self, i: int, upper: bool) -> float:
@@ -894,7 +896,7 @@ def _locate(step: StepLaw, T: int, delta: float, eps_g: float, max_points: int,
     centre.  When the crossing falls outside the window, the window's reach beyond the tilt's
     centre doubles (the tilt may be capped, :func:`_lam_cap`, and then the centre cannot
     follow: in the one-big-step regime of tiny q and small sigma, epsilon lies far above it)."""
-    last = None
+    last: object = None
     for attempt in range(attempts):
         try:
             lam = _lam_for_mean(step, T, eps_g)
@@ -948,8 +950,8 @@ def _one_direction_epsilon(sigma: float, q: float, T: int, delta: float, h: floa
     return lo, hi, info
 
 
-def subsampled_gaussian_epsilon(sigma: float, q: float, T: int, delta: float, *, h: Optional[float] = None,
-                                width: Optional[float] = None, max_points: int = 2**22,
+def subsampled_gaussian_epsilon(sigma: float, q: float, T: int, delta: float, *, h: float | None = None,
+                                width: float | None = None, max_points: int = 2**22,
                                 max_cells: int = 60_000_000,
                                 directions: Sequence[str] = ("remove", "add")) -> EpsilonBracket:
     """Bracket eps(delta) of T Poisson-subsampled Gaussian steps (add-or-remove adjacency).
@@ -1183,7 +1185,7 @@ class MCResult:
     ess: float  # effective sample size (sum w)^2 / sum w^2 of the nonzero terms
 
 
-def mc_delta(step: TiltableStep, T: int, eps: float, *, n: int = 100_000, theta: Optional[float] = None,
+def mc_delta(step: TiltableStep, T: int, eps: float, *, n: int = 100_000, theta: float | None = None,
              confidence: float = 0.99, seed: int = 0, chunk: int = 50_000) -> MCResult:
     """delta(eps) of the T-fold composition of ``step`` by importance sampling.
 

@@ -9,6 +9,7 @@ import pytest
 
 import pld
 from pld.accountant import mechanism_from_dict, mechanism_to_dict
+from pld.distribution import PLD
 from pld.mechanisms import (
     ApproxDP,
     DiscreteLaplace,
@@ -20,7 +21,6 @@ from pld.mechanisms import (
     RandomizedResponse,
     SampledWithoutReplacement,
 )
-from pld.distribution import PLD
 
 DELTA = 1e-5
 

@@ -103,7 +103,7 @@ def test_a_scheme_gives_exactly_one_way_to_build_a_run():
 def _module_level_imports(path: pathlib.Path) -> set[str]:
     """``pld.*`` modules imported at module level (not inside functions or TYPE_CHECKING)."""
     tree = ast.parse(path.read_text())
-    out = set()
+    out: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "pld":

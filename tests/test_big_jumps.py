@@ -276,7 +276,7 @@ def _delta_importance_sampled(sigma: float, q: float, steps: int, epsilons, *, n
     def log_p(y):
         return np.logaddexp(math.log1p(-q) - 0.5 * (y / sigma) ** 2, math.log(q) - 0.5 * ((y - 1) / sigma) ** 2)
 
-    sums = {e: [] for e in epsilons}
+    sums: dict[float, list[np.ndarray]] = {e: [] for e in epsilons}
     batch = 20_000
     for _ in range(n // batch):
         y = rng.normal(0.0, sigma, (batch, steps)) + (rng.random((batch, steps)) < q)
@@ -339,7 +339,7 @@ def test_delta_curve_uses_the_split_too():
     assert np.all(d_hi - d_lo <= 1e-3 * d_hi)
     keep = queries._refine_delta_by_jumps
     try:
-        queries._refine_delta_by_jumps = lambda engine, flat, a, b, limit: (a, b)
+        setattr(queries, "_refine_delta_by_jumps", lambda engine, flat, a, b, limit: (a, b))  # noqa: B010
         g_lo, g_hi = pld.dpsgd(0.802, 2.14e-5, 128).delta_bounds([lo, hi])
     finally:
         queries._refine_delta_by_jumps = keep

@@ -96,6 +96,7 @@ def _few_steps_delta(sigma: float, q: float, steps: int, h: float, eps: float) -
     eng = pld.dpsgd(sigma, q, steps)._engine()
     log_eta = eng.planner.log_eta("remove", Query("delta", 1e-7))
     pess, opt = eng.composer.materialize("remove", h, 0.0, log_eta)
+    assert opt is not None
     return float(opt.delta(eps)[0]), float(pess.delta(eps)[0])
 
 

@@ -69,6 +69,7 @@ def _model(sigma: float, q: float, direction: str) -> LossModel:
 def _exact_cell(model: LossModel, xa: float, xb: float):
     """log P', log Q' of the base cell (xa, xb] in 50 digits."""
     base = model.base
+    assert isinstance(base, NormalBase)
     lp = _log_mass_exact(xa, xb, base.mean_p, base.sd)
     lq = _log_mass_exact(xa, xb, base.mean_q, base.sd)
     if lp is None or lq is None:

@@ -186,10 +186,10 @@ def test_tradeoff_scalar_and_validation(gauss):
 
 
 @pytest.mark.parametrize("call", [
-    lambda p: curves.delta_curve(p, 1.0, delta="0.5"),
-    lambda p: curves.tail_epsilon(p, "0.5"),
-    lambda p: curves.tradeoff(p, 0.1, delta="0.5"),
-    lambda p: curves.gaussian_mu(p, delta="0.5"),
+    lambda p: curves.delta_curve(p, 1.0, delta="0.5"),  # type: ignore[arg-type]  # invalid on purpose
+    lambda p: curves.tail_epsilon(p, "0.5"),  # type: ignore[arg-type]  # invalid on purpose
+    lambda p: curves.tradeoff(p, 0.1, delta="0.5"),  # type: ignore[arg-type]  # invalid on purpose
+    lambda p: curves.gaussian_mu(p, delta="0.5"),  # type: ignore[arg-type]  # invalid on purpose
     lambda p: curves.delta_curve(p, "1.0"),
     lambda p: curves.tradeoff(p, "0.1"),
 ])

@@ -144,7 +144,8 @@ def _laplace_remove_delta(eps: float, b: float, q: float) -> float:
     the loss) and e^{(2x - 1)/b} between."""
     c = 1.0 - q
     e = math.exp(eps)
-    out = 0.5 * max(0.0, c + q * math.exp(-1.0 / b) - e) + 0.5 * math.exp(-1.0 / b) * max(0.0, c + q * math.exp(1.0 / b) - e)
+    out = (0.5 * max(0.0, c + q * math.exp(-1.0 / b) - e)
+           + 0.5 * math.exp(-1.0 / b) * max(0.0, c + q * math.exp(1.0 / b) - e))
     arg = (e - c) / q
     x0 = 0.0 if arg <= 0.0 else min(1.0, max(0.0, (b * math.log(arg) + 1.0) / 2.0))
     if x0 < 1.0:

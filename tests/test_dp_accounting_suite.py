@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import types
 import unittest
+from typing import Any
 
 import pytest
 
@@ -42,10 +43,11 @@ def _load_suite() -> types.ModuleType:
     if spec is None or spec.origin is None:  # pragma: no cover - the wheel ships its tests
         pytest.skip(f"{_SUITE} is not installed", allow_module_level=True)
     private = importlib.util.spec_from_file_location("_dp_accounting_pld_suite_on_pld", spec.origin)
-    module = importlib.util.module_from_spec(private)
+    assert private is not None and private.loader is not None
+    module: Any = importlib.util.module_from_spec(private)
     private.loader.exec_module(module)
     # the tests call pld_privacy_accountant.PLDAccountant / .NeighborRel at run time
-    shim = types.ModuleType("pld_privacy_accountant_shim")
+    shim: Any = types.ModuleType("pld_privacy_accountant_shim")
     shim.PLDAccountant = _adapter.PLDAccountant
     shim.NeighborRel = _pa.NeighboringRelation
     shim.CompositionErrorDetails = _pa.PrivacyAccountant.CompositionErrorDetails
@@ -53,7 +55,7 @@ def _load_suite() -> types.ModuleType:
     return module
 
 
-_suite = _load_suite()
+_suite: Any = _load_suite()  # (built at run time: its attributes are not known statically)
 
 SKIPPED = {
     "test_mixture_of_gaussians_basic":

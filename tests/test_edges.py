@@ -292,7 +292,7 @@ def test_loading_refuses_deep_nesting_and_huge_counts(tmp_path):
         np.savez_compressed(buf, metadata=raw)
         with pytest.raises(ValueError, match="count"):
             pio.from_bytes(buf.getvalue())
-    deep = '{"format": "%s", "version": 1, "x": %s}' % (pio.FORMAT, "[" * 50_000 + "]" * 50_000)
+    deep = f'{{"format": "{pio.FORMAT}", "version": 1, "x": {"[" * 50_000 + "]" * 50_000}}}'
     buf = __import__("io").BytesIO()
     np.savez_compressed(buf, metadata=np.frombuffer(deep.encode(), dtype=np.uint8))
     with pytest.raises(ValueError, match="nested"):
@@ -352,7 +352,8 @@ def test_delta_query_costs_what_the_epsilon_query_costs():
 
 
 @pytest.mark.parametrize("first, second", [
-    ([(5.0, 0.01, 10_000), (3.0, 0.01, 1000), (0.5, 0.2, 1000)], [(0.5, 0.2, 1000), (3.0, 0.01, 1000), (5.0, 0.01, 10_000)]),
+    ([(5.0, 0.01, 10_000), (3.0, 0.01, 1000), (0.5, 0.2, 1000)],
+     [(0.5, 0.2, 1000), (3.0, 0.01, 1000), (5.0, 0.01, 10_000)]),
 ])
 def test_heterogeneous_composition_does_not_depend_on_order(first, second):
     """Issue 19: partial compositions were cut to the final window (0, 284.78);
@@ -414,7 +415,7 @@ def test_delta_beyond_a_bounded_direction_costs_nothing():
     lo, hi = p.epsilon_bounds(delta)
     d_lo, d_hi = p.delta_bounds(hi)
     assert d_lo <= delta and d_hi <= 1.01 * delta
-    from pld.mechanisms import PoissonSampled, Gaussian
+    from pld.mechanisms import Gaussian, PoissonSampled
 
     model = PoissonSampled(Gaussian(1.0), 0.01).loss_model("add")
     assert model.sup_loss() == pytest.approx(-math.log1p(-0.01), rel=1e-12)

@@ -36,12 +36,12 @@ def _target(hi: float) -> float:
     return RTOL * hi + ATOL
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _engine(sigma, q, T, delta):
     return pld.dpsgd(sigma, q, T).epsilon_bounds(delta)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _oracle(sigma, q, T, delta, width=None, max_points=2**21):
     return O.subsampled_gaussian_epsilon(sigma, q, T, delta, width=width, max_points=max_points)
 

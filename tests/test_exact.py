@@ -360,12 +360,12 @@ def test_laplace_pieces_and_inverse():
         (lambda: gaussian_epsilon(-1e-3, 1.0), ValueError, "delta"),
         (lambda: gaussian_mu(0.0, 10), ValueError, "noise_multiplier"),
         (lambda: gaussian_mu(1.0, -1), ValueError, "steps"),
-        (lambda: gaussian_mu(1.0, 1.5), ValueError, "steps"),
-        (lambda: gaussian_mu(1.0, "3"), TypeError, "steps"),
+        (lambda: gaussian_mu(1.0, 1.5), ValueError, "steps"),  # type: ignore[arg-type]  # invalid on purpose
+        (lambda: gaussian_mu(1.0, "3"), TypeError, "steps"),  # type: ignore[arg-type]  # invalid on purpose
         (lambda: gaussian_mu(1.0, True), TypeError, "steps"),
         (lambda: randomized_response_delta(0.0, -0.1, 3), ValueError, "epsilon0"),
         (lambda: randomized_response_epsilon(1e-3, 0.5, -2), ValueError, "steps"),
-        (lambda: gaussian_rr_delta(0.0, 1.0, 0.5, 2.5), ValueError, "steps_rr"),
+        (lambda: gaussian_rr_delta(0.0, 1.0, 0.5, 2.5), ValueError, "steps_rr"),  # type: ignore[arg-type]  # invalid on purpose
         (lambda: laplace_delta(0.0, 0.0), ValueError, "scale"),
         (lambda: laplace_delta(0.0, 1.0, -1.0), ValueError, "sensitivity"),
         (lambda: privacy_loss_tail_epsilon_gaussian(1e-5, 0.0), ValueError, "mu"),

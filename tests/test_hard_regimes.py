@@ -85,7 +85,7 @@ def _single_step_epsilon(sigma, q, delta):
     closed form (tests/oracles.py), the larger of the two directions' roots."""
     roots = []
     for direction in ("remove", "add"):
-        f = lambda e: O.subsampled_gaussian_delta_single(e, sigma, q, direction) - delta
+        f = lambda e, d=direction: O.subsampled_gaussian_delta_single(e, sigma, q, d) - delta
         if f(0.0) <= 0:
             roots.append(0.0)
             continue

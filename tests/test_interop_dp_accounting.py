@@ -37,10 +37,11 @@ import pytest
 
 dpa = pytest.importorskip("dp_accounting")
 
-import pld  # noqa: E402
 from dp_accounting import dp_event as ev  # noqa: E402
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant as DpPLDAccountant  # noqa: E402
 from dp_accounting.rdp import RdpAccountant  # noqa: E402
+
+import pld  # noqa: E402
 from pld.interop.dp_accounting import (  # noqa: E402
     NonPrivateEventError,
     PLDAccountant,

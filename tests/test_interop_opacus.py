@@ -81,7 +81,8 @@ def test_history_may_be_assigned_directly():
     acc.history = [(1.0, 0.01, 1000)]
     assert len(acc) == 1000
     lo, hi = acc.get_epsilon_bounds(DELTA)
-    assert lo <= 1.8282 + 5e-5 and 1.8282 - 5e-5 <= hi  # DESIGN.md reference: sigma=1, q=0.01, T=1000 -> eps 1.8282 (4 decimals)
+    # DESIGN.md reference: sigma=1, q=0.01, T=1000 -> eps 1.8282 (4 decimals)
+    assert lo <= 1.8282 + 5e-5 and 1.8282 - 5e-5 <= hi
     acc.history = [(1.0, 0.01, 1000), (2.0, 0.01, 1)]
     assert acc.get_epsilon(DELTA) > hi  # the cache follows the history
 

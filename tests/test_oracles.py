@@ -100,7 +100,8 @@ def test_subsampled_gaussian_single_step_equals_quadrature(direction, sigma, q, 
                                   math.log(q) - (y - 1) ** 2 / (2 * sigma**2)))
     g0 = lambda y: -y * y / (2 * sigma**2)  # noqa: E731
     logp, logq = (mix, g0) if direction == "remove" else (g0, mix)
-    ref = _quad_hockey(logp, logq, eps, -40 * sigma, 40 * sigma + 1, points=(0.0, 0.5, 1.0)) / (sigma * math.sqrt(2 * math.pi))
+    ref = (_quad_hockey(logp, logq, eps, -40 * sigma, 40 * sigma + 1, points=(0.0, 0.5, 1.0))
+           / (sigma * math.sqrt(2 * math.pi)))
     assert O.subsampled_gaussian_delta_single(eps, sigma, q, direction) == pytest.approx(ref, rel=1e-8, abs=1e-15)
 
 

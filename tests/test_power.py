@@ -71,7 +71,7 @@ def test_power_brackets_exact_gaussian_composition(sigma, c, lam_frac, h_frac):
 def _reference_power(p: np.ndarray, c: int) -> np.ndarray:
     """c-fold linear convolution in extended precision (binary powering)."""
     base = p.astype(np.longdouble)
-    acc = None
+    acc: np.ndarray | None = None
     e = c
     while e:
         if e & 1:
@@ -79,6 +79,7 @@ def _reference_power(p: np.ndarray, c: int) -> np.ndarray:
         e >>= 1
         if e:
             base = np.convolve(base, base)
+    assert acc is not None  # (c >= 1)
     return acc
 
 

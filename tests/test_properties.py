@@ -182,7 +182,7 @@ def test_delta_near_one_single_step(mech, delta):
 # ---------------------------------------------------------------------------
 
 
-NOOP = pld.FromPMFs([1.0], [1.0])
+NOOP = pld.FromPMFs((1.0,), (1.0,))
 
 
 @given(sigma=sigmas, t=st.integers(1, 500), delta=deltas, k=st.integers(1, 5), first=st.booleans())

@@ -24,7 +24,6 @@ from dp_accounting import rdp as dpa_rdp
 
 import pld
 from pld import _big_jumps as bj
-
 from test_big_jumps import _delta_importance_sampled
 
 
@@ -41,7 +40,7 @@ def _dp_accounting_epsilons(sigma, q, steps, delta, interval=None):
     return rdp.get_epsilon(delta), acc.get_epsilon(delta)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _query(sigma, q, steps, delta):
     """``(pld.dpsgd(sigma, q, steps), lower, upper)`` at delta, within target; one query for
     a test and its regression twin."""
