@@ -37,7 +37,9 @@ def assert_calibrated_by_dp_accounting(sigma, target, q, steps, delta, tol):
     """The target lies between epsilon at sigma (1 + tol) and at sigma (1 - tol),
     both from dp_accounting (independent of pld): the returned sigma is the
     right one to within tol, whatever pld's own accounting says."""
-    above = _dp_accounting_epsilon(sigma * (1 + tol), q, steps, delta)  # >= the truth there
+    # >= the truth there, up to dp_accounting's own unbounded error (5e-5 relative allowed in
+    # tests/test_peers.py: far inside the 0.3% that tol moves epsilon by)
+    above = _dp_accounting_epsilon(sigma * (1 + tol), q, steps, delta)
     below = _dp_accounting_epsilon(sigma * (1 - tol), q, steps, delta)  # <= truth (1 + DPA_PESSIMISM)
     assert above <= target, f"sigma {sigma} too small: dp_accounting's eps at sigma (1 + {tol}) is {above}"
     assert below / (1 + DPA_PESSIMISM) >= target, (

@@ -7,6 +7,12 @@ values and recomputes only a few cheap configurations live.
 Run (takes tens of minutes; every peer call runs in a subprocess with a timeout):
 
     python tests/data/make_peer_values.py [--timeout SECONDS] [--only INDEX ...]
+    python tests/data/make_peer_values.py --fine [--timeout SECONDS] [--only INDEX ...]
+
+``--fine`` adds, to the configurations of at most FINE_MAX_STEPS steps, prv_accountant
+at ``eps_error = FINE_RELATIVE_ERROR * eps`` (eps: its own coarse estimate, so nothing
+here comes from pld) and dp_accounting at the grid FINE_DPA_INTERVAL: a certified
+interval about 1e-4 wide and a pessimistic estimate close to the truth.
 
 Peers:
 * prv_accountant (Gopi, Lee & Wutschitz 2021): ``Accountant(noise_multiplier,
@@ -59,6 +65,11 @@ CONFIGS = [
 
 PRV_EPS_ERROR = 0.01
 DPA_INTERVAL = 1e-4
+#: --fine: prv_accountant's eps_error relative to its coarse estimate, dp_accounting's grid,
+#: and the longest run fine values are computed for (prv_accountant's cost grows ~1/eps_error)
+FINE_RELATIVE_ERROR = 1e-4
+FINE_DPA_INTERVAL = 1e-5
+FINE_MAX_STEPS = 10_000
 
 
 def prv_epsilon(sigma: float, q: float, steps: int, delta: float, eps_error: float = PRV_EPS_ERROR):
@@ -112,6 +123,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per peer call")
     ap.add_argument("--only", type=int, nargs="*", help="indices of CONFIGS to (re)compute")
+    ap.add_argument("--fine", action="store_true",
+                    help="add prv_accountant at eps_error 1e-4 eps and dp_accounting at a 1e-5 grid "
+                         f"(configurations of at most {FINE_MAX_STEPS} steps)")
     args = ap.parse_args(argv)
 
     import dp_accounting
@@ -124,11 +138,26 @@ def main(argv=None):
         cfg = CONFIGS[i]
         sigma, q, steps, delta = cfg
         print(f"[{i}] sigma={sigma} q={q} T={steps} delta={delta}", flush=True)
-        prv = run_with_timeout("prv_epsilon", (sigma, q, steps, delta), args.timeout)
-        print(f"    prv_accountant: {prv}", flush=True)
-        dpa = run_with_timeout("dp_accounting_epsilon", (sigma, q, steps, delta), args.timeout)
-        print(f"    dp_accounting:  {dpa}", flush=True)
-        by_key[tuple(cfg)] = {"config": list(cfg), "prv_accountant": prv, "dp_accounting": dpa}
+        if args.fine:
+            entry = by_key[tuple(cfg)]
+            if steps > FINE_MAX_STEPS or entry["prv_accountant"]["status"] != "ok":
+                continue
+            err = FINE_RELATIVE_ERROR * entry["prv_accountant"]["value"][1]
+            prv = run_with_timeout("prv_epsilon", (sigma, q, steps, delta, err), args.timeout)
+            prv["eps_error"] = err
+            print(f"    prv_accountant (eps_error {err:.3g}): {prv}", flush=True)
+            dpa = run_with_timeout("dp_accounting_epsilon", (sigma, q, steps, delta, FINE_DPA_INTERVAL),
+                                   args.timeout)
+            dpa["value_discretization_interval"] = FINE_DPA_INTERVAL
+            print(f"    dp_accounting (grid {FINE_DPA_INTERVAL:g}): {dpa}", flush=True)
+            entry["prv_accountant_fine"], entry["dp_accounting_fine"] = prv, dpa
+        else:
+            prv = run_with_timeout("prv_epsilon", (sigma, q, steps, delta), args.timeout)
+            print(f"    prv_accountant: {prv}", flush=True)
+            dpa = run_with_timeout("dp_accounting_epsilon", (sigma, q, steps, delta), args.timeout)
+            print(f"    dp_accounting:  {dpa}", flush=True)
+            fine = {k: v for k, v in by_key.get(tuple(cfg), {}).items() if k.endswith("_fine")}
+            by_key[tuple(cfg)] = {"config": list(cfg), "prv_accountant": prv, "dp_accounting": dpa, **fine}
         data = {
             "description": "DP-SGD epsilons from peer accountants; regenerate with tests/data/make_peer_values.py",
             "peers": {
@@ -138,6 +167,10 @@ def main(argv=None):
                 "dp_accounting": {"version": getattr(dp_accounting, "__version__", "?"),
                                   "value_discretization_interval": DPA_INTERVAL,
                                   "value": "PLDAccountant epsilon (pessimistic)"},
+                "prv_accountant_fine": {"eps_error": f"{FINE_RELATIVE_ERROR:g} x the coarse estimate (per entry)",
+                                        "value": "[eps_low, eps_estimate, eps_upper]"},
+                "dp_accounting_fine": {"value_discretization_interval": FINE_DPA_INTERVAL,
+                                       "value": "PLDAccountant epsilon (pessimistic)"},
             },
             "configs": [by_key[tuple(c)] for c in CONFIGS if tuple(c) in by_key],
         }
