@@ -162,7 +162,9 @@ def merged_law(m, a, d, n, rho_cap):
         if e < 0.0:
             break
         qm, eq, gm, eg = _cell(e0, e, m, a)
-        if qm > 0.0:
+        # (qm g can underflow where qm > 0: such a cell is left out, as a
+        # dominated pair may drop outputs)
+        if qm * g > 0.0:
             r = (abs(gm - g * qm) + eg + g * eq + 4.0 * _U * (abs(gm) + g * qm)) / (qm * g)
             if r <= rho_cap:
                 mass[k] = qm

@@ -577,13 +577,16 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         if log_p[i] > -700.0 and log_q[i] > -np.inf and math.isfinite(loss_err[i] + mass_err[i]):
             p[i] = math.exp(log_p[i])
             loss[i] = log_p[i] - log_q[i]
-    # A cell whose merged loss is its grid point up to rounding (an atom on a
-    # grid point, alone in its cell) stays there: its loss is exact to a few
-    # ulps, where the margin covers the error of log-CDF differences.
+    # A cell whose merged loss is its grid point up to rounding stays there,
+    # but only where its error bound, too, keeps it at or above the point (a
+    # continuous cell's loss is known to ~1e-13, not to a few ulps: one that
+    # lands within a few ulps of a point may lie below it, and must be merged
+    # like any other).
     ongrid = np.zeros(n + 1, dtype=np.bool_)
     for i in range(n):
         li = g[i]
-        if p[i] > 0.0 and abs(loss[i] - li) <= 8.0 * 2.220446049250313e-16 * max(1.0, abs(li)):
+        if (p[i] > 0.0 and abs(loss[i] - li) <= 8.0 * 2.220446049250313e-16 * max(1.0, abs(li))
+                and loss[i] - loss_err[i] - 4.0 * 2.220446049250313e-16 * max(1.0, abs(li)) >= li):
             ongrid[i] = True
     avail = p.copy()        # P-mass of each cell not yet given to a bucket
     pb = np.zeros(n)        # P-mass of each bucket
@@ -865,8 +868,22 @@ def cell_points(lo_off, hi_off, n):
         Increasing offsets from 0 to ``n - 1``: consecutive in the middle,
         widening by powers of two towards each end.
     """
-    out = np.empty(n, dtype=np.int64)
-    out[0] = 0
+    # (counted first, then written: n may be far larger than the points, a
+    # window reaching deep into a tail of wide cells, and an array of n
+    # offsets would not fit in memory)
+    m = _walk_points(lo_off, hi_off, n, np.empty(0, dtype=np.int64))
+    out = np.empty(m, dtype=np.int64)
+    _walk_points(lo_off, hi_off, n, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _walk_points(lo_off, hi_off, n, out):
+    """The walk of :func:`cell_points`: writes the offsets into ``out`` when it
+    has room for them, and returns how many there are."""
+    write = out.size > 0
+    if write:
+        out[0] = 0
     m = 1
     i = 0
     while i < n - 1:
@@ -874,9 +891,10 @@ def cell_points(lo_off, hi_off, n):
         while w > 1 and _allowed_width(lo_off, hi_off, min(i + w, n - 1)) < w:
             w //= 2
         i = min(i + w, n - 1)
-        out[m] = i
+        if write:
+            out[m] = i
         m += 1
-    return out[:m].copy()
+    return m
 
 
 @njit(cache=True, nogil=True, inline="always")

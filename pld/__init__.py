@@ -28,7 +28,7 @@ _IMPORT_STARTED = _time.perf_counter()
 # imported here; the rest is imported on first use (module ``__getattr__``,
 # PEP 562), so that a process that asks one question does not pay for all of pld.
 from pld.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
-from pld.distribution import PLD, GridTooLargeError, TargetMissedWarning  # noqa: E402
+from pld.distribution import PLD, GridTooLargeError, NotTightWarning, TargetMissedWarning  # noqa: E402
 from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
 from pld.mechanisms import (  # noqa: E402
     ApproxDP,
@@ -88,6 +88,7 @@ __all__ = [
     "PLD",
     "GridTooLargeError",
     "TargetMissedWarning",
+    "NotTightWarning",
     "Mechanism",
     "Gaussian",
     "Laplace",

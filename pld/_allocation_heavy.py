@@ -160,7 +160,7 @@ def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_rem
     return SideAtoms(remove, add), zero
 
 
-def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
+def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> tuple[list, list]:
     """The light sum's lumps, its upper tail replaced by Chernoff's bound where that is smaller.
 
     ``r`` (entrywise bounds or estimates on ``k df``) and ``up.lumps`` (round-off
@@ -175,12 +175,18 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
     non-increasing; the last takes what is left), each over ``[x_i, x_{i+1}]``
     as a round-off lump is: every tail function of the true measure is then
     below theirs.  What lies beyond the window is the cut part, accounted at
-    ``+inf`` already.  Returns the new list of lumps.
+    ``+inf`` already.
+
+    That stochastic bound serves the remove direction, whose loss grows with
+    the sum.  The add direction's loss falls with it: a tail bound says
+    nothing about where in ``[x*, top]`` the true mass sits, so there the
+    whole bound ``T_0`` is one lump over ``[x*, top]``, which the add
+    direction places at its lower edge.  Returns ``(lumps, add_lumps)``.
     """
     lumps = sorted(up.lumps, key=lambda x: x[0])
     pos = up.base_chern > 0
     if not lumps or not np.any(pos):
-        return lumps
+        return lumps, lumps
     s = np.arange(r.size) * df
 
     def bound(x: float) -> float:
@@ -197,22 +203,25 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> list:
         if k < r.size and bound(x) < held:
             cut = i
     if cut is None:
-        return lumps
+        return lumps, lumps
     x_star = lumps[cut][0] * m
     k = int(math.ceil(x_star / df - 1e-9))
     top = s[-1]
     if k >= r.size or x_star >= top:
-        return lumps
+        return lumps, lumps
     r[k:] = 0.0
     kept = [lump for lump in lumps if lump[0] * m < x_star]
     edges = [x_star] + [lump[0] * m for lump in lumps[cut + 1:] if x_star < lump[0] * m < top] + [top]
     tails = [bound(x) for x in edges[:-1]]
     tails = list(np.minimum.accumulate(np.array(tails)))
+    add = list(kept)
     for i in range(len(tails)):
         mass = tails[i] - (tails[i + 1] if i + 1 < len(tails) else 0.0)
         if mass > 0:
             kept.append((edges[i] / m, edges[i + 1] / m, mass * (1 + 1e-12), 0.0))
-    return kept
+    if tails and tails[0] > 0:
+        add.append((x_star / m, top / m, tails[0] * (1 + 1e-12), 0.0))
+    return kept, add
 
 
 def _gaussian_add_atoms(mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -289,7 +298,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                      fixed_cut=n_l, m=t - 1, fits=fits, cap=big_b)
     df = up.step * d
     r = np.maximum(up.q_hi, 0.0)
-    lumps = _chernoff_tail(r, up, df, t - 1)
+    lumps, add_lumps = _chernoff_tail(r, up, df, t - 1)
 
     # ---------------------------------------------------------------- upper: {N <= 1}
     kern = _regrid_to(xs_l, d, df)
@@ -322,16 +331,18 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     ex_r: list[tuple[float, float]] = []
     ex_a: list[tuple[float, float]] = []
     heavy_groups: list[list[float]] = []  # ([Q-mass, largest R-value]) of consecutive lumps
-    for vmin, vmax, dq, _ in lumps:
-        rmin, rmax = vmin * (t - 1), vmax * (t - 1)
+    for _, vmax, dq, _ in lumps:
+        rmax = vmax * (t - 1)
         ex_r.append((math.log(max(rmax + y1 * d, 1e-300) / t), dq * (rmax * l_lo + lm_lo) / t))
         ex_r.append((math.log((rmax + big_b) / t), dq * (rmax * l_hi + lm_hi) / t))
+        heavy_groups.append([dq, rmax])
+    for vmin, _, dq, _ in add_lumps:  # (the add direction's own: see _chernoff_tail)
+        rmin = vmin * (t - 1)
         if rmin > 0:
             ex_a.append((-math.log(rmin / t), dq * l_tot))
         else:
             inf_q += dq * l_tot
         ex_a.append((-math.log((rmin + big_b) / t), dq * t * h_tot))
-        heavy_groups.append([dq, rmax])
     # the heavy part of the lumps, in at most _LUMP_GROUPS groups of consecutive lumps, each
     # on the heavy grid at its largest R-value
     heavy_groups.sort(key=lambda x: x[1])

@@ -439,8 +439,13 @@ def _tilted(x: np.ndarray, g: np.ndarray, theta: float,
     if c0 is None:
         top = float(np.max(lx))
         c0 = top + math.log(float(np.sum(np.exp(lx - top))))
-    y = x * np.exp(theta * g - c0)
-    rel = 4.0 * _U * (2.0 + np.abs(theta * g) + abs(c0))
+    e = theta * g - c0
+    # (where e^e would overflow, x is below the float range's bottom: the
+    # entry is formed in log space, its rounding then relative to |log x| too)
+    far = e >= 700.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        y = np.where(x > 0, np.where(far, np.exp(np.where(far, lx - c0, 0.0)), x * np.exp(np.minimum(e, 700.0))), 0.0)
+    rel = 4.0 * _U * (2.0 + np.abs(theta * g) + abs(c0) + np.where(far & (x > 0), np.abs(lx), 0.0))
     return y, c0, rel
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pld import _budget
 from pld._models import LossModel
 
 #: the cut is placed at this fraction of the epsilon the terms are tuned at:
@@ -130,9 +131,14 @@ class _CutModel(LossModel):
         return lo, hi
 
     def sup_loss(self) -> float:
+        return self.sup_loss_bounds()[1]
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        # (above: the cut, a little outside; below: no claim is needed, a cut
+        # law's largest loss answers no query)
         if math.isfinite(self.loss_hi):
-            return self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
-        return LossModel.sup_loss(self)
+            return -math.inf, self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
+        return LossModel.sup_loss_bounds(self)
 
 
 class _Part:
@@ -147,12 +153,27 @@ class _Part:
         return self.model
 
 
-def applicable(components: tuple) -> LossModel | None:
-    """The remove direction's loss model when the decomposition applies: one
-    Poisson-subsampled component with a continuous base and no atoms."""
-    if len(components) != 1:
-        return None
-    mech, _ = components[0]
+@dataclass(frozen=True, eq=False)
+class Heavy:
+    """The component a decomposition splits, and the rest of the composition.
+
+    ``model``: its remove direction's loss model (Poisson-subsampled, a
+    continuous base, no atoms), composed ``steps`` times; ``others``: every
+    other component's remove model with its count, composed into every term
+    as it is (the identity of the module docstring holds with an independent
+    remainder added to each term: a schedule's short phases ride along).
+    """
+
+    model: LossModel
+    steps: int
+    others: tuple = ()
+
+    @property
+    def sampling_rate(self) -> float:
+        return self.model.sampling_rate
+
+
+def _splittable(mech) -> LossModel | None:
     try:
         model = mech.loss_model("remove")
     except Exception:  # (a mechanism without that direction)
@@ -162,6 +183,23 @@ def applicable(components: tuple) -> LossModel | None:
     if np.size(model.atom_x) != 0:
         return None
     return model
+
+
+def applicable(components: tuple) -> Heavy | None:
+    """What the decomposition splits, when it applies: a Poisson-subsampled
+    component with a continuous base and no atoms (of several, the one with
+    the most steps, then the smallest sampling rate: the heaviest tail
+    composed the most often), the others kept whole in every term."""
+    found = [(k, model, i) for i, (mech, k) in enumerate(components)
+             if (model := _splittable(mech)) is not None]
+    if not found:
+        return None
+    k, model, i = max(found, key=lambda f: (f[0], -f[1].sampling_rate))
+    try:
+        others = tuple((mech.loss_model("remove"), c) for j, (mech, c) in enumerate(components) if j != i)
+    except Exception:  # (a part without a remove direction of its own)
+        return None
+    return Heavy(model, k, others)
 
 
 def split(model: LossModel, cut: float) -> tuple[_CutModel, _CutModel, float]:
@@ -236,6 +274,8 @@ def _neighbour_spacings(planner, query, settings):
 
     best, best_w = settings, planner.width("remove", query, *settings)[0]
     for f in NEIGHBOUR_SPACINGS:
+        if _budget.spent():
+            break
         h = planner.align("remove", round_spacing(settings.h * f))
         if planner.composer.grid_points("remove", h, settings.lam, settings.log_eta) > MAX_GRID_POINTS:
             continue
@@ -248,7 +288,7 @@ def _neighbour_spacings(planner, query, settings):
     return best
 
 
-def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
+def build_terms(heavy: Heavy, delta: float, eps0: float,
                 cut: float | None = None, rtol: float = 1e-4, previous: Terms | None = None) -> Terms | None:
     """Every term's grids at the cut ``CUT_FRACTION * eps0`` (or ``cut``), tuned
     at ``eps0`` (None when no cut leaves few enough terms).  The cut is raised
@@ -261,6 +301,7 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
     from pld.planner import Query
     from pld.queries import Engine  # (queries uses this module)
 
+    model, steps = heavy.model, heavy.steps
     if cut is None:
         cut = previous.cut if previous is not None else CUT_FRACTION * eps0
     if previous is not None and previous.cut != cut:
@@ -284,7 +325,8 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
         return None
     engines, weights = [], []
     for k in range(k_max + 1):
-        comps = tuple(c for c in ((_Part(core), steps - k), (_Part(jump), k)) if c[1] > 0)
+        comps = tuple(c for c in ((_Part(core), steps - k), (_Part(jump), k)) if c[1] > 0) + tuple(
+            (_Part(m), c) for m, c in heavy.others)
         # (no spacing cap at the sampling rate any more: the dominated side's
         # bulk shift, pld.composer.bulk_shift, resolves a subsampled step's
         # bulk on coarser grids; sigma 0.33, q 7.7e-6, T 2.6e6 went from 4.8x
@@ -336,7 +378,7 @@ def build_terms(model: LossModel, steps: int, delta: float, eps0: float,
     grids, used = [], []
     for k in range(k_max + 1):
         r = rtol * float(part[k]) / max(float(share[k]), 1e-300)
-        if r >= COARSE_RTOL:
+        if r >= COARSE_RTOL or _budget.spent():
             grids.append(coarse[k][0])
             used.append(coarse[k][1])
             continue

@@ -15,7 +15,8 @@ from functools import reduce
 
 import numpy as np
 
-from pld._models import _NEG_INF, _PairInBase, normal_interval_logmass
+from pld._models import _NEG_INF, _U, _PairInBase, normal_interval_logmass
+from pld._outward import widen
 
 # ---------------------------------------------------------------------------
 # Pairs of Gaussian mixtures with a monotone likelihood ratio
@@ -265,10 +266,21 @@ class MonotoneMixtureModel(_PairInBase):
         return float(lo), float(hi)
 
     def sup_loss(self) -> float:
-        """Exact supremum of the loss: its limit as ``y -> inf`` (``inf`` unless the
-        largest P- and Q-means coincide, e.g. the add direction of a mixture
-        with a zero sensitivity, where it is a log weight ratio)."""
-        return self.loss_limits()[1]
+        """Supremum of the loss, rounded up (see :meth:`sup_loss_bounds`)."""
+        return self.sup_loss_bounds()[1]
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        """``(lo, hi)`` around the supremum of the loss: its limit as ``y -> inf``
+        (``inf`` unless the largest P- and Q-means coincide, e.g. the add
+        direction of a mixture with a zero sensitivity, where it is a log weight
+        ratio ``wp - wq``, each a log-sum-exp of logs of the weights: within
+        ``16 u (|wp| + |wq| + 1)``)."""
+        b = self.base
+        mp, wp = _end_weight(b.log_wp, b.mean_p, max)
+        mq, wq = _end_weight(b.log_wq, b.mean_q, max)
+        if mp > mq:
+            return math.inf, math.inf
+        return widen(wp - wq, 16.0 * _U * (abs(wp) + abs(wq) + 1.0))
 
     def inf_log_mass(self) -> float:
         return _NEG_INF
@@ -384,7 +396,12 @@ class LossUnionModel(_PairInBase):
 
     def sup_loss(self) -> float:
         """The largest of the parts' suprema (every part has positive weight)."""
-        return max(m.sup_loss() for _, m in self.parts)
+        return self.sup_loss_bounds()[1]
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        """Bounds on the largest of the parts' suprema."""
+        bounds = [m.sup_loss_bounds() for _, m in self.parts]
+        return max(b[0] for b in bounds), max(b[1] for b in bounds)
 
     def inf_log_mass(self) -> float:
         return float(np.logaddexp.reduce([lw + m.inf_log_mass() for lw, m in self.parts]))

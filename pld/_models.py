@@ -84,6 +84,8 @@ class LossModelProtocol(Protocol):
 
     def sup_loss(self) -> float: ...
 
+    def sup_loss_bounds(self) -> tuple[float, float]: ...
+
     def inf_log_mass(self) -> float: ...
 
 
@@ -430,16 +432,39 @@ class LossModel:
         return float(_special.logsumexp(lp[sel])) if np.any(sel) else _NEG_INF
 
     def sup_loss(self) -> float:
-        """Exact supremum of the loss over outcomes with positive P-mass (``inf``
-        for a Gaussian part or an atom where ``Q = 0``).  A Laplace part lies
-        strictly between its two atoms, so the atoms decide."""
-        loss, lp, _ = self.atoms()
+        """Supremum of the loss over outcomes with positive P-mass, rounded up
+        (``inf`` for a Gaussian part or an atom where ``Q = 0``)."""
+        return self.sup_loss_bounds()[1]
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        """``(lo, hi)`` around the exact supremum of the loss over outcomes with
+        positive P-mass (``inf`` for a Gaussian part or an atom where ``Q = 0``).
+
+        A Laplace part lies strictly between its two atoms, so the atoms
+        decide.  An atom's loss is computed as ``log P - log Q`` from log masses
+        that are themselves a few roundings away from the pair's: its error is
+        bounded by ``16 u (|log P| + |log Q| + |loss| + 1)`` (``u = 2^-53``; a
+        handful of correctly rounded ``log``, ``log1p``, ``exp`` and sums, each
+        relative to the magnitudes it adds).  The add direction of a Poisson-
+        subsampled Gaussian is bounded by ``-log(1 - q)``, computed by
+        ``log1p`` to within one unit.
+        """
+        loss, lp, lq = self.atoms()
         sel = lp > _NEG_INF
-        top = float(np.max(loss[sel])) if np.any(sel) else -math.inf
+        lo = hi = -math.inf
+        if np.any(sel):
+            with np.errstate(invalid="ignore"):
+                err = 16.0 * _U * (np.abs(lp[sel]) + np.abs(np.where(np.isfinite(lq[sel]), lq[sel], 0.0))
+                                   + np.abs(np.where(np.isfinite(loss[sel]), loss[sel], 0.0)) + 1.0)
+            top = loss[sel]
+            lo = float(np.max(np.where(np.isfinite(top), top - err, top)))
+            hi = float(np.max(np.where(np.isfinite(top), top + err, top)))
         if self.base is not None and not isinstance(self.base, LaplaceBase):
             # a Gaussian base loss x is unbounded; the add direction of Poisson
-            # sampling maps it to -log(1 - q + q e^x) <= -log(1 - q)
+            # sampling maps it to -log(1 - q + q e^x) < -log(1 - q), its limit
             if self.direction == "add" and self.sampling_rate < 1.0:
-                return max(top, float(-np.log1p(-self.sampling_rate)) * (1.0 + 1e-15))
-            return math.inf
-        return top
+                v = -math.log1p(-self.sampling_rate)
+                return max(lo, v * (1.0 - 4.0 * _U)), max(hi, v * (1.0 + 4.0 * _U))
+            return math.inf, math.inf
+        return (math.nextafter(lo, -math.inf) if math.isfinite(lo) else lo,
+                math.nextafter(hi, math.inf) if math.isfinite(hi) else hi)

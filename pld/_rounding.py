@@ -7,6 +7,10 @@ is printed), and a printed bracket must contain the certified bracket.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+
+#: enough digits for every double (its exact decimal has at most 767 significant digits)
+_EXACT = Context(prec=800)
 
 __all__ = ["round_up", "round_down", "bracket"]
 
@@ -16,22 +20,16 @@ def round_up(x: float, decimals: int) -> str:
     (or the upper end of a bracket) is never shown below the certified value."""
     if not math.isfinite(x):
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    scale = 10 ** decimals
-    r = math.ceil(x * scale) / scale
-    while r < x:  # (x * scale can round down in binary)
-        r += 1.0 / scale
-    return f"{r:.{decimals}f}"
+    # (exact decimal arithmetic: a binary x * 10^d rounds, and a printed
+    # decimal is not the double it was formatted from)
+    return format(Decimal(x).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_CEILING, context=_EXACT), "f")
 
 
 def round_down(x: float, decimals: int) -> str:
     """``x`` rounded *down* to ``decimals`` decimals (lower ends of brackets)."""
     if not math.isfinite(x):
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    scale = 10 ** decimals
-    r = math.floor(x * scale) / scale
-    while r > x:
-        r -= 1.0 / scale
-    return f"{r:.{decimals}f}"
+    return format(Decimal(x).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_FLOOR, context=_EXACT), "f")
 
 
 def bracket(lo: float, hi: float, decimals: int = 6) -> str:

@@ -152,5 +152,8 @@ class SymmetrizedSubsampledGaussianModel(_PairInBase):
     def sup_loss(self) -> float:
         return math.inf
 
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        return math.inf, math.inf
+
     def inf_log_mass(self) -> float:
         return _NEG_INF

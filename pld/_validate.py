@@ -20,6 +20,18 @@ MAX_LOSS_SCALE = 1e4
 #: largest Gaussian ``sensitivity / sigma`` (mean loss mu^2 / 2 = 5e5 per
 #: release; calibration searches noise multipliers from 1e-3 up)
 MAX_GAUSSIAN_MU = 1e3
+#: smallest positive delta a query accepts: e^-230, far below any failure
+#: probability a guarantee is stated with; below it the grids' truncation and
+#: round-off budgets leave the float range (delta = 1e-300 lost every mass)
+MIN_DELTA = 1e-100
+
+
+def delta_floor(name: str, d: np.ndarray) -> None:
+    """Refuse a positive delta below :data:`MIN_DELTA` (0 itself is exact: the largest loss)."""
+    bad = (d > 0.0) & (d < MIN_DELTA)
+    if np.any(bad):
+        raise ValueError(f"{name} must be 0 or in [{MIN_DELTA:g}, 1], got {float(d[bad].ravel()[0])!r} "
+                         "(a failure probability that small says nothing; delta = 0 gives the pure-DP epsilon)")
 
 
 def _short(value) -> str:

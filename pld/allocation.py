@@ -68,7 +68,6 @@ from pld import _validate as v
 from pld import adjacency as adj
 from pld import mechanisms as pld_mechanisms
 from pld import sampling
-from pld._allocation_parts import OneSided
 from pld._allocation_sum import atoms as _atoms
 from pld._allocation_sum import sum_laws
 from pld._models import _PairInBase
@@ -134,6 +133,9 @@ class _AtomsModel(_PairInBase):
         # the true pair's loss is unbounded in both directions (a Gaussian
         # coordinate can make S/t as large or as small as one likes)
         return math.inf
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        return math.inf, math.inf
 
 
 @dataclass(frozen=True, eq=False)
@@ -382,17 +384,24 @@ class RandomAllocation(Mechanism):
             return _LabelSum(self.noise_multiplier, self.steps, self.participations, _LABEL_SPACING)
         return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
 
-    def pld(self, *, value_discretization_interval: float | None = None):
-        """The PLD of one round.  ``k = 1``: the exact pair (both ends).  ``k > 1``:
-        the upper end from the block rounds, the lower end from the sum
-        statistic (see :meth:`explain`)."""
+    @property
+    def tight(self) -> bool:  # type: ignore[override]
+        """``k = 1``: the exact pair.  ``k > 1``: bounded by the block rounds above
+        and a statistic of the outputs below (see :meth:`explain`)."""
+        return self.participations == 1
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
         if self.participations == 1:
-            return PLD(((self, 1),), value_discretization_interval=value_discretization_interval)
-        # (the gap between the block bound and the statistic is structural: no refinement)
-        parts = [(OneSided(RandomAllocation(self.mechanism, s, 1, self.spacing), "upper", refine=False), c)
-                 for s, c in self.blocks()]
-        parts.append((OneSided(self._lower_part(), "lower", refine=False), 1))
-        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
+            return super().bound_parts()
+        upper = tuple((RandomAllocation(self.mechanism, s, 1, self.spacing), c) for s, c in self.blocks())
+        return upper, ((self._lower_part(), 1),)
+
+    def bound_notes(self) -> dict[str, str]:
+        if self.participations == 1:
+            return super().bound_notes()
+        info = self.explain()
+        return {"upper": "dominating composition that is not tight: " + info["upper"],
+                "lower": "a dominated construction of the true mechanism: " + info["lower"]}
 
     def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
         """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.
@@ -515,19 +524,24 @@ class Shuffling(Mechanism):
     def __post_init__(self) -> None:
         _check_round(self, "shuffling")
 
-    def pld(self, *, value_discretization_interval: float | None = None):
-        special = adj.REPLACE_SPECIAL
-        parts = [(OneSided(self.mechanism, "upper", special), 1)]
+    tight = False
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
         try:
-            # (the gap is the unknown amplification of shuffling: no refinement closes it)
-            parts.append((OneSided(RandomAllocation(self.mechanism, self.steps, 1, self.spacing), "lower", special,
-                                   refine=False), 1))
+            lower: tuple | None = ((RandomAllocation(self.mechanism, self.steps, 1, self.spacing), 1),)
         except ValueError as exc:
             warnings.warn(f"Shuffling: no lower end beyond 0 ({exc})", AllocationAccuracyWarning, stacklevel=2)
-        return PLD(tuple(parts), value_discretization_interval=value_discretization_interval)
+            lower = None
+        return ((self.mechanism, 1),), lower
+
+    def bound_notes(self) -> dict[str, str]:
+        return {"upper": "no amplification: one run of the mechanism per epoch (a dominating pair that is not "
+                         "tight; no tight analysis of shuffling is known)",
+                "lower": f"1-of-{self.steps} random allocation (a dataset whose other records contribute 0: "
+                         "a concrete pair of neighbouring datasets)"}
 
     def loss_model(self, direction: str = "remove"):
-        raise ValueError("Shuffling is a composition of an upper-only and a lower-only part: use its .pld()")
+        raise ValueError("Shuffling is bounded by two pairs (it is not tight): use its .pld()")
 
     def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
         """The constructions of both ends and (with ``delta``) the bracket and its gap."""

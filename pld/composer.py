@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from pld import _heap
+from pld import _budget, _heap
 from pld import _windows as w
 from pld._fft import _canonical_size as _fft_size
 from pld._models import LossModelProtocol
@@ -81,11 +81,21 @@ MIN_LEVEL_POINTS = 1 << 12
 EARLY_LEVEL_POINTS = 1 << 14
 #: first-step windows longer than this may use wide cells in their tails
 _WIDE_CELLS_FROM = 4096
+#: a first step's window spans at most this many spacings: as many as its
+#: widest cells (``2^(levels+1)`` spacings) can cover in ``MAX_GRID_POINTS``
+#: points.  The exact law's tail can reach far beyond the window the planner
+#: sized (a law with a near-atom tuned at a tiny spacing: ``PoissonSampled(
+#: Gaussian(0.01), 0.25)``'s big-jump core at h = 2e-13 spanned 1.5e16
+#: spacings); what a shorter window leaves out goes to the safe side, as at
+#: every window's edge
+STEP_SPAN_CAP = MAX_GRID_POINTS << (w._WIDE_CELL_LEVELS + 1)
 _U = 2.0 ** -53
 
 
-class GridTooLargeError(MemoryError):
-    """The requested accuracy needs more grid points than the memory cap allows."""
+class GridTooLargeError(ValueError, MemoryError):
+    """A fixed grid spacing (``value_discretization_interval``) needs more grid
+    points than the memory cap allows.  A ``ValueError`` (the argument is out
+    of range for the query) and a ``MemoryError`` (what it would cost)."""
 
 
 @dataclass(eq=False)
@@ -232,8 +242,9 @@ class Composer:
         n_final = self.grid_points(direction, h, lam, log_eta)
         if n_final > MAX_GRID_POINTS:
             raise GridTooLargeError(
-                f"this query needs {n_final} grid points at spacing {h:g}, above the cap of "
-                f"{MAX_GRID_POINTS}; pass a larger value_discretization_interval or accept a wider bracket")
+                f"value_discretization_interval = {h:g} needs {n_final} grid points for this query, above the "
+                f"cap of {MAX_GRID_POINTS}: pass a spacing of at least {h * n_final / MAX_GRID_POINTS:.3g}, or "
+                "none (pld then chooses the spacing per query)")
         comp = self.laws.exploration(direction)
         sizing = self.laws.sizing(direction, log_eta)
         entry = Materialized([_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(),
@@ -365,16 +376,23 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
         hi = max(hi, ex.loss_max)
     if getattr(model, "bounded_below", False):
         lo = min(lo, ex.loss_min)
-    k_lo = int(math.floor(lo / h))
-    k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
-    n = k_hi - k_lo + 1
-    points = None
-    if model.base is not None and n > _WIDE_CELLS_FROM:
-        # wide cells where the law has negligible mass (the tails of a
-        # subsampled step are most of its window)
-        points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n, budget_scale=total_steps / count), n)
-        if points.size > 0.8 * n:
-            points = None
+    core = w.window(w.Composite([(ex_sizing or ex, 1)]), lam, budget)
+    for cap in (STEP_SPAN_CAP, MAX_GRID_POINTS):
+        lo, hi = _capped_span(lo, hi, h, core, cap)
+        k_lo = int(math.floor(lo / h))
+        k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
+        n = k_hi - k_lo + 1
+        points = None
+        if model.base is not None and n > _WIDE_CELLS_FROM:
+            # wide cells where the law has negligible mass (the tails of a
+            # subsampled step are most of its window)
+            points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n, budget_scale=total_steps / count), n)
+            if points.size > 0.8 * n:
+                points = None
+        if (n if points is None else points.size) <= MAX_GRID_POINTS:
+            break
+        # (wide cells did not bring the window within the cap: it is cut to
+        # the cap in plain cells)
     offsets = np.arange(n) if points is None else points
     grid = (k_lo + offsets) * h
     cells = model.cells(grid)
@@ -389,6 +407,21 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
         ex_grid.psi_around(0.0)
     return _Step(model, ex, count, k_lo, k_hi, cells, ex_grid, points,
                  ex_sizing=ex if ex_sizing is None else ex_sizing)
+
+
+def _capped_span(lo: float, hi: float, h: float, core: tuple[float, float], cap: float) -> tuple[float, float]:
+    """``[lo, hi]`` cut to at most ``cap`` spacings (less two), around ``core``
+    (the window the law the grids hold asks for), evenly on both sides."""
+    span = (cap - 2) * h
+    if hi - lo <= span:
+        return lo, hi
+    c_lo, c_hi = max(lo, core[0]), min(hi, core[1])
+    room = max(span - (c_hi - c_lo), 0.0) / 2.0
+    new_lo, new_hi = max(lo, c_lo - room), min(hi, c_hi + room)
+    if new_hi - new_lo > span:  # (the core alone is too wide)
+        mid = 0.5 * (c_lo + c_hi)
+        new_lo, new_hi = mid - 0.5 * span, mid + 0.5 * span
+    return new_lo, new_hi
 
 
 def _spread_masses(model, cells: tuple, grid: np.ndarray) -> np.ndarray:
@@ -533,6 +566,7 @@ def _self_compose(step: _Step, h: float, lam: float, pessimistic: bool, total_st
             if unshifted:
                 shift = 0.0  # (taken off the power's levels already, on their finer lattice)
     while True:
+        _budget.check_hard()
         if remaining & 1:
             if result is None:
                 result, result_count = cur, cur_count

@@ -16,6 +16,7 @@ of the neighbouring relation, and every answer is an interval
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import Counter
@@ -23,16 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pld import _budget, gaussian_exact, queries, total_variation
 from pld import _validate as v
 from pld import adjacency as adj
-from pld import gaussian_exact, queries, total_variation
 from pld.composer import GridTooLargeError
 from pld.grid import GridPLD
 from pld.laws import DIRECTIONS
 from pld.mechanisms import Mechanism, register_pld_type
-from pld.planner import EPS_ATOL, EPS_RTOL, MAX_SPACING, Settings
+from pld.planner import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, Settings
 
-__all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "CLOSED_FORMS",
+__all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "NotTightWarning", "CLOSED_FORMS",
            "EPS_RTOL", "EPS_ATOL"]
 
 #: answer compositions of Gaussian mechanisms from their closed form (exact at
@@ -46,6 +47,19 @@ class TargetMissedWarning(RuntimeWarning):
     Both ends are still proofs; the message says why the grid could not be
     refined further (memory cap, a fixed spacing, refinement that stalled).
     Turn it into an error with ``warnings.simplefilter("error", pld.TargetMissedWarning)``.
+    """
+
+
+class NotTightWarning(UserWarning):
+    """A bracket is wide because a part is not tight (:attr:`PLD.tight`), not
+    because of the numerics.
+
+    The upper end comes from a dominating pair that is not tight and the lower
+    end from a dominated construction of the true mechanism (or is 0); both
+    are certified, and each met its own width target unless a
+    :class:`TargetMissedWarning` says otherwise.  ``explain()`` states both
+    constructions.  Silence it with
+    ``warnings.simplefilter("ignore", pld.NotTightWarning)``.
     """
 
 
@@ -66,6 +80,15 @@ class GridPair:
     power_steps: tuple[int, ...]
 
 
+def _budgeted(method):
+    """Run a query under its time budget (:mod:`pld._budget`; nested queries share the outermost)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with _budget.query():
+            return method(self, *args, **kwargs)
+    return run
+
+
 class PLD:
     """Privacy loss distribution of a composition of mechanisms.
 
@@ -75,7 +98,8 @@ class PLD:
     numerical results are cached.
     """
 
-    def __init__(self, components, *, value_discretization_interval: float | None = None):
+    def __init__(self, components, *, value_discretization_interval: float | None = None,
+                 _relation: str | None = None):
         comps = []
         for item in components:
             if not isinstance(item, tuple) or len(item) != 2:
@@ -86,16 +110,20 @@ class PLD:
             comps.append((m, v.integer("count", k, low=1, high=v.MAX_COUNT)))
         if value_discretization_interval is not None:
             value_discretization_interval = v.real(
-                "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True,
+                "value_discretization_interval", value_discretization_interval, low=MIN_SPACING,
                 high=MAX_SPACING)
         self._components = _merge(tuple(comps))
         for _, k in self._components:
             v.integer("count (after adding up equal mechanisms)", k, low=1, high=v.MAX_COUNT)
-        self._adjacency = _common_adjacency(self._components)
+        # (a bound's view takes the relation of the composition it bounds: its
+        # parts may be stated under another, such as shuffling's lower end)
+        self._adjacency = _common_adjacency(self._components) if _relation is None else _relation
         self._h_fixed = value_discretization_interval
         self._engine_box: list[queries.Engine] = []
         #: the composition with refined components (see _epsilon_bracket_refined), once built
         self._refined_box: list[PLD | None] = []
+        #: (upper view, lower view or None) of a composition that is not tight, once built
+        self._bounds_box: list[tuple[PLD, PLD | None]] = []
 
     # ----------------------------------------------------------- building
     @classmethod
@@ -128,7 +156,71 @@ class PLD:
     @property
     def symmetric(self) -> bool:
         """True when both directions of the relation have the same PLD (one is evaluated)."""
+        if not self.tight:
+            return self._bounds()[0].symmetric
         return all(m.symmetric for m, _ in self._components)
+
+    @property
+    def tight(self) -> bool:
+        """True when every part is composed through its mechanism's tight
+        dominating pair, so that both ends of a bracket come from it.
+
+        A composition with a part that is not tight (:attr:`pld.Mechanism.tight`)
+        is bounded by two compositions of tight pairs: its upper ends come from
+        the parts' dominating compositions, its lower ends from dominated
+        constructions of the true mechanisms (or are 0 where none is known);
+        :meth:`bounds` gives both, :meth:`explain` says what each is.  The gap
+        between them is the price of the missing tight analysis, not a
+        numerical error: it raises no :class:`TargetMissedWarning` (each of
+        the two compositions meets its own target or warns).
+        """
+        return all(m.tight for m, _ in self._components)
+
+    def bounds(self) -> tuple[PLD, PLD | None]:
+        """``(upper, lower)``: the compositions of tight pairs that bound this one.
+
+        A tight PLD is its own bound both ways.  Otherwise every part is
+        replaced by its dominating composition in ``upper`` and by its
+        dominated construction in ``lower`` (None when some part has none:
+        lower ends are then 0).  See :attr:`tight`.
+        """
+        if self.tight:
+            return self, self
+        return self._bounds()
+
+    def _say_not_tight(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, rtol: float) -> None:
+        """Never silent: a bracket wider than its target because a part is not
+        tight is said once per PLD (:class:`NotTightWarning`)."""
+        wide = np.flatnonzero((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
+        if wide.size == 0 or self.__dict__.get("_said_not_tight"):
+            return
+        self.__dict__["_said_not_tight"] = True
+        j = int(wide[0])
+        names = ", ".join(sorted({type(m).__name__ for m, _ in self._components if not m.tight}))
+        lower = self._bounds()[1]
+        warnings.warn(f"epsilon bracket [{lo.ravel()[j]:.6g}, {hi.ravel()[j]:.6g}] at delta = {d.ravel()[j]:.3g}: "
+                      f"{names} is not tight; the upper end is from a dominating pair that is not tight, the lower "
+                      + ("end from a dominated construction of the true mechanism" if lower is not None
+                         else "end is 0 (no dominated construction is known)")
+                      + ". The gap is not numerical; both ends are certified (explain() states both).",
+                      NotTightWarning, stacklevel=3)
+
+    def _bounds(self) -> tuple[PLD, PLD | None]:
+        if not self._bounds_box:
+            up: list = []
+            low: list | None = []
+            for m, k in self._components:
+                u, lo = m.bound_parts()
+                up.extend((mm, c * k) for mm, c in u)
+                if lo is None or low is None:
+                    low = None
+                else:
+                    low.extend((mm, c * k) for mm, c in lo)
+            upper = PLD(tuple(up), value_discretization_interval=self._h_fixed, _relation=self._adjacency)
+            lower = (None if low is None else
+                     PLD(tuple(low), value_discretization_interval=self._h_fixed, _relation=self._adjacency))
+            self._bounds_box.append((upper, lower))
+        return self._bounds_box[0]
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -162,6 +254,7 @@ class PLD:
         return f"PLD({inner})"
 
     # ---------------------------------------------------------- queries
+    @_budgeted
     def epsilon_bounds(self, delta, *, rtol: float | None = None):
         """Certified ``(lower, upper)`` on the smallest epsilon with delta(epsilon) <= delta.
 
@@ -174,7 +267,16 @@ class PLD:
         a looser one is faster.  Either way both ends are certified.
         """
         d, scalar = v.real_array("delta", delta, low=0.0, high=1.0)
+        v.delta_floor("delta", d)
         rtol = EPS_RTOL if rtol is None else v.real("rtol", rtol, low=1e-7, high=1.0)
+        if not self.tight:
+            upper, lower = self._bounds()
+            _, hi = upper.epsilon_bounds(d, rtol=rtol)
+            lo = lower.epsilon_bounds(d, rtol=rtol)[0] if lower is not None else np.zeros(d.shape)
+            self._say_not_tight(np.asarray(lo), np.asarray(hi), d, rtol)
+            if scalar:
+                return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
+            return np.asarray(lo, float).reshape(d.shape), np.asarray(hi, float).reshape(d.shape)
         lo = np.empty(d.shape)
         hi = np.empty(d.shape)
         for idx, dv in np.ndenumerate(d):
@@ -185,18 +287,24 @@ class PLD:
 
     def _epsilon_bounds_at(self, delta: float, rtol: float) -> tuple[float, float]:
         if delta == 0.0:
-            top = self._epsilon_at_zero_delta()
-            # (the sum of the components' largest losses, rounded either way)
-            inner = 0.0 < top < math.inf
-            return (max(0.0, float(np.nextafter(top, -math.inf))) if inner else top,
-                    float(np.nextafter(top, math.inf)) if inner else top)
+            # the largest of the directions' largest losses, each summed
+            # exactly from bounds on the components' and rounded outward
+            engine = self._engine()
+            bounds = [engine.laws.largest_loss_bounds(d) for d in engine.directions]
+            return max(0.0, *(b[0] for b in bounds)), max(0.0, *(b[1] for b in bounds))
         if delta == 1.0 or self._tv_upper() <= delta or self._epsilon_at_zero_delta() <= 0.0:
             # delta(0) <= 1 always; delta(0) = TV <= delta, or no loss above 0
             # at all: epsilon = 0
             return 0.0, 0.0
         mu = self._closed_form_mu()
         if mu is not None:
-            return gaussian_exact.epsilon_bounds(mu, delta)
+            lo, hi = gaussian_exact.epsilon_bounds(mu, delta)
+            if hi - lo > rtol * hi + EPS_ATOL:
+                warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {delta:.3g} is wider than its "
+                              f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): the closed form's "
+                              "special-function error bound leaves this width. Both ends are still certified.",
+                              TargetMissedWarning, stacklevel=4)
+            return lo, hi
         return self._epsilon_bracket(delta, rtol)
 
     def epsilon(self, delta):
@@ -204,19 +312,32 @@ class PLD:
         _, hi = self.epsilon_bounds(delta)
         return hi
 
+    @_budgeted
     def delta_bounds(self, epsilon):
         """Certified ``(lower, upper)`` on delta(epsilon) = max over directions.
 
         Vectorised: a whole curve in one call (see :func:`pld.queries.delta_curve`).
         """
         e, scalar = v.real_array("epsilon", epsilon)
+        if not self.tight:
+            upper, lower = self._bounds()
+            _, hi = upper.delta_bounds(e)
+            lo = lower.delta_bounds(e)[0] if lower is not None else np.zeros(e.shape)
+            if scalar:
+                return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
+            return np.asarray(lo, float).reshape(e.shape), np.asarray(hi, float).reshape(e.shape)
         flat = e.ravel()
         mu = self._closed_form_mu()
         if mu is not None:
             lo, hi = gaussian_exact.delta_bounds(mu, flat)
         else:
             engine = self._engine()
-            lo, hi = queries.delta_curve(engine, flat, self._epsilon_at_zero_delta())
+            try:
+                lo, hi = queries.delta_curve(engine, flat, self._epsilon_at_zero_delta())
+            except _budget.BudgetSpent as exc:
+                lo, hi = np.zeros(flat.shape), np.ones(flat.shape)
+                warnings.warn(f"delta bounds are [0, 1]: {exc} (no grid finished; PLD_TIME_BUDGET sets the "
+                              "budget). Both ends are still certified.", TargetMissedWarning, stacklevel=3)
             _warn_if_loose(flat, lo, hi, self._h_fixed, queries.tunable_epsilon(engine))
         if scalar:
             return float(lo[0]), float(hi[0])
@@ -227,6 +348,7 @@ class PLD:
         _, hi = self.delta_bounds(epsilon)
         return hi
 
+    @_budgeted
     def explain(self, delta: float, *, tilt: float | None = None) -> dict:
         """Per-direction brackets and numerical settings behind ``epsilon_bounds(delta)``.
 
@@ -235,7 +357,9 @@ class PLD:
         A weak tilt (0) represents the bulk of the loss law best, the query's
         own tilt the tail at ``delta``.
         """
-        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        delta = v.real("delta", delta, low=v.MIN_DELTA, high=1.0, high_open=True)
+        if not self.tight:
+            return self._explain_bounds(delta, tilt)
         lo, hi = self._epsilon_bracket(delta, EPS_RTOL)
         engine = self._engine()
         miss = queries.target_miss(engine, delta, EPS_RTOL, lo, hi, queries.used_settings(engine, delta))
@@ -284,6 +408,35 @@ class PLD:
             directions["remove"]["delta_at_epsilon_upper"] = (max(g_lo, at_terms[0]), min(g_hi, at_terms[1]))
         return out
 
+    def _explain_bounds(self, delta: float, tilt: float | None) -> dict:
+        """:meth:`explain` of a composition that is not tight: the upper view's
+        grids and settings, both views' brackets, and what each end bounds."""
+        upper, lower = self._bounds()
+        out = upper.explain(delta, tilt=tilt)
+        up_lo, up_hi = out["epsilon_lower"], out["epsilon_upper"]
+        low = lower.explain(delta) if lower is not None else None
+        notes = [(repr(m), m.bound_notes()) for m, _ in self._components if not m.tight]
+        out.update({
+            "epsilon_lower": low["epsilon_lower"] if low is not None else 0.0,
+            "tight": False,
+            "method": ("upper end from a dominating pair that is not tight; lower end from "
+                       + ("a dominated construction of the true mechanism" if lower is not None
+                          else "none known (0)") + "; " + out["method"]),
+            "bounds": {
+                "upper": {"epsilon_bracket": (up_lo, up_hi), "target_met": out["target_met"],
+                          "what": "; ".join(f"{name}: {n['upper']}" for name, n in notes)},
+                "lower": ({"epsilon_bracket": (low["epsilon_lower"], low["epsilon_upper"]),
+                           "target_met": low["target_met"],
+                           "what": "; ".join(f"{name}: {n['lower']}" for name, n in notes)}
+                          if low is not None else
+                          {"epsilon_bracket": None, "target_met": True,
+                           "what": "; ".join(f"{name}: {n['lower']}" for name, n in notes)}),
+            },
+            "target_met": out["target_met"] and (low is None or low["target_met"]),
+            "target_missed_because": out["target_missed_because"] or (low or {}).get("target_missed_because"),
+        })
+        return out
+
     def grids(self, delta: float, *, tilt: float | None = None) -> dict[str, GridPair]:
         """The certified grids behind ``epsilon_bounds(delta)``, per direction.
 
@@ -291,7 +444,7 @@ class PLD:
         delta off these grids instead of rebuilding them.  ``tilt`` replaces
         the grids' exponential tilt (same spacing and truncation budget).
         """
-        delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        delta = v.real("delta", delta, low=v.MIN_DELTA, high=1.0, high_open=True)
         engine = self._engine()
         used = queries.used_settings(engine, delta)
         if tilt is not None:
@@ -337,6 +490,10 @@ class PLD:
 
     # -------------------------------------------------------- internals
     def _engine(self) -> queries.Engine:
+        if not self.tight:
+            # (grids, curves and reports of a composition that is not tight
+            # read its upper view: the dominating pairs)
+            return self._bounds()[0]._engine()
         # (built on first use: a PLD that is only composed and saved builds none;
         # list.append is atomic, and a race builds two engines of which one wins)
         if not self._engine_box:
@@ -361,7 +518,12 @@ class PLD:
         intersected (both are certified).
         """
         engine = self._engine()
-        lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
+        try:
+            lo, hi, used = queries.epsilon_bracket(engine, delta, rtol)
+        except _budget.BudgetSpent as exc:
+            # (no grid of some direction could be built in time: the trivial
+            # bracket, said; PLD_TIME_BUDGET gives the query more time)
+            return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
         miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is None or self._h_fixed is not None:
             return lo, hi, miss
@@ -396,7 +558,7 @@ class PLD:
 
         ``delta(eps) = E_P[(1 - e^{eps - L})_+]`` vanishes exactly from the
         largest loss with positive mass on: the sum of the components' largest
-        losses (``inf`` with a mass at +inf or an unbounded loss).
+        losses (``inf`` with a mass at +inf or an unbounded loss), rounded up.
         """
         engine = self._engine()
         return engine.cache.scalar("eps_at_zero", lambda: max(

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from pld import _fft, _special
 from pld._mgf_bounds import _I0, THETA, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
+from pld._outward import point_down, point_up, points_above
 from pld.kernels import (
     coarsen_dominated,
     coarsen_dominating,
@@ -423,13 +424,23 @@ class GridPLD:
 
     def _first_above(self, eps: np.ndarray) -> np.ndarray:
         """Index of the first grid point with ``l_m > eps`` (``n``: none), for any
-        real ``eps`` (computed in floating point before the cast: ``eps / h``
-        beyond 2^63 wrapped around to the bottom of the grid)."""
+        real ``eps``.  The grid points are the exact reals ``(k0 + m) h``: the
+        floating-point estimate (computed in floating point before the cast:
+        ``eps / h`` beyond 2^63 wrapped around to the bottom of the grid) is
+        corrected by exact comparisons (:func:`pld._outward.points_above`), so
+        that an ``eps`` one unit below a rounded grid point is not read as on it."""
         n = self.p.size
         with np.errstate(over="ignore", invalid="ignore"):
             mf = np.floor(eps / self.h) - float(self.k0) + 1.0
         mf = np.where(eps < self.k0 * self.h, 0.0, mf)
-        return np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n)).astype(np.int64)
+        m = np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n))
+        # (the estimate is off by at most one either way)
+        k0 = float(self.k0)
+        down = (m > 0) & points_above(k0 + m - 1.0, self.h, eps)
+        m = np.where(down, m - 1.0, m)
+        up = (m < n) & ~points_above(k0 + m, self.h, eps)
+        m = np.where(up, m + 1.0, m)
+        return m.astype(np.int64)
 
     def _log_weight(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(log w_m, bound on its rounding)`` with ``w_m = exp(log_scale - lam l_m)``."""
@@ -530,7 +541,7 @@ class GridPLD:
         idx = np.flatnonzero(above)
         m_star = int(idx[-1]) if idx.size else 0
         if m_star >= n:
-            return max(0.0, (self.k0 + n - 1) * self.h)
+            return max(0.0, self._point(n - 1))
         # solve exp(logc) * (sa + sign e - e^{eps - l_m} sb) = target on the cell
         lmv = (self.k0 + m_star) * self.h
         sa, sb = self._suffix()[:2]
@@ -548,6 +559,13 @@ class GridPLD:
             return self._verified_upper(eps, delta, m_star)
         return self._verified_lower(eps, delta, m_star)
 
+    def _point(self, m: int) -> float:
+        """Grid point ``m``, the exact real ``(k0 + m) h`` rounded to this side's
+        safe side: up on the dominating grid (an answer at or above it), down on
+        the dominated one."""
+        k = int(self.k0) + int(m)
+        return point_up(k, self.h) if self.pessimistic else point_down(k, self.h)
+
     def _verified_upper(self, eps: float, delta: float, m_star: int) -> float:
         """The first of ``eps`` (nudged up), ``l_m*``, ``l_m* + h``, ... at which
         the evaluator itself certifies ``delta_upper <= delta``; the grid's top
@@ -562,10 +580,10 @@ class GridPLD:
             if self.delta(cand)[0] <= delta:
                 return cand
         for m in range(m_star, min(n, m_star + 64)):
-            cand = max((self.k0 + m) * self.h, 0.0)
+            cand = max(self._point(m), 0.0)
             if self.delta(cand)[0] <= delta:
                 return cand
-        top = max((self.k0 + n - 1) * self.h, 0.0)
+        top = max(self._point(n - 1), 0.0)
         return top if self.delta(top)[0] <= delta else math.inf
 
     def _verified_lower(self, eps: float, delta: float, m_star: int) -> float:
@@ -580,7 +598,7 @@ class GridPLD:
         # (a grid point is the left end of the cell above it, where that
         # cell's bound is largest)
         for m in range(m_star - 1, max(-1, m_star - 65), -1):
-            cand = (self.k0 + m) * self.h
+            cand = self._point(m)
             if cand <= 0.0:
                 return 0.0
             if self.delta(cand)[0] > delta:

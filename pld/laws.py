@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from pld import _windows as w
+from pld._outward import sum_bounds
 from pld.engine_cache import EngineCache
 
 DIRECTIONS = ("remove", "add")
@@ -59,7 +60,13 @@ class Laws:
             return hit
 
     def largest_loss(self, direction: str) -> float:
-        """Sum of the components' largest losses in one direction (``inf``:
-        unbounded, or a mass at +inf)."""
-        return self.cache.scalar(("largest", direction), lambda: sum(
-            k * m.loss_model(direction).sup_loss() for m, k in self.components))
+        """Sum of the components' largest losses in one direction, rounded up
+        (``inf``: unbounded, or a mass at +inf): delta is exactly 0 from there."""
+        return self.largest_loss_bounds(direction)[1]
+
+    def largest_loss_bounds(self, direction: str) -> tuple[float, float]:
+        """``(lo, hi)`` around the sum of the components' largest losses in one
+        direction, summed exactly and rounded outward (:func:`pld._outward.sum_bounds`)."""
+        def compute() -> tuple[float, float]:
+            return sum_bounds((k, *m.loss_model(direction).sup_loss_bounds()) for m, k in self.components)
+        return self.cache.scalar(("largest", direction), compute)

@@ -57,6 +57,14 @@ class Mechanism:
 
     adjacency: str
     symmetric: bool
+    #: whether the pair the engine composes is the mechanism's *tight*
+    #: dominating pair, so that both ends of a bracket bound the mechanism.
+    #: A mechanism known only through a dominating pair that is not tight (a
+    #: derived or block bound) says False and names, in :meth:`bound_parts`,
+    #: the composition that bounds it from above and a dominated construction
+    #: of the true mechanism (a post-processing of it, or a concrete pair of
+    #: neighbouring datasets) that bounds it from below
+    tight: bool = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,6 +83,25 @@ class Mechanism:
 
     def loss_model(self, direction: str) -> LossModelProtocol:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
+        """``(upper, lower)``: compositions ``((mechanism, count), ...)`` of tight
+        pairs whose epsilon bounds this mechanism's from above and from below.
+
+        A tight mechanism is its own bound both ways.  One that is not
+        (:attr:`tight` False) returns a dominating composition and a
+        dominated one, or None for the lower when no dominated construction is
+        known (the lower end of a bracket is then 0).  Every part returned
+        must be tight.
+        """
+        return ((self, 1),), ((self, 1),)
+
+    def bound_notes(self) -> dict[str, str]:
+        """What the two ends of a bracket bound, in words (reports, ``explain()``)."""
+        if self.tight:
+            return {"upper": "the tight dominating pair (dominating discretisation)",
+                    "lower": "the tight dominating pair (dominated discretisation)"}
+        raise NotImplementedError  # pragma: no cover - a non-tight mechanism states its constructions
 
     def tv_upper(self) -> float | None:
         """Upper bound on the total variation of the pair (both directions), or

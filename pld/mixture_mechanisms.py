@@ -153,6 +153,68 @@ _ADJACENCIES = (adj.ADD_OR_REMOVE, adj.SUBSTITUTE, adj.REPLACE_SPECIAL)
 
 
 @dataclass(frozen=True)
+class DisjointUnion(Mechanism):
+    """A coin with probabilities ``weights``, shown to the adversary, picks which pair runs.
+
+    Its hockey-stick divergence is ``sum_j w_j H_a(P_j || Q_j)`` at every
+    ``a`` (:class:`pld._mixture_models.LossUnionModel`), so it dominates any
+    pair that is a mixture, over the same weights, of pairs dominated by the
+    ``(P_j, Q_j)``: the joint convexity of the hockey-stick divergence.  It is
+    the tight pair of the union itself (the coin revealed), which is what a
+    derived bound composes.  ``parts`` is ``((weight, mechanism), ...)`` with
+    weights summing to one; ``relation`` the neighbouring relation the union
+    is a bound for.
+    """
+
+    parts: tuple
+    relation: str
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("parts must hold at least one (weight, mechanism) pair")
+        for w, m in self.parts:
+            if not isinstance(m, Mechanism):
+                raise TypeError(f"parts must hold pld mechanisms, got {type(m).__name__}")
+            v.real("weight", w, low=0.0, high=1.0, low_open=True)
+        object.__setattr__(self, "symmetric", all(m.symmetric for _, m in self.parts))
+
+    @property
+    def adjacency(self) -> str:  # type: ignore[override]
+        return self.relation
+
+    def loss_model(self, direction: str = "remove"):
+        self._check_direction(direction)
+        if len(self.parts) == 1:
+            return self.parts[0][1].loss_model(direction)
+        return LossUnionModel(tuple((math.log(w), m.loss_model(direction)) for w, m in self.parts))
+
+
+@dataclass(frozen=True)
+class RemovePairBothWays(Mechanism):
+    """``mechanism``'s remove-direction pair, bounding both orderings of a symmetric relation.
+
+    Under a relation whose family of worst-case pairs is closed under swapping
+    the two datasets (substitution; a record replaced by a zero record, after
+    a cut batch), the pair that bounds ``H_a(M(D) || M(D'))`` for ``a >= 1``
+    bounds ``H_a(M(D') || M(D))`` too: one pair serves both directions.
+    Internal: a part of :class:`TruncatedPoissonGaussian`'s bound.
+    """
+
+    mechanism: Mechanism
+    relation: str
+    symmetric: bool = field(default=True, init=False)
+
+    @property
+    def adjacency(self) -> str:  # type: ignore[override]
+        return self.relation
+
+    def loss_model(self, direction: str = "remove"):
+        self._check_direction(direction)
+        return self.mechanism.loss_model("remove")
+
+
+@dataclass(frozen=True)
 class TruncatedPoissonGaussian(Mechanism):
     """Gaussian on a Poisson sample truncated to at most ``max_batch_size`` records.
 
@@ -161,44 +223,68 @@ class TruncatedPoissonGaussian(Mechanism):
     ``max_batch_size`` is cut to a uniformly random subset of size B; the sum
     of the batch (one record contributes at most norm 1) gets ``N(0, sigma^2
     I)`` noise.  (dp_accounting's ``TruncatedSubsampledGaussianDpEvent``;
-    arXiv:2508.15089.)
+    arXiv:2508.15089.)  ``dataset_size`` is n, the size of the dataset that
+    holds the record (under add-or-remove the larger of the two neighbours,
+    as in dp_accounting), so m = n - 1 other records share the batch with it.
 
-    Dominating pair (derived here).  Fix the neighbouring record ``x`` and let
-    K be how many of the m other records are sampled.
+    **Not tight.**  pld composes a dominating pair derived here (the upper
+    end) and a concrete pair of neighbouring datasets (the lower end);
+    :meth:`bound_parts` returns both.
+
+    *Upper end* (a proof).  Let K be how many of the m others are sampled.
 
     * ``K <= B - 1``: nothing is cut; given the others' sample the pair is the
-      Poisson-subsampled Gaussian's at rate p, sensitivity 1.
-    * ``K >= B``: ``x``, if sampled, survives the cut with probability
-      ``B/(K+1)`` and then displaces one of the other batch members.  Writing
-      the batch without ``x`` as a uniform (B-1)-subset T of the others plus
-      one more member y, the output given (T, y) is ``(1-r) N(T + y) + r N(T +
-      x)`` with ``r = pB/(K+1)``, against ``N(T + y)``.  (T, y) has the same law
-      for every K >= B (a uniform B-subset of a uniform K-subset is a uniform
-      B-subset), so averaging over K gives the rate
-      ``r_bar = E[pB/(K+1) | K >= B] = B P(Bin(m+1,p) >= B+1) / ((m+1) P(Bin(m,p) >= B))``
-      with displacement ``x - y``, norm <= 2: the subsampled pair with
-      sensitivity 2 at rate ``r_bar``.
+      Poisson-subsampled Gaussian's at rate p, radius 1: under add-or-remove
+      ``((1-p) N(0) + p N(a), N(0))``, ``|a| <= 1``; under substitution the
+      radius-1 substitute pair; under replace-special (the record replaced by
+      a zero record that still counts towards the batch) the add-or-remove pair.
+    * ``K >= B``: the record, if sampled, survives the cut with probability
+      ``B/(K+1)`` and displaces one of the other batch members.  Writing the
+      batch without it as a uniform (B-1)-subset T of the others plus one more
+      member y, the output given (T, y) is ``(1-r) N(T + y) + r N(T + x)``,
+      ``r = pB/(K+1)``, and on the neighbour ``N(T + y)`` (removed),
+      ``(1-r) N(T + y) + r N(T + x')`` (substituted) or ``(1-r) N(T + y) + r
+      N(T)`` (replaced by zero).  (T, y) has the same law for every K >= B (a
+      uniform B-subset of a uniform K-subset is a uniform B-subset), so the
+      pairs mix over K at ``r_bar = E[pB/(K+1) | K >= B] = B P(Bin(n,p) >= B+1)
+      / (n P(Bin(n-1,p) >= B))``.  Centred at ``T + y``, the two outputs are
+      ``A_a = (1-r) N(0) + r N(a)`` and ``A_b`` with ``a = x - y`` (``|a| <= 2``)
+      and ``b = 0`` (removed), ``b = x' - y`` (substituted: ``|b| <= 2``,
+      ``|a - b| <= 2``) or ``b = -y`` (zero record: ``|b| <= 1``, ``|a - b| <=
+      1``).  By the comonotonic argument of :class:`PoissonSampledSubstitute`
+      (advanced joint convexity, then convex order of the likelihood ratio's
+      log-normal terms, whose standard deviations are ``|a|/sigma`` and
+      ``|b - a|/sigma``), ``H_alpha(A_a || A_b)``, ``alpha >= 1``, is at most
+      that of the comonotonic sum with the largest standard deviations the
+      constraints allow: ``2/sigma`` and ``2/sigma`` for a removal or a
+      substitution, realised by ``b = 0``, ``a = 2e`` (records ``x = e``, ``y =
+      x' = -e``): the add-or-remove pair ``((1-r) N(0) + r N(2), N(0))``.  A
+      substitution's and a zero record's families are closed under swapping
+      the datasets, so that pair (its remove direction) bounds both orders
+      there; under add-or-remove the reversed order is the pair's add
+      direction.  (Under replace-special the sharper ``2/sigma, 1/sigma`` is
+      not a monotone pair; the bound keeps ``2/sigma, 2/sigma``.)
 
-    Whether truncation happened is shown to the adversary (a disjoint union,
-    :class:`pld._mixture_models.LossUnionModel`): weight ``w = P(Bin(m,p) <= B-1)`` on
-    the first pair, ``1 - w`` on the second; joint convexity of the
-    hockey-stick divergence makes the union dominate.  ``adjacency``:
+    Whether the batch was cut is shown to the adversary (a disjoint union,
+    :class:`DisjointUnion`: weight ``w = P(Bin(n-1, p) <= B-1)`` on the first
+    pair, ``1 - w`` on the second; joint convexity makes the union dominate
+    the mixture the mechanism is).  The weights are computed with scipy's
+    binomial tails; a relative ``1e-12`` of each part's weight is moved to the
+    rate-p radius-2 pair (which dominates both, ``r_bar < p``) and ``r_bar`` is
+    rounded up, so rounding never favours the bound.
 
-    * ``"add_or_remove"``: the record removed leaves m = n - 1 others and the
-      record added m = n; both directions (remove, add: Zhu, Dong & Wang 2022)
-      must cover both, so the union is ``w(n) P1 + (w(n-1) - w(n)) P* +
-      (1 - w(n-1)) P2(max r_bar)`` with ``P*`` the subsampled pair at rate p,
-      sensitivity 2, which dominates both ``P1`` and ``P2``.
-    * ``"substitute"``: m = n - 1; the parts are
-      :class:`PoissonSampledSubstitute` pairs with radius 1 and 2 (``x - y``
-      and ``x' - y`` both have norm <= 2).
-    * ``"replace_special"`` (a record replaced by a zero record, which still
-      counts towards the batch size): the add-or-remove pair at rate p when
-      nothing is cut, the radius-2 substitute pair when something is.
+    *Lower end*: a dataset whose other records all contribute 0 (zero
+    gradients).  The record's part of the batch is then its own: it is in the
+    (cut) batch with probability ``p_eff = p E[min(1, B/(K+1))] = p P(K <= B-1)
+    + B P(Bin(n,p) >= B+1) / n``, and the outputs are exactly the
+    Poisson-subsampled pair at rate ``p_eff`` (radius 1; the substitute pair
+    with ``x = e``, ``x' = -e`` under substitution), rounded down (a smaller
+    rate is dominated).  Its epsilon is at most the mechanism's.
 
-    The weights are computed with scipy's binomial tails; a relative
-    ``1e-12`` of each tight part's weight is moved to ``P*`` (which dominates
-    them) and ``r_bar`` is rounded up, so rounding never favours the bound.
+    dp_accounting's construction (its ``from_truncated_subsampled_gaussian_
+    mechanism``) mixes the same two cases with its replace-one pair of
+    sensitivity 2 for the cut part, which dominates the add-or-remove pair
+    used here, so pld's upper end is at most its value.
     """
 
     sigma: float
@@ -215,52 +301,72 @@ class TruncatedPoissonGaussian(Mechanism):
         object.__setattr__(self, "max_batch_size", v.integer("max_batch_size", self.max_batch_size, low=1))
         if self.adjacency not in _ADJACENCIES:
             raise ValueError(f"adjacency must be one of {', '.join(map(repr, _ADJACENCIES))}, got {self.adjacency!r}")
-        with np.errstate(over="ignore"):  # a cut batch shifts by up to 2 (4 between two replacements)
-            v.loss_scale("4 / sigma", 4.0 / self.sigma, v.MAX_GAUSSIAN_MU)
+        with np.errstate(over="ignore"):  # a cut batch shifts by up to 2
+            v.loss_scale("2 / sigma", 2.0 / self.sigma, v.MAX_GAUSSIAN_MU)
 
     @property
     def symmetric(self) -> bool:  # type: ignore[override]
         return self.adjacency == "substitute"
 
-    def _cut(self, m: int) -> tuple[float, float, float]:
-        """``(P(K <= B-1), P(K >= B), r_bar)`` for K ~ Bin(m, p) (``r_bar`` = nan if no cut)."""
+    @property
+    def tight(self) -> bool:  # type: ignore[override]
+        """Tight only where no batch is ever cut (fewer other records than B)."""
+        return self._cut()[1] <= 0.0
+
+    def _cut(self) -> tuple[float, float, float, float]:
+        """``(P(K <= B-1), P(K >= B), r_bar, p_eff)`` for K ~ Bin(n-1, p) (``r_bar`` = nan if no cut)."""
         from scipy.stats import binom  # (scipy.stats costs ~0.3 s to import: only when used)
 
-        p, b = self.sampling_rate, self.max_batch_size
-        keep = float(binom.cdf(b - 1, m, p))
-        cut = float(binom.sf(b - 1, m, p))
+        p, b, n = self.sampling_rate, self.max_batch_size, self.dataset_size
+        keep = float(binom.cdf(b - 1, n - 1, p))
+        cut = float(binom.sf(b - 1, n - 1, p))
         if cut <= 0.0:
-            return keep, 0.0, math.nan
-        r = b * float(binom.sf(b, m + 1, p)) / ((m + 1) * cut)
-        return keep, cut, min(p, r * (1.0 + _WEIGHT_SLACK))
+            return keep, 0.0, math.nan, p
+        tail = float(binom.sf(b, n, p))  # P(Bin(n, p) >= B + 1)
+        r = b * tail / (n * cut)
+        p_eff = p * keep + b * tail / n
+        return keep, cut, min(p, r * (1.0 + _WEIGHT_SLACK)), min(p, p_eff * (1.0 - _WEIGHT_SLACK))
+
+    def _radius(self, sensitivity: float, rate: float) -> Mechanism:
+        """The pair of a batch that was not cut (radius ``sensitivity``, rate ``rate``)."""
+        g = Gaussian(self.sigma, sensitivity=sensitivity)
+        return PoissonSampledSubstitute(g, rate) if self.adjacency == "substitute" else PoissonSampled(g, rate)
+
+    def _cut_pair(self, rate: float) -> Mechanism:
+        """The pair of a cut batch: the add-or-remove pair of radius 2 (see the class docstring)."""
+        pair = PoissonSampled(Gaussian(self.sigma, sensitivity=2.0), rate)
+        return pair if self.adjacency == "add_or_remove" else RemovePairBothWays(pair, self.adjacency)
 
     def parts(self) -> tuple:
-        """``((weight, mechanism), ...)``: the pairs of the disjoint union, weights summing to one."""
-        n, p, s = self.dataset_size, self.sampling_rate, self.sigma
-        g1, g2 = Gaussian(s), Gaussian(s, sensitivity=2.0)
-        low: Mechanism
-        star: Mechanism
-        cut: Mechanism
-        if self.adjacency == "add_or_remove":
-            cuts = [self._cut(m) for m in (n - 1, n)]
-            low, star = PoissonSampled(g1, p), PoissonSampled(g2, p)
-        else:
-            cuts = [self._cut(n - 1)]
-            star = PoissonSampledSubstitute(g2, p)
-            low = PoissonSampled(g1, p) if self.adjacency == "replace_special" else PoissonSampledSubstitute(g1, p)
-        rates = [c[2] for c in cuts if c[1] > 0.0]
-        if not rates:  # fewer other records than B: nothing is ever cut
+        """``((weight, mechanism), ...)``: the pairs of the dominating union, weights summing to one."""
+        keep, cut, r_bar, _ = self._cut()
+        low = self._radius(1.0, self.sampling_rate)
+        if cut <= 0.0:  # fewer other records than B: nothing is ever cut
             return ((1.0, low),)
-        cut = (PoissonSampled(g2, max(rates)) if self.adjacency == "add_or_remove"
-               else PoissonSampledSubstitute(g2, max(rates)))
-        w_low = min(c[0] for c in cuts) * (1.0 - _WEIGHT_SLACK)
-        w_cut = min(c[1] for c in cuts) * (1.0 - _WEIGHT_SLACK)
+        w_low = keep * (1.0 - _WEIGHT_SLACK)
+        w_cut = cut * (1.0 - _WEIGHT_SLACK)
         w_star = max(0.0, 1.0 - w_low - w_cut)
-        return tuple((w, m) for w, m in ((w_low, low), (w_cut, cut), (w_star, star)) if w > 0.0)
+        star = self._cut_pair(self.sampling_rate)
+        return tuple((w, m) for w, m in ((w_low, low), (w_cut, self._cut_pair(r_bar)), (w_star, star)) if w > 0.0)
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
+        parts = self.parts()
+        if len(parts) == 1:
+            return ((parts[0][1], 1),), ((parts[0][1], 1),)
+        return ((DisjointUnion(parts, self.adjacency), 1),), ((self._radius(1.0, self._cut()[3]), 1),)
+
+    def bound_notes(self) -> dict[str, str]:
+        if self.tight:
+            return super().bound_notes()
+        keep, cut, r_bar, p_eff = self._cut()
+        return {"upper": (f"dominating pair that is not tight: a batch cut or not, shown to the adversary "
+                          f"(P(cut) = {cut:.4g}), the cut part as the radius-2 subsampled pair at rate "
+                          f"{r_bar:.4g}"),
+                "lower": (f"a concrete pair of neighbouring datasets (the other records contribute 0): the "
+                          f"subsampled pair at the record's inclusion rate {p_eff:.6g}")}
 
     def loss_model(self, direction: str = "remove"):
         self._check_direction(direction)
-        pieces = self.parts()
-        if len(pieces) == 1:
-            return pieces[0][1].loss_model(direction)
-        return LossUnionModel(tuple((math.log(w), m.loss_model(direction)) for w, m in pieces))
+        if not self.tight:
+            raise ValueError("TruncatedPoissonGaussian is bounded by two pairs (it is not tight): use its .pld()")
+        return self.parts()[0][1].loss_model(direction)

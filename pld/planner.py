@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pld import _fft
+from pld import _budget, _fft
 from pld import _windows as w
 from pld.composer import MAX_GRID_POINTS, Composer
 from pld.engine_cache import EngineCache
@@ -71,6 +71,9 @@ TERMS_ROUND_OFF_POINTS = 1 << 17
 #: largest fixed grid spacing accepted: a privacy loss on a coarser grid says
 #: nothing (every supported mechanism's loss per run is far below it)
 MAX_SPACING = 1e6
+#: smallest fixed grid spacing accepted: the memory cap's 2^21 points then
+#: span a window of 2e-6 in loss, less than any composition worth a grid
+MIN_SPACING = 1e-12
 
 _DEBUG = False
 
@@ -320,6 +323,13 @@ class Planner:
             if av <= 0.0:
                 break
             h = min(sd / 4, h * math.sqrt(goal / av))
+        # Never finer than a spacing whose worst case, a whole spacing of bias
+        # per step on either side, costs a quarter of the target over all the
+        # steps: a near-atom (a law whose spread is e^-5000, the core of a
+        # big-jump term at sigma 0.01) asked for h = 2e-13 over a window of
+        # thousands, where h = 0.15 resolves its epsilon to the target.
+        floor = 0.25 * (min(query.rtol, EPS_RTOL) * max(eps_est, 1e-3) + EPS_ATOL) / max(comp.steps(), 1)
+        h = max(h, floor)
         return self.align(direction, round_spacing(h))
 
     def first_spacing(self, direction: str, query: Query, lam: float, log_eta: LogEta) -> float:
@@ -397,7 +407,7 @@ class Planner:
     # -------------------------------------------------------- refinement
     def settings(self, direction: str, query: Query, floor: float = -math.inf,
                  probe: Settings | None = None, start: Settings | None = None,
-                 fresh: bool = False, stop_above: int | None = None) -> Settings:
+                 fresh: bool = False, stop_above: int | None = None, first_cap: int | None = None) -> Settings:
         """Grid spacing and tilt for a query: estimate, then refine until narrow.
 
         ``floor``: the bracket's lower end found so far in other directions; a
@@ -410,7 +420,10 @@ class Planner:
         evaluation; ``fresh`` refines anew even so (from ``start``, or from
         the first estimate).  ``stop_above``: refining stops short of its
         target rather than build a grid above this many points (the caller
-        has another way on: the big-jump terms).
+        has another way on: the big-jump terms).  ``first_cap``: the first
+        grid, too, is coarsened to at most this many points (a pass that only
+        tunes something else, such as the big-jump terms, and whose first grid
+        would take seconds).
         """
         lam_star = self.tilt_star(direction, query)
         log_eta = self.log_eta(direction, query)
@@ -435,10 +448,15 @@ class Planner:
             if isinstance(early, Settings):
                 return early
             h, lam = early
+            if first_cap is not None:
+                while self.composer.grid_points(direction, h, lam, log_eta) > first_cap:
+                    h = self.align(direction, round_spacing(2.0 * h))
         met, found = self._refine(direction, query, Settings(h, lam, log_eta, precision), lam_star, floor,
                                   stop_above)
-        if (memo is None or found.h < memo[0] or found.precision != memo[2]
-                or found.log_eta != memo[3]):
+        if _budget.ran_out() is None and (memo is None or found.h < memo[0] or found.precision != memo[2]
+                                          or found.log_eta != memo[3]):
+            # (a refinement the time budget stopped is not remembered: the next
+            # query refines again under its own budget)
             # (a fifth entry marks settings that could not meet the target)
             entry = (found.h, found.lam, found.precision, found.log_eta)
             self.cache.put(self.cache.spacings, key, entry if met else (*entry, "short"))
@@ -452,8 +470,11 @@ class Planner:
             # a direction that does not bind needs only a bracket below the
             # floor: the probe grid (PROBE_COARSENING times coarser) settles
             # that at a fraction of the cost
-            pess, _ = self.composer.materialize(direction, *probe, lower=False)
-            if pess.epsilon(query.value) <= floor:
+            try:
+                pess, _ = self.composer.materialize(direction, *probe, lower=False)
+            except _budget.BudgetSpent:
+                pess = None
+            if pess is not None and pess.epsilon(query.value) <= floor:
                 return probe
         lam = self.initial_tilt(direction, query, lam_star)
         h = self.first_spacing(direction, query, lam, log_eta)
@@ -463,8 +484,8 @@ class Planner:
             # dominated side at all
             try:
                 pess, _ = self.composer.materialize(direction, h, lam, log_eta, lower=False)
-            except FloatingPointError:
-                return h, lam  # (the refinement weakens the tilt)
+            except (FloatingPointError, _budget.BudgetSpent):
+                return h, lam  # (the refinement weakens the tilt, or coarsens the grid)
             if pess.epsilon(query.value) <= floor:
                 return Settings(h, lam, log_eta)
         return h, lam
@@ -487,12 +508,24 @@ class Planner:
         weakened_for_mass = 0
         seen = False
         for _ in range(tries):
+            if seen and _budget.spent():
+                break  # (the narrowest bracket so far stands: certified, said as a miss)
             while points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
                 h = self.align(direction, round_spacing(2.0 * h))  # a new tilt can widen the grid
             if stop_above is not None and prev is not None and points(direction, h, lam, log_eta) > stop_above:
                 break  # (the caller has a cheaper way on from here)
             try:
                 width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
+            except _budget.BudgetSpent:
+                # the hard time limit passed while this grid was built: keep
+                # the narrowest bracket so far, or (none yet) try a grid 8x
+                # coarser, which every direction needs to answer at all
+                if seen or not _budget.grace():
+                    if seen:
+                        break
+                    raise
+                h = self.align(direction, round_spacing(8.0 * h))
+                continue
             except FloatingPointError:
                 # every mass of a level fell outside its window: a tilt so
                 # strong (a heavy tail's Chernoff tilt at a tiny delta) that

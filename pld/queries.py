@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pld import _big_jumps
+from pld import _big_jumps, _budget
 from pld import _windows as w
 from pld.composer import MAX_GRID_POINTS, Composer, GridTooLargeError
 from pld.engine_cache import EngineCache
@@ -86,11 +86,12 @@ def epsilon_bracket(engine: Engine, delta: float, rtol: float = EPS_RTOL) -> tup
     have small grids.)
     """
     if _jumps_first(engine, delta, rtol):
-        lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL, cap=JUMPS_FIRST_POINTS)
+        lo, hi, used = _grid_bracket(engine, delta, JUMPS_FIRST_RTOL, cap=JUMPS_FIRST_POINTS, coarse_first=True)
         if hi - lo > rtol * hi + EPS_ATOL and math.isfinite(hi):
             lo, hi = _refine_by_jumps(engine, delta, rtol, lo, hi, used)
         built = engine.cache.get(engine.cache.used, ("jumps", delta, rtol))
-        if built or hi - lo <= JUMPS_FALLBACK * (rtol * hi + EPS_ATOL) or not math.isfinite(hi):
+        if (built or hi - lo <= JUMPS_FALLBACK * (rtol * hi + EPS_ATOL) or not math.isfinite(hi)
+                or _budget.spent()):
             # (a miss is reported as one: the whole law's fine grid, which
             # these terms replace because it costs 2-12 s, missed the same
             # settings by more; sigma 0.61, q 2.8e-5, T 1.8e6: terms 1.08x
@@ -148,7 +149,7 @@ def _jumps_first(engine: Engine, delta: float, rtol: float) -> bool:
 
 
 def _grid_bracket(engine: Engine, delta: float, rtol: float,
-                  cap: int | None = None) -> tuple[float, float, dict]:
+                  cap: int | None = None, coarse_first: bool = False) -> tuple[float, float, dict]:
     """The bracket of one grid per direction, refined to ``rtol``.
 
     Directions are taken in order of their Chernoff estimates; ``lo`` is the
@@ -163,7 +164,8 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
     The answer does not depend on it: a probe only settles a direction whose
     upper end it puts below the floor.  ``cap``: the remove direction's
     refinement builds no grid above it (default :func:`_terms_cap`: where
-    the big-jump terms can take over).
+    the big-jump terms can take over); with ``coarse_first`` the remove
+    direction's first grid too is coarsened to it.
     """
     planner, composer = engine.planner, engine.composer
     dirs = sorted(((d, planner.chernoff(d, delta)[1]) for d in engine.directions), key=lambda de: -de[1])
@@ -189,7 +191,8 @@ def _grid_bracket(engine: Engine, delta: float, rtol: float,
     cap = _terms_cap(engine, rtol) if cap is None else cap
     for d, _ in dirs:
         settings = planner.settings(d, query, floor=lo, probe=probes.get(d),
-                                    stop_above=cap if d == "remove" else None)
+                                    stop_above=cap if d == "remove" else None,
+                                    first_cap=cap if d == "remove" and coarse_first else None)
         used[d] = settings
         upper, lo = _direction_ends(engine, d, settings, delta, lo)
         hi = max(hi, upper)
@@ -215,10 +218,10 @@ def _direction_ends(engine: Engine, d: str, settings: Settings, delta: float, lo
 
 
 def loss_cap(engine: Engine, d: str) -> float:
-    """Direction ``d``'s largest loss rounded up (its sum of products rounds
-    by a few units in the last place): delta is exactly 0 from there on."""
-    top = engine.laws.largest_loss(d)
-    return top + 1e-12 * abs(top) if math.isfinite(top) else top
+    """Direction ``d``'s largest loss, rounded up (summed exactly from bounds on
+    each component's, :meth:`pld.laws.Laws.largest_loss_bounds`): delta is
+    exactly 0 from there on."""
+    return engine.laws.largest_loss(d)
 
 
 def direction_upper(engine: Engine, d: str, pess: GridPLD, delta: float) -> float:
@@ -248,7 +251,6 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         if d != "remove":
             other = max(other, direction_upper(engine, d, engine.composer.materialize(d, *settings, lower=False)[0],
                                                delta))
-    steps = engine.laws.components[0][1]
     known = engine.cache.get(engine.cache.used, ("jumps_bracket", delta, rtol))
     if known is not None:
         # (the terms' engines are not kept: a second query, explain() after
@@ -277,7 +279,9 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         eps0 = 0.5 * hi
     terms, r, previous = None, rtol, None
     for _ in range(2):
-        terms = _try_terms(model, steps, delta, eps0, r, previous)
+        if _budget.spent():
+            break  # (the grids' bracket stands, certified)
+        terms = _try_terms(model, delta, eps0, r, previous)
         if terms is None:
             break
         if not math.isfinite(rem_hi):
@@ -345,6 +349,10 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
         return "the dominating grids could not bound epsilon (their mass at +inf exceeds delta)"
     if hi - lo <= rtol * hi + EPS_ATOL:
         return None
+    budget = _budget.ran_out()
+    if budget is not None:
+        return (f"the query's time budget of {budget:g} s ran out while its grids were refined "
+                "(PLD_TIME_BUDGET sets it)")
     if engine.planner.h_fixed is not None:
         return f"the grid spacing is fixed at value_discretization_interval = {engine.planner.h_fixed:g}"
     jumps = engine.cache.get(engine.cache.used, ("jumps", delta, rtol))
@@ -543,9 +551,17 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
         # only its windows matter) holds that below ~1e-40
         queries.append(FAR_QUERY)
     lo, hi, short = delta_pass(engine, flat, queries)
-    # delta = 0 exactly from the largest loss with mass on (no mass at +inf)
+    # delta = 0 exactly from the largest loss with mass on (no mass at +inf),
+    # and below it delta(eps) = E_P[(1 - e^{eps - L})_+] <= 1 - e^{eps - L_max}:
+    # within the rounding interval of the largest loss (an atom a few ulps
+    # above a user's epsilon) that is ~1e-15, where a grid's spread atom says more
     beyond = (flat >= epsilon_at_zero) & math.isfinite(epsilon_at_zero)
     lo, hi = np.where(beyond, 0.0, lo), np.where(beyond, 0.0, hi)
+    if math.isfinite(epsilon_at_zero):
+        with np.errstate(over="ignore", invalid="ignore"):
+            cap = -np.expm1(np.minimum(flat - epsilon_at_zero, 0.0)) * (1.0 + 4.0 * 2.0 ** -53)
+        hi = np.where(np.isfinite(flat), np.minimum(hi, cap), hi)
+        lo = np.minimum(lo, hi)
     if short:
         # the remove direction left to the big-jump terms (a first grid too
         # large, or refining stopped at their cap): terms tuned at the
@@ -575,15 +591,15 @@ def delta_curve(engine: Engine, flat: np.ndarray, epsilon_at_zero: float) -> tup
     return lo, hi
 
 
-def _try_terms(model, steps: int, delta: float, eps0: float, rtol: float,
+def _try_terms(heavy: _big_jumps.Heavy, delta: float, eps0: float, rtol: float,
                previous: _big_jumps.Terms | None = None) -> _big_jumps.Terms | None:
     """The big-jump terms, or None where they cannot be built: the
     decomposition is an option, and the grids' bracket stands without it.
     ``previous``: the terms of an earlier tuning, whose engines and grids a
     retuning at the same cut reuses."""
     try:
-        return _big_jumps.build_terms(model, steps, delta, eps0, rtol=rtol, previous=previous)
-    except (FloatingPointError, GridTooLargeError):
+        return _big_jumps.build_terms(heavy, delta, eps0, rtol=rtol, previous=previous)
+    except (FloatingPointError, GridTooLargeError, _budget.BudgetSpent):
         return None
 
 
@@ -612,6 +628,8 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
         return lo, hi
     tried: set[float] = set()
     for _ in range(DELTA_EXTRA_GRIDS):
+        if _budget.spent():
+            break
         loose = _looseness(lo, hi)
         ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > (loose_above if not tried else DELTA_LOOSE))
         ok &= ~np.isin(flat, list(tried))
@@ -627,7 +645,7 @@ def _delta_terms_at(engine: Engine, model, flat: np.ndarray, lo: np.ndarray, hi:
                     j: int) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, hi)`` narrowed by big-jump terms tuned at ``flat[j]``."""
     eps0 = float(flat[j])
-    terms = _try_terms(model, engine.laws.components[0][1], max(float(lo[j]), 1e-6 * float(hi[j])), eps0,
+    terms = _try_terms(model, max(float(lo[j]), 1e-6 * float(hi[j])), eps0,
                        EPS_RTOL)
     if terms is None:
         return lo, hi
@@ -663,6 +681,8 @@ def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: n
     """A point between two tuning epsilons whose tails differ by orders of
     magnitude is resolved by neither grid: the loosest few get their own."""
     for _ in range(DELTA_EXTRA_GRIDS):
+        if _budget.spent():
+            break
         loose = _looseness(lo, hi)
         cand = [j for j in np.argsort(-loose, kind="stable")
                 if loose[j] > DELTA_LOOSE and float(flat[j]) not in tried and abs(flat[j]) < limit]

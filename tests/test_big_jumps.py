@@ -66,7 +66,7 @@ def test_terms_agree_with_the_whole_law(sigma, log_q, steps, frac, at):
     if not 1e-3 < eps_ref < 50:
         return
     eps = at * eps_ref
-    terms = bj.build_terms(_model(sigma, q, steps), steps, 1e-6, eps, cut=frac * eps)
+    terms = bj.build_terms(bj.Heavy(_model(sigma, q, steps), steps), 1e-6, eps, cut=frac * eps)
     if terms is None:
         return
     lo_t, hi_t = terms.delta_bounds(np.array([eps]))

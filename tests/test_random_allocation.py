@@ -254,15 +254,17 @@ def test_k_of_t_brackets_the_true_pair():
     # the upper end is the block composition (2 rounds of 1-of-3) exactly
     block = _alloc(sigma, 3, spacing=0.04).pld().self_compose(2).delta_bounds(1.0)
     assert abs(d.delta_bounds(1.0)[1] - block[1]) <= 1e-3 * block[1]
-    # the lower end is at least the sum statistic's Gaussian (mu = k / (sigma sqrt(t)))
-    assert d.delta_bounds(1.0)[0] >= _gaussian_delta(k / (sigma * math.sqrt(t)), 1.0) * (1 - 1e-6)
+    # the lower end is the sum statistic's Gaussian (mu = k / (sigma sqrt(t))): its own certified
+    # delta bracket, below the exact value and within what the epsilon target implies (1e-4 relative)
+    exact = _gaussian_delta(k / (sigma * math.sqrt(t)), 1.0)
+    assert exact * (1 - 2e-4) <= d.delta_bounds(1.0)[0] <= exact
 
 
 def test_shuffling_between_allocation_and_no_amplification():
     from pld.allocation import Shuffling
 
     sh = Shuffling(pld.Gaussian(1.0), 50, spacing=0.04)
-    with pytest.warns(pld.TargetMissedWarning):  # the gap is told, not hidden
+    with pytest.warns(pld.NotTightWarning):  # the gap is told, not hidden, and not as a numerical miss
         lo, hi = sh.pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)
     gauss = pld.Gaussian(1.0).pld().self_compose(4).epsilon_bounds(1e-5)
     alloc = _alloc(1.0, 50, spacing=0.04).pld().self_compose(4).epsilon_bounds(1e-5, rtol=1e-3)

@@ -117,7 +117,7 @@ def test_negligible_term_is_measured_against_delta_only():
     p = _query(sigma, q, steps, delta)[0]
     model = bj.applicable(p.components)
     eps0 = 0.8157
-    terms = bj.build_terms(model, steps, delta, eps0)
+    terms = bj.build_terms(model, delta, eps0)
     assert terms is not None
     log_w0, pess0, _ = terms.grids[0]
     assert terms.settings[0].precision == "double"

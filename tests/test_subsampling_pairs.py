@@ -315,35 +315,83 @@ def _neighbours(adjacency, others, x):
 
 
 @pytest.mark.parametrize("adjacency", ["add_or_remove", "substitute", "replace_special"])
-@pytest.mark.parametrize("n, p, B", [(4, 0.5, 2), (5, 0.3, 1), (4, 0.9, 3)])
-def test_truncated_pair_dominates_the_mechanism(adjacency, n, p, B):
-    """pld's certified delta for ``TruncatedPoissonGaussian(dataset_size=n)`` bounds the real mechanism.
+@pytest.mark.parametrize("n, p, B", [(4, 0.5, 2), (5, 0.3, 1), (4, 0.9, 3), (2, 0.5, 1)])
+def test_truncated_bracket_holds_the_mechanism(adjacency, n, p, B):
+    """``TruncatedPoissonGaussian(dataset_size=n)``'s delta bracket against the real mechanism.
 
-    The run is on a dataset of n records; under add-or-remove its neighbours
-    have n - 1 and n + 1 records, under the replacements n.  Records are
-    scalars in [-1, 1] (the extreme ones are the adversary's best), the output
-    law is enumerated exactly, delta of each ordered neighbouring pair by
-    quadrature.
+    The dataset holding the record has n records (under add-or-remove its
+    neighbour has n - 1, as in dp_accounting), so n - 1 others share the
+    batch.  Records are scalars in [-1, 1] (the extreme ones are the
+    adversary's best), the output law is enumerated exactly, delta of each
+    ordered neighbouring pair by quadrature.  The upper end must dominate
+    every dataset; the lower end comes from the dataset whose others are 0,
+    so it must stay below that dataset's true delta (the pair is not tight:
+    a lower end from the dominating pair itself overstated the mechanism).
     """
     sigma = 1.0
-    d = pld.TruncatedPoissonGaussian(sigma, n, p, B, adjacency).pld()
+    mech = pld.TruncatedPoissonGaussian(sigma, n, p, B, adjacency)
+    d = mech.pld()
     eps_list = (0.0, 0.5, 1.5)
-    bound = {eps: d.delta_bounds(eps)[1] for eps in eps_list}
-    configs = []
-    for fill in (-1.0, 0.0, 1.0):
-        configs.append(([fill] * (n - 1), 1.0))  # D has n records: its neighbour D - x ...
-        if adjacency == "add_or_remove":
-            configs.append(([fill] * n, 1.0))  # ... and D + x (n + 1 records)
+    brackets = {eps: d.delta_bounds(eps) for eps in eps_list}
+    x = 1.0
     worst = {eps: 0.0 for eps in eps_list}
-    for others, x in configs:
+    zero_others = {eps: 0.0 for eps in eps_list}
+    for fill in (-1.0, 0.0, 1.0):
+        others = [fill] * (n - 1)
         for D, Dp in _neighbours(adjacency, others, x):
             P, Q = _output_law(D, p, B), _output_law(Dp, p, B)
             for eps in eps_list:
                 truth = hockey(P, Q, sigma, eps)
                 worst[eps] = max(worst[eps], truth)
-                assert truth <= bound[eps] + QUAD_TOL, (D, Dp, eps, truth, bound[eps])
-    # not vacuous: the worst dataset found is within a factor of the bound
-    assert worst[0.5] > 0.3 * bound[0.5]
+                if fill == 0.0:
+                    zero_others[eps] = max(zero_others[eps], truth)
+                assert truth <= brackets[eps][1] + QUAD_TOL, (D, Dp, eps, truth, brackets[eps])
+    for eps in eps_list:
+        assert brackets[eps][0] <= zero_others[eps] + QUAD_TOL, (eps, brackets[eps], zero_others[eps])
+    # not vacuous: the worst dataset found is within a factor of the upper end,
+    # and the lower end is within a factor of the dataset it comes from
+    assert worst[0.5] > 0.3 * brackets[0.5][1]
+    assert brackets[0.5][0] > 0.9 * zero_others[0.5]
+    assert not mech.tight or B >= n
+
+
+def test_truncated_two_records_epsilon_against_the_worst_pair():
+    """The issue's case: two records, x = e, y = x' = -e under substitution, epsilon at delta = 0.01.
+
+    Its true epsilon (this worst pair's delta by quadrature, solved by
+    bisection) is 2.27863; pld's lower end must not exceed it (the former
+    pair-only bracket was [3.05892, 3.05900]) and its upper end must not be
+    below it.
+    """
+    sigma, p, B, delta = 1.0, 0.5, 1, 0.01
+    D, Dp = [1.0, -1.0], [-1.0, -1.0]
+    P, Q = _output_law(D, p, B), _output_law(Dp, p, B)
+    lo_e, hi_e = 0.0, 20.0
+    for _ in range(60):
+        mid = 0.5 * (lo_e + hi_e)
+        lo_e, hi_e = (mid, hi_e) if hockey(P, Q, sigma, mid) > delta else (lo_e, mid)
+    assert hi_e == pytest.approx(2.27863, abs=1e-5)
+    lo, hi = pld.TruncatedPoissonGaussian(sigma, 2, p, B, adjacency="substitute").pld().epsilon_bounds(delta)
+    assert lo <= lo_e and hi_e <= hi, (lo, hi, lo_e)
+    assert hi < 3.0  # the radius-2 substitute pair (|a - b| = 4) gave 3.059
+
+
+def test_truncated_upper_end_at_most_dp_accounting():
+    """dp_accounting's own test (``test_truncated_subsampled_gaussian_basic``): its
+    construction (a replace-one pair of sensitivity 2 for the cut part) dominates
+    pld's (the add-or-remove pair of radius 2), so pld's upper end is at most 17.904330."""
+    a = pld.TruncatedPoissonGaussian(1.0, 4, 0.5, 2).pld().self_compose(3)
+    b = pld.TruncatedPoissonGaussian(1.0, 3, 0.5, 2).pld().self_compose(2)
+    d = a.compose(b)
+    lo, hi = d.epsilon_bounds(1e-6)
+    assert hi <= 17.904330
+    assert not d.tight and 0.0 < lo < hi
+    info = d.explain(1e-6)
+    assert info["tight"] is False and info["epsilon_lower"] == lo and info["epsilon_upper"] == hi
+    assert "not tight" in info["method"] and "not tight" in info["bounds"]["upper"]["what"]
+    assert "concrete pair" in info["bounds"]["lower"]["what"]
+    # each bound is a composition of tight pairs, refined to its own target
+    assert info["bounds"]["upper"]["target_met"] and info["bounds"]["lower"]["target_met"]
 
 
 def test_truncated_weights_against_binomial_sums():
@@ -353,17 +401,24 @@ def test_truncated_weights_against_binomial_sums():
     keep = sum(pk[:B])
     cut = sum(pk[B:])
     r_bar = sum(pk[k] * p * B / (k + 1) for k in range(B, m + 1)) / cut  # E[pB/(K+1) | K >= B]
-    parts = pld.TruncatedPoissonGaussian(1.0, n, p, B, "substitute").parts()
-    (w_low, low), (w_cut, cutm), (w_star, star) = parts
+    p_eff = p * keep + sum(pk[k] * p * B / (k + 1) for k in range(B, m + 1))  # P(record in the cut batch)
+    mech = pld.TruncatedPoissonGaussian(1.0, n, p, B, "substitute")
+    (w_low, low), (w_cut, cutm), (w_star, star) = mech.parts()
     assert w_low == pytest.approx(keep, rel=1e-11) and w_low <= keep
     assert w_cut == pytest.approx(cut, rel=1e-11) and w_cut <= cut
-    assert cutm.sampling_rate == pytest.approx(r_bar, rel=1e-11) and cutm.sampling_rate >= r_bar
+    rate = cutm.mechanism.sampling_rate
+    assert rate == pytest.approx(r_bar, rel=1e-11) and rate >= r_bar
     assert w_low + w_cut + w_star == pytest.approx(1.0, abs=1e-15)
-    assert low.mechanism.sensitivity == 1.0 and cutm.mechanism.sensitivity == 2.0
-    assert star == pld.PoissonSampledSubstitute(pld.Gaussian(1.0, sensitivity=2.0), p)
-    # nothing is ever cut when there are fewer other records than B: the plain subsampled pair
-    assert pld.TruncatedPoissonGaussian(1.0, 5, 0.3, 5, "substitute").parts() == \
-        ((1.0, pld.PoissonSampledSubstitute(pld.Gaussian(1.0), 0.3)),)
+    assert low == pld.PoissonSampledSubstitute(pld.Gaussian(1.0), p)
+    assert cutm.mechanism.mechanism.sensitivity == 2.0 and cutm.adjacency == "substitute"
+    assert star.mechanism == pld.PoissonSampled(pld.Gaussian(1.0, sensitivity=2.0), p)
+    (upper, _), = mech.bound_parts()[0]
+    (lower, _), = mech.bound_parts()[1]
+    assert upper.parts == mech.parts()
+    assert lower.sampling_rate == pytest.approx(p_eff, rel=1e-11) and lower.sampling_rate <= p_eff
+    # nothing is ever cut when there are fewer other records than B: the plain subsampled pair, tight
+    few = pld.TruncatedPoissonGaussian(1.0, 5, 0.3, 5, "substitute")
+    assert few.parts() == ((1.0, pld.PoissonSampledSubstitute(pld.Gaussian(1.0), 0.3)),) and few.tight
     t = pld.TruncatedPoissonGaussian(1.3, 5, 0.3, 6)
     assert t.pld().delta_bounds(1.0) == pld.PoissonSampled(pld.Gaussian(1.3), 0.3).pld().delta_bounds(1.0)
 

@@ -77,14 +77,14 @@ event                                  relation      pld mechanism
   ``2 C``; pld follows the ``GaussianDpEvent`` definition, so for the same event
   its epsilon can exceed that RDP figure.
 * ``TruncatedSubsampledGaussianDpEvent(n, p, B, s)``: Poisson sampling at rate
-  ``p`` from ``n`` records, batches cut to ``B`` records.  The pair
-  (:class:`pld.TruncatedPoissonGaussian`) shows the adversary whether a cut
-  happened; under ``ADD_OR_REMOVE_ONE`` it covers both neighbours, the one
-  with a record removed (``n - 1`` other records) and the one with a record
-  added (``n`` others).  dp_accounting's pair covers the first only: for its
+  ``p`` from ``n`` records (the dataset holding the record, so ``n - 1``
+  others share its batch, as in dp_accounting), batches cut to ``B`` records.
+  Not tight (:class:`pld.TruncatedPoissonGaussian`): the upper end shows the
+  adversary whether a cut happened and takes the add-or-remove pair of radius
+  2 for a cut batch, tighter than dp_accounting's replace-one pair there; the
+  lower end is a concrete pair of neighbouring datasets.  For dp_accounting's
   test event (``n = 4, 3``, ``p = 1/2``, ``B = 2``, 5 runs, delta = 1e-6) it
-  reports 17.904, its own construction with ``n`` others gives 18.95, and pld's
-  pair covering both gives 19.53.
+  reports 17.904; pld certifies [7.651, 16.457].
 * ``SingleEpochTreeAggregationDpEvent(s, steps)`` under ``REPLACE_SPECIAL``:
   each record is in at most ``d = ceil(log2(max(steps) + 1))`` released nodes
   of the trees, each node gets independent ``N(0, s^2)`` noise, so the release
@@ -146,9 +146,8 @@ dp_accounting's suite: tests skipped in pld's CI
 * ``test_mixture_of_gaussians_basic`` pins dp_accounting's epsilon 17.193115 to
   1e-6 (and delta to 1e-12), finer than its own grid (1e-4) resolves; pld's
   certified bracket [17.19294, 17.19348] contains it.
-* ``test_truncated_subsampled_gaussian_basic`` pins 17.904330 to 1e-6, which
-  covers only the neighbour with the record removed (see above); pld's
-  ``ADD_OR_REMOVE_ONE`` answer covers both neighbours.
+* ``test_truncated_subsampled_gaussian_basic`` pins 17.904330 to 1e-6; pld's
+  certified upper end, 16.457, is below it (see above).
 """
 
 from __future__ import annotations
