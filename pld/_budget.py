@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,18 +48,61 @@ TIME_BUDGET = _from_env()
 
 @dataclass
 class _Budget:
-    deadline: float
+    start: float
     seconds: float
-    #: past this, a grid being built is abandoned (:func:`check_hard`)
-    hard_deadline: float = math.inf
+    #: numba's compile time when the query began (the clock leaves it out)
+    compiled0: float = 0.0
+    #: past this many seconds a grid being built is abandoned (:func:`check_hard`)
+    hard: float = math.inf
     ran_out: bool = False
     graces: int = 0
+
+    def elapsed(self) -> float:
+        """Seconds the query has spent, less what numba spent compiling kernels
+        meanwhile (a first query on a machine without built kernels compiles
+        them: that is not refinement)."""
+        return time.monotonic() - self.start - (_compiled_seconds() - self.compiled0)
 
 
 class BudgetSpent(RuntimeError):
     """A grid was abandoned mid-build: the query's hard time limit (twice its
     budget) passed.  The planner catches it: it keeps the narrowest bracket it
     has, or builds a coarser first grid (:func:`grace`)."""
+
+
+_COMPILED = [0.0]
+_LISTENING: list[bool] = []
+
+
+def _compiled_seconds() -> float:
+    """Seconds numba has spent compiling in this process (0 where numba is not
+    imported: the kernels then come from the ahead-of-time module)."""
+    if not _LISTENING and "numba" in sys.modules:
+        _listen()
+    return _COMPILED[0]
+
+
+def _listen() -> None:
+    from numba.core import event
+
+    class _Compiles(event.Listener):
+        """Sums the outermost compile events (nested ones are part of them)."""
+
+        depth = 0
+        began = 0.0
+
+        def on_start(self, ev) -> None:
+            if self.depth == 0:
+                self.began = time.monotonic()
+            self.depth += 1
+
+        def on_end(self, ev) -> None:
+            self.depth -= 1
+            if self.depth == 0:
+                _COMPILED[0] += time.monotonic() - self.began
+
+    event.register("numba:compile", _Compiles())
+    _LISTENING.append(True)
 
 
 _CURRENT: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("pld_time_budget", default=None)
@@ -72,9 +116,7 @@ def query(seconds: float | None = None) -> Iterator[_Budget | None]:
         yield outer
         return
     secs = TIME_BUDGET if seconds is None else seconds
-    now = time.monotonic()
-    budget = (_Budget(now + secs, secs, now + 2.0 * secs) if math.isfinite(secs)
-              else _Budget(math.inf, secs))
+    budget = _Budget(time.monotonic(), secs, _compiled_seconds(), 2.0 * secs)
     token = _CURRENT.set(budget)
     try:
         yield budget
@@ -85,7 +127,7 @@ def query(seconds: float | None = None) -> Iterator[_Budget | None]:
 def spent() -> bool:
     """Whether the running query's budget is spent (marks it so)."""
     budget = _CURRENT.get()
-    if budget is None or time.monotonic() < budget.deadline:
+    if budget is None or budget.elapsed() < budget.seconds:
         return False
     budget.ran_out = True
     return True
@@ -101,7 +143,7 @@ def check_hard() -> None:
     """Raise :class:`BudgetSpent` once the running query is past its hard limit
     (called between the levels of a grid being built)."""
     budget = _CURRENT.get()
-    if budget is not None and time.monotonic() > budget.hard_deadline:
+    if budget is not None and budget.elapsed() > budget.hard:
         budget.ran_out = True
         raise BudgetSpent(f"the query's time budget of {budget.seconds:g} s ran out while a grid was built")
 
@@ -117,5 +159,5 @@ def grace() -> bool:
     if budget is None or budget.graces >= GRACES:
         return False
     budget.graces += 1
-    budget.hard_deadline = time.monotonic() + budget.seconds
+    budget.hard = budget.elapsed() + budget.seconds
     return True
