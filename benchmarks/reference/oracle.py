@@ -288,6 +288,9 @@ def reference_epsilon(setting: Setting, *, target: float = 2e-5, time_budget: fl
             r = epsilon_bracket(setting, h, eps_guess)
         except WindowError as exc:
             history.append({"h": h, "error": str(exc)})
+            if best is None and len(history) < 4:
+                h *= 4.0  # the first spacing was too fine for the window: coarsen and retry
+                continue
             break
         rel = (r["upper"] - r["lower"]) / r["upper"] if r["upper"] > 0 else 0.0
         r["rel_width"] = rel
