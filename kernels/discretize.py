@@ -57,7 +57,7 @@ def log_diff_exp(la, lb):
 
 
 #: absolute error of scipy's ``log_ndtr`` in units of ``u (1 + |log Phi|)``
-#: (see pld._models.LOG_NDTR_ULPS, which must match)
+#: (see pld.mechanisms.models.LOG_NDTR_ULPS, which must match)
 _LOG_NDTR_ULPS = 16.0
 
 
@@ -78,7 +78,7 @@ def log_diff_exp_error(la, lb, za, zb, r):
     Each edge's error is ``log_ndtr``'s own plus the rounding of ``z`` times
     the slope ``phi / Phi <= |z| + 1``; ``r = la + log(1 - e^d)`` with ``d =
     lb - la`` magnifies them by ``1 / expm1(-d)`` (narrow cells).  One pass
-    (pld._models.normal_interval_logmass_bounds; its numpy form checks it).
+    (pld.mechanisms.models.normal_interval_logmass_bounds; its numpy form checks it).
     """
     n = la.shape[0]
     out = np.empty(n)
@@ -107,7 +107,7 @@ def subsampled_mass_errors(lp, lq, ep, eq, log_q, log_1mq):
     and bounds on the errors of ``mix - lq`` and of ``mix`` given errors
     ``ep, eq`` of ``lp, lq``.  With ``s = q e^lp / e^mix`` the loss moves by
     ``s (ep + eq)``; every operation's rounding is added
-    (pld._models.poisson_subsampled_errors states the argument).
+    (pld.mechanisms.models.poisson_subsampled_errors states the argument).
     """
     n = lp.shape[0]
     mix = np.empty(n)
@@ -476,14 +476,14 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         Grid spacing.
     loss_err, mass_err : float64[n + 1]
         Bounds on the absolute error of each cell's computed loss
-        ``log_p - log_q`` and of its ``log_p`` (``pld.discretize._cells_with_errors``
+        ``log_p - log_q`` and of its ``log_p`` (``pld.engine.discretize._cells_with_errors``
         and the default it falls back to).  A cell whose error is not finite is
         dropped (safe on this side).
     var_weight : float
         What a unit of loss variance removed per step costs next to a unit of
         mean loss removed per step (about ``z / (2 sd)`` with ``sd`` the
         standard deviation of the composed loss and ``z`` the query's distance
-        from its mean in those units; see ``pld.discretize.VAR_Z``).  It only
+        from its mean in those units; see ``pld.engine.discretize.VAR_Z``).  It only
         steers choices between valid merges (where the bottom switches, and
         for one step whether a lift is worth it), never validity.
     free_below : float
@@ -640,7 +640,7 @@ def optimistic_merge_centred(log_p, log_q, points, h, loss_err, mass_err, var_we
         below = 0.0
         # (from the failing bucket itself: rounding it down may be cheapest,
         # e.g. a bulk shifted a hair above its grid point, see
-        # pld.composer.bulk_shift)
+        # pld.engine.bulk_shift.bulk_shift)
         for i in range(fail):
             below += p[i]
         for i in range(fail, n):

@@ -57,7 +57,7 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _fft_engine_on_gaussians(request, monkeypatch):
     """Run compositions of Gaussians through the FFT engine, not their closed
-    form (pld.gaussian_exact), so that the many tests comparing the engine with
+    form (pld.engine.gaussian_exact), so that the many tests comparing the engine with
     the Balle-Wang profile keep testing the engine; tests of the closed form
     itself are marked ``closed_forms``."""
     if request.node.get_closest_marker("closed_forms") is None:

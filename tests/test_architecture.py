@@ -14,8 +14,9 @@ import pathlib
 import pytest
 
 import pld
-from pld import adjacency, sampling
-from pld.dpsgd import dpsgd_mechanism
+from pld.accounting import sampling
+from pld.accounting.dpsgd import dpsgd_mechanism
+from pld.mechanisms import adjacency
 
 PACKAGE = pathlib.Path(pld.__file__).parent
 
@@ -146,11 +147,11 @@ def test_no_module_is_named_like_the_package():
 
 
 def test_curves_read_the_engines_own_grids():
-    """One certified evaluator: pld.curves evaluates delta on the very grids
+    """One certified evaluator: pld.baselines.curves evaluates delta on the very grids
     (and with the error bounds) of the engine, through PLD.grids()."""
     import numpy as np
 
-    from pld import curves_grids
+    from pld.baselines import curves_grids
 
     p = pld.PLD([(pld.PoissonSampled(pld.Gaussian(1.0), 0.05), 200)])
     pairs = p.grids(1e-6)
