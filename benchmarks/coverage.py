@@ -201,13 +201,35 @@ def _task_oracle(t: dict) -> dict:
             "wall": time.perf_counter() - w0}
 
 
+def _task_schedule(t: dict) -> dict:
+    """A schedule of phases ``[(sigma, q, T), ...]``, and its largest phase (most steps) alone."""
+    import pld
+
+    phases = [tuple(p) for p in t["phases"]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w0 = time.perf_counter()
+        lo, hi = pld.dpsgd_schedule(phases).epsilon_bounds(t["delta"])
+        wall = time.perf_counter() - w0
+    biggest = max(phases, key=lambda p: p[2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w0 = time.perf_counter()
+        a_lo, a_hi = pld.dpsgd(*biggest).epsilon_bounds(t["delta"])
+        alone = time.perf_counter() - w0
+    return {"lower": float(lo), "upper": float(hi), "wall": wall, "alone_wall": alone,
+            "alone": [float(a_lo), float(a_hi)],
+            "warnings": [f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught]}
+
+
 def _task_sleep(t: dict) -> dict:
     """A task that hangs for ``seconds`` (tests the timeout path)."""
     time.sleep(t["seconds"])
     return {"slept": t["seconds"]}
 
 
-_TASKS = {"pld": _task_pld, "dp_accounting": _task_dp_accounting, "oracle": _task_oracle, "sleep": _task_sleep}
+_TASKS = {"pld": _task_pld, "dp_accounting": _task_dp_accounting, "oracle": _task_oracle, "sleep": _task_sleep,
+          "schedule": _task_schedule}
 
 
 def _worker_main(conn, kind: str, mem_fraction: float) -> None:

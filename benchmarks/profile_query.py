@@ -44,9 +44,9 @@ PHASES = [
     ("pld.engine.planner", "Planner.first_spacing"),
     ("pld.engine.composer", "Composer._prepare"),
     ("pld.engine.composer", "_compose_components"),
-    ("pld.engine.composer", "_power_start"),
-    ("pld.engine.composer", "_block_power_start"),
-    ("pld.engine.composer", "bulk_shift"),
+    ("pld.engine.self_compose", "_power_start"),
+    ("pld.engine.self_compose", "_block_power_start"),
+    ("pld.engine.self_compose", "bulk_shift"),
     ("pld.engine.grid", "GridPLD.epsilon"),
 ]
 

@@ -47,6 +47,10 @@ from pld.mechanisms import (  # noqa: E402
 from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
 from pld.mechanisms.mixtures import MixtureOfGaussians, PoissonSampledSubstitute, TruncatedPoissonGaussian  # noqa: E402
 
+# (``pld.dpsgd`` is the function; its module's old path is registered as loaded,
+# so that importing it does not rebind the package's attribute to the module)
+_moved.preload("pld.dpsgd")
+
 #: public names imported on first use: name -> module
 _LAZY_NAMES = {
     "warm": "pld.engine.warm",
@@ -76,13 +80,13 @@ if TYPE_CHECKING:  # (what static tools see: the same names, imported)
     from pld.engine.warm import warm
     from pld.io import load, save
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: submodules reachable as ``pld.<name>`` after ``import pld``, imported on first
 #: use (module ``__getattr__``, PEP 562) so that ``import pld`` stays as fast as
 #: the engine alone: rdp, lab and the curves pull in more of scipy, interop
 #: pulls in nothing until one of its adapters is imported.  Their 0.1.0 paths
-#: (``pld.rdp``, ``pld.dpsgd``, ...) import as before (:mod:`pld._moved`).
+#: (``pld.baselines.rdp``, ``pld.dpsgd``, ...) import as before (:mod:`pld._moved`).
 _LAZY_SUBMODULES = {name: name for name in ("interop", "report", "cli", "io", "engine", "mechanisms",
                                              "accounting", "baselines")}
 _LAZY_SUBMODULES.update({old[len("pld."):]: new[len("pld."):] for old, new in _moved.MOVED.items()})

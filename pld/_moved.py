@@ -1,4 +1,4 @@
-"""Where pld's modules used to live: ``pld.rdp`` is ``pld.baselines.rdp``, and so on.
+"""Where pld's modules used to live: ``pld.rdp`` is now ``pld.baselines.rdp``, and so on.
 
 pld's modules sit in packages by pipeline stage (``engine``, ``mechanisms``,
 ``accounting``, ``baselines``, ``report``, ``cli``).  Code written against the
@@ -53,3 +53,9 @@ def install() -> None:
     """Put the alias finder on ``sys.meta_path`` (once)."""
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())
+
+
+def preload(old: str) -> None:
+    """Register ``old`` as already loaded (its new module is): an ``import`` of it
+    then binds nothing on the package, whose attribute of that name is kept."""
+    sys.modules.setdefault(old, importlib.import_module(MOVED[old]))

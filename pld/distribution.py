@@ -205,7 +205,7 @@ class PLD:
                       + ("end from a dominated construction of the true mechanism" if lower is not None
                          else "end is 0 (no dominated construction is known)")
                       + ". The gap is not numerical; both ends are certified (explain() states both).",
-                      NotTightWarning, stacklevel=3)
+                      NotTightWarning, stacklevel=4)
 
     def _bounds(self) -> tuple[PLD, PLD | None]:
         if not self._bounds_box:
@@ -305,7 +305,7 @@ class PLD:
                 warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {delta:.3g} is wider than its "
                               f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): the closed form's "
                               "special-function error bound leaves this width. Both ends are still certified.",
-                              TargetMissedWarning, stacklevel=4)
+                              TargetMissedWarning, stacklevel=5)
             return lo, hi
         return self._epsilon_bracket(delta, rtol)
 
@@ -339,7 +339,7 @@ class PLD:
             except _budget.BudgetSpent as exc:
                 lo, hi = np.zeros(flat.shape), np.ones(flat.shape)
                 warnings.warn(f"delta bounds are [0, 1]: {exc} (no grid finished; PLD_TIME_BUDGET sets the "
-                              "budget). Both ends are still certified.", TargetMissedWarning, stacklevel=3)
+                              "budget). Both ends are still certified.", TargetMissedWarning, stacklevel=4)
             _warn_if_loose(flat, lo, hi, self._h_fixed, queries.tunable_epsilon(engine))
         if scalar:
             return float(lo[0]), float(hi[0])
@@ -375,7 +375,8 @@ class PLD:
         method = ("closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
                   f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids")
         if jumps:
-            method += "; the remove direction's heavy upper tail split off by a big-jump decomposition (pld.engine.big_jumps)"
+            method += ("; the remove direction's heavy upper tail split off by a big-jump decomposition "
+                       "(pld.engine.big_jumps)")
         out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "method": method,
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
                "target_met": miss is None, "target_missed_because": miss,
@@ -508,7 +509,7 @@ class PLD:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
                           f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): {miss}. Both ends are "
-                          "still certified.", TargetMissedWarning, stacklevel=5)
+                          "still certified.", TargetMissedWarning, stacklevel=6)
         return lo, hi
 
     def _epsilon_bracket_refined(self, delta: float, rtol: float) -> tuple[float, float, str | None]:
@@ -589,7 +590,7 @@ def _warn_if_loose(flat: np.ndarray, lo: np.ndarray, hi: np.ndarray, h_fixed: fl
     warnings.warn(f"delta bracket [{lo[j]:.4g}, {hi[j]:.4g}] at epsilon = {flat[j]:.6g}"
                   + (f" (and {int(loose.sum()) - 1} more points)" if loose.sum() > 1 else "")
                   + f" is wider than a factor {DELTA_LOOSE_FACTOR:g}: {why}. Both ends are still certified.",
-                  TargetMissedWarning, stacklevel=3)
+                  TargetMissedWarning, stacklevel=4)
 
 
 def _merge(components: tuple) -> tuple:

@@ -194,12 +194,7 @@ IMPLIED_TARGETS = 2.0
 
 
 @pytest.mark.parametrize("sigma, q, eps", [
-    (sigma, q, eps) if (sigma, q, eps) != (0.8, 0.02, 0.05) else pytest.param(
-        sigma, q, eps, marks=pytest.mark.xfail(strict=True, reason=(
-            "pld: the delta bracket's lower end is 29 epsilon targets below the truth here "
-            "([0.0126058, 0.0126129] against 0.0126127; the epsilon query at that delta meets its "
-            "target)")))
-    for sigma, q in [(1.0, 0.1), (2.0, 0.5), (0.8, 0.02)] for eps in (0.05, 0.5, 1.5)])
+    (sigma, q, eps) for sigma, q in [(1.0, 0.1), (2.0, 0.5), (0.8, 0.02)] for eps in (0.05, 0.5, 1.5)])
 def test_swor_single_step_profile(sigma, q, eps):
     d = SampledWithoutReplacement(Gaussian(sigma), q).pld()
     ref = _swor_single_step_delta(sigma, q, eps)
@@ -219,18 +214,26 @@ def test_swor_full_batch_is_gaussian_with_double_sensitivity(sigma, steps, delta
 
 
 @pytest.mark.parametrize("sigma, q, steps", [(1.0, 0.05, 200), (2.0, 0.2, 50)])
-def test_swor_dominates_both_fixed_configurations(sigma, q, steps):
-    """The symmetrised pair dominates both one-sided configurations a substitution
-    can realise (Poisson remove and add pairs at sensitivity 2), so composed it is
-    at least as large as either composed alone, and strictly larger here
-    (an adaptive adversary can switch configurations between steps)."""
+def test_swor_is_bounded_by_the_symmetrised_pair_and_a_realised_one(sigma, q, steps):
+    """Composed, sampling without replacement is not tight.  The symmetrised pair
+    dominates every configuration a substitution can take at every step, however
+    an adaptive adversary switches them, so its composition is the upper end; the
+    datasets x = Ce, every other record and x' = -Ce realise the Poisson pair at
+    sensitivity 2 at every step (both orders), whose composition is the lower end.
+    The two differ (the symmetrised composition is strictly larger here), and
+    nothing is known to close the gap: it is said, not hidden."""
     delta = 1e-6
-    swor = pld.dpsgd(sigma, q, steps, sampling="without_replacement").epsilon_bounds(delta)
+    d = pld.dpsgd(sigma, q, steps, sampling="without_replacement")
+    with pytest.warns(pld.NotTightWarning):
+        lo, hi = d.epsilon_bounds(delta)
     one_sided = PoissonSampled(Gaussian(sigma, 2.0), q).pld().self_compose(steps).epsilon_bounds(delta)
-    assert swor[1] >= one_sided[0]
-    assert swor[0] > one_sided[1]
-    for lo, hi in (swor, one_sided):
-        assert hi - lo <= 1e-4 * hi + 1e-6
+    upper, _ = d.bounds()
+    symmetrised = upper.epsilon_bounds(delta)
+    assert lo == one_sided[0] and hi == symmetrised[1]
+    assert symmetrised[0] > one_sided[1]
+    for a, b in (symmetrised, one_sided):
+        assert b - a <= 1e-4 * b + 1e-6
+    assert not d.tight and d.explain(delta)["tight"] is False
 
 
 def _brute_swor_pld(sigma, q, h, half_width=15.0):
@@ -274,7 +277,9 @@ def test_swor_composition_against_brute_force(sigma, q, steps):
         hi_ref = float(np.sum(U[m] * (1 - np.exp(eps - loss[m]))))
         lo, hi = d.delta_bounds(eps)
         assert lo_ref * (1 - 1e-6) <= hi and lo <= hi_ref * (1 + 1e-6)
-        assert lo_ref * (1 - 1e-3) <= lo <= hi <= hi_ref * (1 + 1e-3)
+        # the upper end is the symmetrised composition's; the lower end a realised pair's, below it
+        assert lo_ref * (1 - 1e-3) <= hi <= hi_ref * (1 + 1e-3)
+        assert lo == d.bounds()[1].delta_bounds(eps)[0]
 
 
 def test_delta_query_leaves_a_direction_that_does_not_bind_unrefined(monkeypatch):

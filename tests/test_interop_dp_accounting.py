@@ -180,7 +180,11 @@ def test_sampled_without_replacement_against_rdp():
         rdp.compose(S(SWOR(n, m, G(s / 2)), steps))
         eps_rdp = rdp.get_epsilon(1e-5)
         assert 0 < lo <= hi < eps_rdp
-        assert hi - lo <= 1e-3 * hi
+        # (not tight when composed: each end from its own pair, each narrow; see pld.SampledWithoutReplacement)
+        upper, lower = acc.pld().bounds()
+        for side in (upper, lower):
+            s_lo, s_hi = side.epsilon_bounds(1e-5)
+            assert s_hi - s_lo <= 1e-3 * s_hi
         # and it is more expensive than the same run with Poisson sampling
         assert lo > PLDAccountant().compose(S(P(m / n, G(s)), steps)).get_epsilon(1e-5)
 

@@ -231,18 +231,22 @@ def test_without_replacement_against_dp_accounting(sigma, q, steps, delta):
     * above, its RDP accountant for SampledWithoutReplacementDpEvent
       (Wang, Balle & Kasiviswanathan 2019), an upper bound;
     * below, its PLD accountant on the Poisson pair at twice the sensitivity
-      (one fixed configuration a substitution can realise, both directions).
+      (one fixed configuration a substitution can realise, both directions):
+      pld's lower end is that pair's certified lower end (the mechanism is not
+      tight when composed, see pld.SampledWithoutReplacement).
 
-    Its REPLACE_ONE subsampled pair (records at +-1 around the others) is far
-    below ours: it is not a worst case for substitution (see
-    pld.SampledWithoutReplacement)."""
-    lo, hi = pld.dpsgd(sigma, q, steps, sampling="without_replacement").epsilon_bounds(delta)
-    assert hi - lo <= 1e-4 * hi + 1e-6
+    Its REPLACE_ONE subsampled pair (records at +-1 around the others) is
+    realised too, and lies below: it is not a worst case for substitution."""
+    d = pld.dpsgd(sigma, q, steps, sampling="without_replacement")
+    lo, hi = d.epsilon_bounds(delta)
+    upper, lower = d.bounds()
+    u_lo, u_hi = upper.epsilon_bounds(delta)
+    assert u_hi == hi and u_hi - u_lo <= 1e-4 * u_hi + 1e-6
     rdp = _dpa_rdp_wor(sigma, q, steps, delta)
     assert hi <= rdp
     one_config = _dpa_pld(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma / 2)),
                           steps, delta, NR.ADD_OR_REMOVE_ONE)
-    assert one_config <= hi + 1e-4 * hi
+    assert lo <= one_config <= lo + 1e-3 * lo + 1e-4  # (dp_accounting: a pessimistic value on a 1e-4 grid)
     three_point = _dpa_pld(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
                            steps, delta, NR.REPLACE_ONE)
     assert three_point < lo

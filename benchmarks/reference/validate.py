@@ -97,7 +97,34 @@ def pld_cmp() -> list[dict]:
     return rows
 
 
+def summary() -> None:
+    """Print the table's coverage and pld's position relative to the oracle (markdown)."""
+    from .build import load
+
+    recs = load()
+    tight = [r for r in recs if r["rel_width"] <= 2e-5]
+    print(f"{len(recs)} settings, {len(tight)} within 2e-5; worst width within target "
+          f"{max(r['rel_width'] for r in tight):.2e}; total oracle time {sum(r['seconds'] for r in recs) / 3600:.2f} h")
+    for r in recs:
+        if r["rel_width"] > 2e-5:
+            print(f"  not within target: {r['name']} {r['phases']} delta={r['delta']} "
+                  f"[{r['lower']:.9g}, {r['upper']:.9g}] rel {r['rel_width']:.2e}")
+    out = _load_out().get("pld", [])
+    if out:
+        bad = [p for p in out if not p["intersects"]]
+        print(f"pld: {len(out)} compared, {len(bad)} not intersecting")
+        ex = sorted(p["pld_upper_excess_rel"][0] for p in out if p["name"] in {r["name"] for r in tight})
+        sh = sorted(p["pld_lower_shortfall_rel"][0] for p in out if p["name"] in {r["name"] for r in tight})
+        print(f"pld upper end above the oracle's upper end (relative to eps): median {ex[len(ex) // 2]:.2e}, "
+              f"max {ex[-1]:.2e}, min {ex[0]:.2e}")
+        print(f"pld lower end below the oracle's lower end: median {sh[len(sh) // 2]:.2e}, max {sh[-1]:.2e}, "
+              f"min {sh[0]:.2e}")
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["summary"]:
+        summary()
+        return 0
     what = argv or ["gauss", "dpacc", "pld"]
     out = _load_out()
     if "gauss" in what:

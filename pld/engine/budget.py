@@ -34,7 +34,7 @@ __all__ = ["TIME_BUDGET", "BudgetSpent", "query", "spent", "ran_out", "check_har
 def _from_env() -> float:
     raw = os.environ.get("PLD_TIME_BUDGET", "").strip()
     if not raw:
-        return 10.0
+        return 30.0
     try:
         value = float(raw)
     except ValueError:
@@ -42,7 +42,8 @@ def _from_env() -> float:
     return math.inf if value <= 0 or math.isnan(value) else value
 
 
-#: seconds a query may spend refining (``PLD_TIME_BUDGET``; default 10)
+#: seconds a query may spend refining (``PLD_TIME_BUDGET``; default 30): far above any query of
+#: the coverage samples (a few seconds), so that a loaded machine does not cut ordinary ones short
 TIME_BUDGET = _from_env()
 
 

@@ -1,4 +1,8 @@
-"""Mechanisms with a closed-form pair: Gaussian, Laplace, randomized response, pure and approximate DP, discrete Laplace, a pair given by its masses."""
+"""Mechanisms with a closed-form pair.
+
+Gaussian, Laplace, randomized response, pure and approximate DP, discrete
+Laplace, and a pair given by its masses.
+"""
 
 from __future__ import annotations
 
