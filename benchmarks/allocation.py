@@ -20,8 +20,8 @@ import time
 import warnings
 
 import pld
-from pld import _allocation_sum
-from pld.allocation import RandomAllocation, Shuffling
+from pld.mechanisms.allocation import RandomAllocation, Shuffling
+from pld.mechanisms.allocation import sums as _allocation_sum
 
 
 def _opake():

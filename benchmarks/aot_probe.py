@@ -33,7 +33,7 @@ _QUERY = ("import sys, time\n"
 def build(base: str) -> float:
     """Build the module under ``base`` (as ``PLD_KERNELS_AOT=base`` finds it);
     returns the seconds it took."""
-    from pld import _jit_warm
+    from pld.engine import warm as _jit_warm
     from pld.kernels import _aot
 
     t0 = time.perf_counter()

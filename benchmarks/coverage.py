@@ -10,7 +10,7 @@ cannot hang the run.  Warnings raised by the call are recorded.  The report give
 
 * the fraction of settings whose bracket meets the default target
   ``upper - lower <= 1e-4 * epsilon + 1e-6`` (``epsilon`` = the bracket's upper end, the value
-  pld reports; ``pld.planner.EPS_RTOL``/``EPS_ATOL``),
+  pld reports; ``pld.engine.targets.EPS_RTOL``/``EPS_ATOL``),
 * how many missed it *silently* (no warning raised),
 * the worst width ratio ``(upper - lower) / target``,
 * p50/p95/max wall time of the call (fresh PLD, kernels warm),
@@ -60,7 +60,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: the default bracket target of pld (``pld.planner.EPS_RTOL``, ``EPS_ATOL``), restated here so the
+#: the default bracket target of pld (``pld.engine.targets.EPS_RTOL``, ``EPS_ATOL``), restated here so the
 #: instrument does not move when the engine's constants do
 TARGET_RTOL = 1e-4
 TARGET_ATOL = 1e-6

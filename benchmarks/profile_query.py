@@ -39,15 +39,15 @@ HERE = Path(__file__).resolve().parent
 
 #: (module, attribute path) of the functions whose inclusive time is a phase
 PHASES = [
-    ("pld.planner", "Planner.chernoff"),
-    ("pld.planner", "Planner.probe_settings"),
-    ("pld.planner", "Planner.first_spacing"),
-    ("pld.composer", "Composer._prepare"),
-    ("pld.composer", "_compose_components"),
-    ("pld.composer", "_power_start"),
-    ("pld.composer", "_block_power_start"),
-    ("pld.composer", "bulk_shift"),
-    ("pld.grid", "GridPLD.epsilon"),
+    ("pld.engine.planner", "Planner.chernoff"),
+    ("pld.engine.planner", "Planner.probe_settings"),
+    ("pld.engine.planner", "Planner.first_spacing"),
+    ("pld.engine.composer", "Composer._prepare"),
+    ("pld.engine.composer", "_compose_components"),
+    ("pld.engine.self_compose", "_power_start"),
+    ("pld.engine.self_compose", "_block_power_start"),
+    ("pld.engine.self_compose", "bulk_shift"),
+    ("pld.engine.grid", "GridPLD.epsilon"),
 ]
 
 

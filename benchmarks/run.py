@@ -971,7 +971,7 @@ def main(argv: Optional[list] = None) -> int:
     t_start = time.perf_counter()
     peers = W.all_peers()
     facts = machine_facts(peers)
-    from pld._fft import fft_backend
+    from pld.engine.fft import fft_backend
 
     facts["fft"] = fft_backend()
     _log(cfg, f"machine: {facts['cpu']}, {facts['cores']} cores, load {facts['load_start']}")

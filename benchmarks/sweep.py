@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 import pld
-from pld import sweeps
+from pld.accounting import sweeps
 
 
 def configs(n: int = 10_000, seed: int = 0) -> list[dict]:

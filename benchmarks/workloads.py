@@ -249,20 +249,20 @@ class PldPeer(Peer):
 
 
 class PldRdpPeer(Peer):
-    key = "pld.rdp"
-    label = "pld.rdp RdpAccountant (improved conversion)"
-    module = "pld.rdp"
+    key = "pld.baselines.rdp"
+    label = "pld.baselines.rdp RdpAccountant (improved conversion)"
+    module = "pld.baselines.rdp"
     dist = "pld"
     kind = "rdp"
 
     def prepare(self) -> None:
-        from pld import rdp
+        from pld.baselines import rdp
         cache = getattr(rdp, "_builtin_grid", None)
         if cache is not None and hasattr(cache, "cache_clear"):
             cache.cache_clear()
 
     def _eps(self, phases, delta) -> float:
-        from pld.rdp import RdpAccountant
+        from pld.baselines.rdp import RdpAccountant
         acc = RdpAccountant()
         for s, q, t in phases:
             acc.compose_subsampled_gaussian(s, q, count=int(t))

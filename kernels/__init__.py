@@ -17,15 +17,10 @@ __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merg
 
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
-    from .discretize import (
-        cell_points,
-        log_diff_exp,
-        log_diff_exp_error,
-        optimistic_merge_centred,
-        pessimistic_spread,
-        subsampled_mass_errors,
-    )
+    from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
+    from .discretize import pessimistic_spread
     from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
+    from .merge import optimistic_merge_centred
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating
     from .windows import window_exponents

@@ -5,7 +5,7 @@ Binary exponentiation: ``log2(c)`` squarings plus one product per set bit of
 (Brent, Percival & Zimmermann, *Error bounds on complex floating-point
 multiplication*, Math. Comp. 2007), and an error made in an intermediate
 power is raised with it, so the computed ``z^c`` carries a relative error of
-at most ``(1 + sqrt(5) u)^(2c) - 1``: the bound :mod:`pld._power` uses.
+at most ``(1 + sqrt(5) u)^(2c) - 1``: the bound :mod:`pld.engine.power` uses.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One pass instead of the dozen array temporaries of the numpy formulation,
 which stop fitting in the cache on large levels.  The maps are the ones
-documented in :meth:`pld.grid.GridPLD.coarsen`.  The fine vector is read as
+documented in :meth:`pld.engine.grid.GridPLD.coarsen`.  The fine vector is read as
 ``front`` zeros, then ``p``, then zeros up to an odd length, so that its first
 index is even, without building the padded copy.
 """

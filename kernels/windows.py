@@ -3,7 +3,7 @@
 One pass over the Chernoff parameters instead of a dozen numpy reductions
 over 45-entry arrays: a composed step asks for a window per level, ~15 per
 materialisation, and at ~60 us of interpreter overhead each they were a
-millisecond of every query (see :func:`pld._windows.window`).
+millisecond of every query (see :func:`pld.engine.windows.window`).
 """
 
 from __future__ import annotations

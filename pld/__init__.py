@@ -27,9 +27,11 @@ _IMPORT_STARTED = _time.perf_counter()
 # mechanism classes that pld.load rebuilds by name, sampling schemes) are
 # imported here; the rest is imported on first use (module ``__getattr__``,
 # PEP 562), so that a process that asks one question does not pay for all of pld.
-from pld.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
+from pld import _moved  # noqa: E402
+
+_moved.install()
+from pld.accounting.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
 from pld.distribution import PLD, GridTooLargeError, NotTightWarning, TargetMissedWarning  # noqa: E402
-from pld.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
 from pld.mechanisms import (  # noqa: E402
     ApproxDP,
     DiscreteLaplace,
@@ -42,47 +44,52 @@ from pld.mechanisms import (  # noqa: E402
     RandomizedResponse,
     SampledWithoutReplacement,
 )
-from pld.mixture_mechanisms import MixtureOfGaussians, PoissonSampledSubstitute, TruncatedPoissonGaussian  # noqa: E402
+from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation, Shuffling  # noqa: E402
+from pld.mechanisms.mixtures import MixtureOfGaussians, PoissonSampledSubstitute, TruncatedPoissonGaussian  # noqa: E402
+
+# (``pld.dpsgd`` is the function; its module's old path is registered as loaded,
+# so that importing it does not rebind the package's attribute to the module)
+_moved.preload("pld.dpsgd")
 
 #: public names imported on first use: name -> module
 _LAZY_NAMES = {
-    "warm": "pld._jit_warm",
-    "Accountant": "pld.accountant",
-    "calibrate_noise": "pld.calibrate",
-    "calibrate_parameter": "pld.calibrate",
-    "calibrate_sampling_rate": "pld.calibrate",
-    "calibrate_steps": "pld.calibrate",
-    "EpsilonTable": "pld.epochs",
-    "epsilon_over_steps": "pld.epochs",
-    "epsilon_per_epoch": "pld.epochs",
-    "tune_fft": "pld.fft_plans",
+    "warm": "pld.engine.warm",
+    "Accountant": "pld.accounting.accountant",
+    "calibrate_noise": "pld.accounting.calibrate",
+    "calibrate_parameter": "pld.accounting.calibrate",
+    "calibrate_sampling_rate": "pld.accounting.calibrate",
+    "calibrate_steps": "pld.accounting.calibrate",
+    "EpsilonTable": "pld.accounting.epochs",
+    "epsilon_over_steps": "pld.accounting.epochs",
+    "epsilon_per_epoch": "pld.accounting.epochs",
+    "tune_fft": "pld.engine.fft_plans",
     "load": "pld.io",
     "save": "pld.io",
-    "search_cost": "pld.search",
-    "iter_sweep": "pld.sweeps",
-    "sweep": "pld.sweeps",
+    "search_cost": "pld.accounting.search",
+    "iter_sweep": "pld.accounting.sweeps",
+    "sweep": "pld.accounting.sweeps",
 }
 
-#: the modules of those names (reachable as ``pld.<module>`` as when they were imported here)
-_DEFERRED_SUBMODULES = frozenset(m.rsplit(".", 1)[1] for m in _LAZY_NAMES.values())
-
 if TYPE_CHECKING:  # (what static tools see: the same names, imported)
-    from pld._jit_warm import warm
-    from pld.accountant import Accountant
-    from pld.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps
-    from pld.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch
-    from pld.fft_plans import tune_fft
+    from pld.accounting.accountant import Accountant
+    from pld.accounting.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps
+    from pld.accounting.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch
+    from pld.accounting.search import search_cost
+    from pld.accounting.sweeps import iter_sweep, sweep
+    from pld.engine.fft_plans import tune_fft
+    from pld.engine.warm import warm
     from pld.io import load, save
-    from pld.search import search_cost
-    from pld.sweeps import iter_sweep, sweep
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: submodules reachable as ``pld.<name>`` after ``import pld``, imported on first
 #: use (module ``__getattr__``, PEP 562) so that ``import pld`` stays as fast as
 #: the engine alone: rdp, lab and the curves pull in more of scipy, interop
-#: pulls in nothing until one of its adapters is imported
-_LAZY_SUBMODULES = ("rdp", "exact", "curves", "lab", "interop", "report", "spec", "plots", "cli")
+#: pulls in nothing until one of its adapters is imported.  Their 0.1.0 paths
+#: (``pld.baselines.rdp``, ``pld.dpsgd``, ...) import as before (:mod:`pld._moved`).
+_LAZY_SUBMODULES = {name: name for name in ("interop", "report", "cli", "io", "engine", "mechanisms",
+                                             "accounting", "baselines")}
+_LAZY_SUBMODULES.update({old[len("pld."):]: new[len("pld."):] for old, new in _moved.MOVED.items()})
 
 __all__ = [
     "PLD",
@@ -133,7 +140,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
         globals()[name] = value  # (once: later lookups do not come here)
         return value
-    if name in _LAZY_SUBMODULES or name in _DEFERRED_SUBMODULES:
+    if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -4,9 +4,9 @@ A :class:`PLD` is an immutable description of a composition — a multiset of
 ``(mechanism, count)`` pairs under one neighbouring relation — plus what its
 queries have computed so far.  Nothing is discretised until a question is
 asked; the question (a target delta or epsilon) then fixes the exponential
-tilt and the grid spacing (:mod:`pld.planner`), the composer builds certified
-grids (:mod:`pld.composer`) and the evaluator reads a bracket off them
-(:mod:`pld.grid`, :mod:`pld.queries`), so a user never has to guess a
+tilt and the grid spacing (:mod:`pld.engine.planner`), the composer builds certified
+grids (:mod:`pld.engine.composer`) and the evaluator reads a bracket off them
+(:mod:`pld.engine.grid`, :mod:`pld.engine.queries`), so a user never has to guess a
 discretisation interval.
 
 ``delta(eps) = max(delta_remove(eps), delta_add(eps))`` over the two directions
@@ -24,14 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pld import _budget, gaussian_exact, queries, total_variation
 from pld import _validate as v
-from pld import adjacency as adj
-from pld.composer import GridTooLargeError
-from pld.grid import GridPLD
-from pld.laws import DIRECTIONS
+from pld.engine import budget as _budget
+from pld.engine import gaussian_exact, queries, total_variation
+from pld.engine.composer import GridTooLargeError
+from pld.engine.grid import GridPLD
+from pld.engine.laws import DIRECTIONS
+from pld.engine.pipeline import Engine
+from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, Settings
 from pld.mechanisms import Mechanism, register_pld_type
-from pld.planner import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, Settings
+from pld.mechanisms import adjacency as adj
 
 __all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "NotTightWarning", "CLOSED_FORMS",
            "EPS_RTOL", "EPS_ATOL"]
@@ -81,7 +83,7 @@ class GridPair:
 
 
 def _budgeted(method):
-    """Run a query under its time budget (:mod:`pld._budget`; nested queries share the outermost)."""
+    """Run a query under its time budget (:mod:`pld.engine.budget`; nested queries share the outermost)."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         with _budget.query():
@@ -119,7 +121,7 @@ class PLD:
         # parts may be stated under another, such as shuffling's lower end)
         self._adjacency = _common_adjacency(self._components) if _relation is None else _relation
         self._h_fixed = value_discretization_interval
-        self._engine_box: list[queries.Engine] = []
+        self._engine_box: list[Engine] = []
         #: the composition with refined components (see _epsilon_bracket_refined), once built
         self._refined_box: list[PLD | None] = []
         #: (upper view, lower view or None) of a composition that is not tight, once built
@@ -149,7 +151,7 @@ class PLD:
     @property
     def adjacency(self) -> str:
         """The neighbouring relation the composition is accounted under
-        (:mod:`pld.adjacency`; ``"any"`` when every part is stated through a
+        (:mod:`pld.mechanisms.adjacency`; ``"any"`` when every part is stated through a
         sensitivity)."""
         return self._adjacency
 
@@ -316,7 +318,7 @@ class PLD:
     def delta_bounds(self, epsilon):
         """Certified ``(lower, upper)`` on delta(epsilon) = max over directions.
 
-        Vectorised: a whole curve in one call (see :func:`pld.queries.delta_curve`).
+        Vectorised: a whole curve in one call (see :func:`pld.engine.queries.delta_curve`).
         """
         e, scalar = v.real_array("epsilon", epsilon)
         if not self.tight:
@@ -373,7 +375,8 @@ class PLD:
         method = ("closed form (a composition of Gaussian mechanisms is one Gaussian mechanism, "
                   f"mu = {mu:.6g})" if mu is not None else "FFT composition of certified grids")
         if jumps:
-            method += "; the remove direction's heavy upper tail split off by a big-jump decomposition (pld._big_jumps)"
+            method += ("; the remove direction's heavy upper tail split off by a big-jump decomposition "
+                       "(pld.engine.big_jumps)")
         out = {"epsilon_lower": lo, "epsilon_upper": hi, "delta": delta, "method": method,
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
                "target_met": miss is None, "target_missed_because": miss,
@@ -440,7 +443,7 @@ class PLD:
     def grids(self, delta: float, *, tilt: float | None = None) -> dict[str, GridPair]:
         """The certified grids behind ``epsilon_bounds(delta)``, per direction.
 
-        Read-only: other evaluators (:mod:`pld.curves`, plots, reports) read
+        Read-only: other evaluators (:mod:`pld.baselines.curves`, plots, reports) read
         delta off these grids instead of rebuilding them.  ``tilt`` replaces
         the grids' exponential tilt (same spacing and truncation budget).
         """
@@ -479,7 +482,7 @@ class PLD:
         return g.losses(), masses, float(g.inf_mass)
 
     def loss_law(self, direction: str = "remove"):
-        """The explored loss law of one direction (:class:`pld._windows.Composite`).
+        """The explored loss law of one direction (:class:`pld.engine.windows.Composite`).
 
         For sizing and estimates only (saddle-point and Chernoff estimates,
         moments); no certificate is read from it.
@@ -489,7 +492,7 @@ class PLD:
         return self._engine().laws.exploration(direction)
 
     # -------------------------------------------------------- internals
-    def _engine(self) -> queries.Engine:
+    def _engine(self) -> Engine:
         if not self.tight:
             # (grids, curves and reports of a composition that is not tight
             # read its upper view: the dominating pairs)
@@ -497,7 +500,7 @@ class PLD:
         # (built on first use: a PLD that is only composed and saved builds none;
         # list.append is atomic, and a race builds two engines of which one wins)
         if not self._engine_box:
-            self._engine_box.append(queries.Engine.build(self._components, self._h_fixed))
+            self._engine_box.append(Engine.build(self._components, self._h_fixed))
         return self._engine_box[0]
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
@@ -548,7 +551,7 @@ class PLD:
     def _closed_form_mu(self) -> float | None:
         """``mu`` when every component is a Gaussian mechanism and closed forms
         are on (:data:`CLOSED_FORMS`), else None: such a composition is one
-        Gaussian mechanism (:mod:`pld.gaussian_exact`), and no grid is needed."""
+        Gaussian mechanism (:mod:`pld.engine.gaussian_exact`), and no grid is needed."""
         if not CLOSED_FORMS or self._h_fixed is not None:
             return None
         return gaussian_exact.gaussian_mu(self._components)
@@ -575,7 +578,7 @@ def _warn_if_loose(flat: np.ndarray, lo: np.ndarray, hi: np.ndarray, h_fixed: fl
                    limit: float) -> None:
     """Never silent: a delta bracket an order of magnitude wide (or ``[0, x]``)
     is reported; both ends stay certified.  Not beyond ``limit``
-    (:func:`pld.queries.tunable_epsilon`), where no grid is tuned and the
+    (:func:`pld.engine.queries.tunable_epsilon`), where no grid is tuned and the
     upper end is the mass every grid sends to +inf, below ~1e-40."""
     with np.errstate(invalid="ignore"):
         loose = (np.abs(flat) < limit) & (hi > 1e-200) & (hi > DELTA_LOOSE_FACTOR * lo)
@@ -602,7 +605,7 @@ def _merge(components: tuple) -> tuple:
 
 
 def _common_adjacency(components: tuple) -> str:
-    """The one neighbouring relation of ``components`` (:func:`pld.adjacency.combined`),
+    """The one neighbouring relation of ``components`` (:func:`pld.mechanisms.adjacency.combined`),
     or ``ValueError`` naming two mechanisms whose relations differ."""
     relation, witness = adj.ANY, None
     for m, _ in components:

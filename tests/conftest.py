@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, Phase, settings
 # with `pld tune-fft` (tests/test_fft_wisdom.py covers measured plans); set the
 # variable to a wisdom file to run the suite on measured plans instead.
 os.environ.setdefault("PLD_FFTW_WISDOM", "off")
-# No per-query time budget (pld._budget; 10 s by default): a query that runs out of it answers a
+# No per-query time budget (pld.engine.budget; 10 s by default): a query that runs out of it answers a
 # wider bracket, so the suite's outcomes would depend on the machine's load (on a loaded machine
 # with a cold kernel cache, the first DP-SGD query's compile spent it: [1.82663, 1.83082] with a
 # TargetMissedWarning, where the target gives [1.82821, 1.82829]).  Tests of the budget itself
-# set pld._budget.TIME_BUDGET.
+# set pld.engine.budget.TIME_BUDGET.
 os.environ.setdefault("PLD_TIME_BUDGET", "0")
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
@@ -63,7 +63,7 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _fft_engine_on_gaussians(request, monkeypatch):
     """Run compositions of Gaussians through the FFT engine, not their closed
-    form (pld.gaussian_exact), so that the many tests comparing the engine with
+    form (pld.engine.gaussian_exact), so that the many tests comparing the engine with
     the Balle-Wang profile keep testing the engine; tests of the closed form
     itself are marked ``closed_forms``."""
     if request.node.get_closest_marker("closed_forms") is None:

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import pld
-from pld.accountant import mechanism_from_dict, mechanism_to_dict
+from pld.accounting.accountant import mechanism_from_dict, mechanism_to_dict
 from pld.distribution import PLD
 from pld.mechanisms import (
     ApproxDP,

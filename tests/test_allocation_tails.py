@@ -6,7 +6,7 @@ truths not computed by pld.
 * t = 1 at delta ~ 1e-12: the Gaussian mechanism (Balle & Wang);
 * k of t (label-sum lower end): Monte Carlo under P with all k-subsets
   enumerated, with a 5-sigma confidence interval;
-* sigma < 0.55 (the light/heavy split, pld._allocation_heavy): Monte Carlo at
+* sigma < 0.55 (the light/heavy split, pld.mechanisms.allocation.heavy): Monte Carlo at
   small t, importance sampling of the marked coordinate at delta ~ 1e-8 .. 1e-10,
   t = 2 quadrature, k of t against the true pair's Monte Carlo;
 * calibration with balls-in-bins: the returned noise multiplier's certified
@@ -30,8 +30,9 @@ from scipy.stats import norm
 # import fails here instead of skipping them
 import pld
 import test_random_allocation
-from pld import _allocation_sum
-from pld.allocation import FINEST_SPACING, AllocationAccuracyWarning, RandomAllocation
+from pld.mechanisms.allocation import FINEST_SPACING, AllocationAccuracyWarning, RandomAllocation
+from pld.mechanisms.allocation import coordinate as _coordinate
+from pld.mechanisms.allocation import sums as _allocation_sum
 
 
 def _gaussian_delta(mu: float, eps: float) -> float:
@@ -84,7 +85,7 @@ def test_two_steps_at_small_delta_against_quadrature():
 def test_one_step_at_delta_1e12():
     mech = RandomAllocation(pld.Gaussian(1.0), 1)
     lo, hi = mech.pld().epsilon_bounds(1e-12)
-    from pld.gaussian_exact import epsilon_bounds
+    from pld.engine.gaussian_exact import epsilon_bounds
 
     exact = epsilon_bounds(1.0, 1e-12)
     assert lo <= exact[1] and hi >= exact[0]
@@ -168,7 +169,7 @@ def test_k_of_t_label_sum_lower_end():
 def test_label_sum_pair_is_a_pair_of_sub_probabilities():
     side, info = _allocation_sum.label_sum_pair(1.0, 64, 4, 0.05)
     for direction in ("remove", "add"):
-        loss, lp, lq = _allocation_sum.atoms(side, direction)
+        loss, lp, lq = _coordinate.atoms(side, direction)
         assert np.sum(np.exp(lp)) <= 1.0 + 1e-9 and np.sum(np.exp(lq)) <= 1.0 + 1e-6
     assert info["mass_p"] > 0.999
 
@@ -197,7 +198,7 @@ def test_structural_gaps_are_said_not_refined():
     """k > 1 and shuffling are wide by construction: each end comes from a composition of
     tight pairs refined to its own target, and the gap is said as NotTightWarning (a
     TargetMissedWarning is left to a side that misses its own target)."""
-    from pld.allocation import Shuffling
+    from pld.mechanisms.allocation import Shuffling
 
     for d in (RandomAllocation(pld.Gaussian(1.0), 12, participations=2).pld(),
               Shuffling(pld.Gaussian(1.0), 12).pld()):

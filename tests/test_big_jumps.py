@@ -1,4 +1,4 @@
-"""The big-jump decomposition of heavy-tailed compositions (issue 19, pld._big_jumps).
+"""The big-jump decomposition of heavy-tailed compositions (issue 19, pld.engine.big_jumps).
 
 Truths that do not come from this module: the ordinary engine's certified
 delta brackets where it is accurate (a different computation: one grid for
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 import pld
-from pld import _big_jumps as bj
+from pld.engine import big_jumps as bj
 
 
 def _model(sigma: float, q: float, steps: int):
@@ -103,7 +103,8 @@ def test_heavy_tail_case_is_split_and_says_so():
     assert info["target_met"] is True
     assert info["big_jump_decomposition"] and "big-jump" in info["method"]
     # the report (--json, --verbose) carries it too
-    from pld import report, report_text
+    from pld import report
+    from pld.report import text as report_text
     numerics = report._numerics(info)
     assert numerics["big_jump_decomposition"] == info["big_jump_decomposition"]
     assert any("big jumps" in line for line in report_text._dir_lines(numerics))
@@ -124,7 +125,7 @@ def test_small_q_corner_goes_to_the_terms_first():
     the whole law's own certified bracket (one grid at a fixed spacing, no
     cut: a different computation) and dp_accounting's estimate, agrees with
     the delta query at its ends, and explain() names the decomposition."""
-    from pld import queries
+    from pld.engine import queries
 
     sigma, q, steps, delta = 0.5612, 2.09e-5, 4020, 5.3e-9
     p = pld.dpsgd(sigma, q, steps)
@@ -179,9 +180,9 @@ def test_refinement_stops_at_the_terms_cap():
     """sigma 0.32, q 4.1e-5, T 5.7e5, delta 5e-8 (found by a random probe):
     the first grid is below the cap (no terms first), but refining it would
     build 1.5e6 points twice (13 s).  The remove direction's grids stay under
-    pld.queries.JUMPS_FIRST_POINTS, the terms meet the target, and the
+    pld.engine.queries.JUMPS_FIRST_POINTS, the terms meet the target, and the
     bracket overlaps the whole law's at rtol 0.1 (no terms there)."""
-    from pld import queries
+    from pld.engine import queries
 
     sigma, q, steps, delta = 0.317, 4.1e-05, 570000, 5e-08
     p = pld.dpsgd(sigma, q, steps)
@@ -243,7 +244,7 @@ def test_split_bracket_intersects_the_whole_law_bracket(sigma, log_q, steps, log
     """Across the small-q, strict-delta corner: the bracket the decomposition
     certifies (whatever it is narrowed to) and the one grid pair's bracket
     (the decomposition switched off) both contain epsilon, so they intersect."""
-    from pld import queries
+    from pld.engine import queries
 
     q, delta = 10.0 ** log_q, 10.0 ** log_delta
     with warnings.catch_warnings():
@@ -329,7 +330,7 @@ def test_delta_curve_uses_the_split_too():
     at the heavy-tail case the delta brackets at the epsilon bracket's ends
     are narrow, bracket delta from the right sides, and nest in the one-grid
     brackets (the decomposition switched off)."""
-    from pld import queries
+    from pld.engine import queries
 
     delta = 4.49e-12
     p = pld.dpsgd(0.802, 2.14e-5, 128)

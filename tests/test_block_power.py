@@ -1,4 +1,4 @@
-"""The block power (``pld.composer._block_power_start``) keeps the certificate and the width.
+"""The block power (``pld.engine.self_compose._block_power_start``) keeps the certificate and the width.
 
 A long self-composition may be built as a power of a block of ``c`` steps, the
 block re-gridded to a coarser spacing, then a power of blocks (and the steps
@@ -6,7 +6,7 @@ over a whole number of blocks convolved in).  Truths used here do not come from
 the composer:
 
 * the closed-form delta of a composition of Gaussian mechanisms
-  (``pld.exact``): the dominating grid must stay above it and the dominated
+  (``pld.baselines.exact``): the dominating grid must stay above it and the dominated
   grid below it, at every epsilon asked, whatever the block size and the
   remainders (a step miscounted moves epsilon by far more than the bracket);
 * the same grids built by the single power, on the same settings: the block
@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld import composer as C
-from pld.exact import gaussian_delta, gaussian_epsilon
+from pld.baselines.exact import gaussian_delta, gaussian_epsilon
+from pld.engine import self_compose as C
 
 
 def _spy(monkeypatch) -> list:

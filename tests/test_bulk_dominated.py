@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld.composer import GridTooLargeError
-from pld.discretize import discretize, variance_weight
+from pld.engine.composer import GridTooLargeError
+from pld.engine.discretize import discretize, variance_weight
+from pld.engine.targets import Query
 from pld.kernels import optimistic_merge_centred
-from pld.planner import Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import oracles  # noqa: E402

@@ -1,4 +1,4 @@
-"""The dominated side's bulk shift (pld.composer.bulk_shift), against independent truths.
+"""The dominated side's bulk shift (pld.engine.bulk_shift.bulk_shift), against independent truths.
 
 A Poisson-subsampled step on a grid coarser than its sampling rate has its
 bulk in one cell, which the dominated side used to round down a whole cell per
@@ -21,11 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld import composer as C
-from pld.discretize import discretize
-from pld.dpsgd import dpsgd_mechanism
-from pld.grid import GridPLD
-from pld.planner import Query
+from pld.accounting.dpsgd import dpsgd_mechanism
+from pld.engine import bulk_shift as C
+from pld.engine import self_compose
+from pld.engine.discretize import discretize
+from pld.engine.grid import GridPLD
+from pld.engine.targets import Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import oracles  # noqa: E402
@@ -86,7 +87,7 @@ def test_a_coarse_composition_with_the_shift_brackets_the_oracle(sigma, q, steps
     h = 2 * q
     lo, hi = mech.pld(value_discretization_interval=h).self_compose(steps).epsilon_bounds(delta)
     assert lo <= ref.upper and hi >= ref.lower, (lo, hi, ref)
-    monkeypatch.setattr(C, "bulk_shift", lambda *a, **k: 0.0)
+    monkeypatch.setattr(self_compose, "bulk_shift", lambda *a, **k: 0.0)  # (where the composer looks it up)
     lo0, _ = mech.pld(value_discretization_interval=h).self_compose(steps).epsilon_bounds(delta)
     assert lo > lo0 + 0.5 * (hi - lo0)
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
+from pld.accounting.calibrate import calibrate_noise, calibrate_sampling_rate, calibrate_steps
 
 
 def certified(sigma, q, steps, delta, sampling="poisson"):
@@ -147,7 +147,7 @@ def test_validation(fn, args, kwargs, exc, words):
 
 
 # ------------------------------------------------- the search on its own
-from pld.calibrate import _Search, _snap_steps  # noqa: E402
+from pld.accounting.calibrate import _Search, _snap_steps  # noqa: E402
 
 
 def _synthetic(exponent, scale=1.0, fail_below=None):

@@ -1,6 +1,6 @@
 """pld.calibrate_parameter: any mechanism's parameter for a target epsilon.
 
-Answers are checked against closed forms (pld.exact: Balle & Wang's Gaussian
+Answers are checked against closed forms (pld.baselines.exact: Balle & Wang's Gaussian
 profile, the Laplace and randomized-response profiles), not against pld, and
 the search is compared with dp_accounting's calibrate_dp_mechanism driving
 pld's own adapter (same engine per evaluation: the evaluation count is the cost).
@@ -14,7 +14,7 @@ import pytest
 from scipy.optimize import brentq
 
 import pld
-from pld import exact
+from pld.baselines import exact
 
 DELTA = 1e-5
 

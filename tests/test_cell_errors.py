@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import log_ndtr
 
-from pld._models import LOG_NDTR_ULPS, LossModel, NormalBase, normal_interval_logmass_bounds
 from pld.kernels import optimistic_merge_centred
+from pld.mechanisms.models import LOG_NDTR_ULPS, LossModel, NormalBase, normal_interval_logmass_bounds
 
 U = 2.0 ** -53
 mp.mp.dps = 50

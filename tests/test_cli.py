@@ -306,7 +306,7 @@ def test_curve_outputs_are_written_whole_or_not_at_all(capsys, tmp_path):
 
 
 def test_calibrate_wiring_and_check(capsys, monkeypatch):
-    calibrate = pytest.importorskip("pld.calibrate")
+    calibrate = pytest.importorskip("pld.accounting.calibrate")
     seen = {}
 
     def fake_steps(target_epsilon, delta, noise_multiplier, sampling_rate, *, sampling="poisson", info=None):
@@ -329,7 +329,7 @@ def test_calibrate_wiring_and_check(capsys, monkeypatch):
 
 
 def test_lab_runs_the_real_lab(capsys, tmp_path):
-    """`pld lab` on pld.lab itself: its exact epsilon is the Gaussian closed form
+    """`pld lab` on pld.baselines.lab itself: its exact epsilon is the Gaussian closed form
     (tests/oracles.py, no pld), inside pld's bracket, which meets its target; the plot
     is a real PNG; the text report is the seed table."""
     code, out, err = call(capsys, "lab", "--sigma", "4", "--steps", "10", "--delta", "1e-5", "--json",
@@ -379,18 +379,18 @@ def test_compare_runs_the_real_peers(capsys):
 
 
 def test_compare_defaults_are_the_mnist_run(capsys, monkeypatch):
-    """Without flags `pld compare` accounts the MNIST example (the real pld.lab.compare,
+    """Without flags `pld compare` accounts the MNIST example (the real pld.baselines.lab.compare,
     its arguments recorded on the way; peers off to keep it cheap)."""
-    import pld.lab
+    import pld.baselines.lab
 
     seen = []
-    real = pld.lab.compare
+    real = pld.baselines.lab.compare
 
     def recording(*args, **kwargs):
         seen.append((args, kwargs))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pld.lab, "compare", recording)
+    monkeypatch.setattr(pld.baselines.lab, "compare", recording)
     code, out, err = call(capsys, "compare", "--json", "--no-peers", "--sampling", "without-replacement")
     assert code == 0, err
     assert seen == [((1.1, 256 / 60000, 14063, 1e-5), {"sampling": "without_replacement", "peers": False})]
@@ -401,7 +401,7 @@ def test_compare_defaults_are_the_mnist_run(capsys, monkeypatch):
 
 
 def test_lab_missing_is_a_clear_error(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pld.lab", None)  # import fails as if the module were absent
+    monkeypatch.setitem(sys.modules, "pld.baselines.lab", None)  # import fails as if the module were absent
     code, out, err = call(capsys, "lab")
     assert code == 2 and err.startswith("pld: error: ") and len(err.splitlines()) == 1
 

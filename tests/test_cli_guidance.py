@@ -16,7 +16,8 @@ import sys
 import pytest
 
 import pld
-from pld import cli, exact
+from pld import cli
+from pld.baselines import exact
 from pld.report import footer
 
 SMALL = ["--noise-multiplier", "2", "--sampling-rate", "0.05", "--steps", "50"]
@@ -221,7 +222,7 @@ def test_compare_without_replacement_peers(capsys):
     assert peers["prv_accountant"]["note"] == "accounts Poisson sampling only"
     assert peers["dp_accounting.pld"]["note"] == "does not account sampling without replacement"
     rdp = peers["dp_accounting.rdp"]
-    # its RDP bound (sensitivity 2C, see pld.peers) is an upper bound on the certified epsilon
+    # its RDP bound (sensitivity 2C, see pld.baselines.peers) is an upper bound on the certified epsilon
     assert rdp["epsilon"] >= res["pld_epsilon_upper"] and "sigma / 2" in rdp["note"]
 
 

@@ -1,4 +1,4 @@
-"""Curves read off a PLD (pld.curves): RDP, privacy-loss tail, f-DP trade-off.
+"""Curves read off a PLD (pld.baselines.curves): RDP, privacy-loss tail, f-DP trade-off.
 
 References are closed forms (Gaussian) and the RDP accountant (subsampled
 Gaussian).  PLDs are built once per module: the engine caches its grids, so
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pld
-from pld import curves, exact, rdp
+from pld.baselines import curves, exact, rdp
 
 SIGMA, STEPS, DELTA = 8.0, 120, 1e-6
 MU = math.sqrt(STEPS) / SIGMA

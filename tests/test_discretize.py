@@ -3,7 +3,7 @@
 The truths here do not come from the discretiser: the single-step delta of a
 Poisson-subsampled Gaussian is written with normal tails at the threshold
 where the privacy loss crosses epsilon (solved by hand, not through the
-model's own loss map), and compositions are compared with ``pld.exact``.
+model's own loss map), and compositions are compared with ``pld.baselines.exact``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 import pld
-from pld import exact as X
-from pld.discretize import discretize
+from pld.baselines import exact as X
+from pld.engine.discretize import discretize
 from pld.kernels import cell_points
 
 
@@ -136,7 +136,7 @@ def test_wide_tail_cells_cost_no_accuracy():
     """The engine's wide tail cells (MNIST: 2.4k points for a 44k-point window)
     move the bracket by well under 1% of its width against every grid point a
     cell of its own."""
-    import pld.composer as P
+    import pld.engine.first_step as P
     mech = pld.PoissonSampled(pld.Gaussian(1.1), 256 / 60000)
     p = pld.PLD(mech.pld().self_compose(14040).components)
     lo, hi = p.epsilon_bounds(1e-5)
@@ -224,7 +224,7 @@ def test_first_step_window_keeps_the_tail_budget(sigma, log_q, log_budget):
     """The first window, tightened by the exploration's own tails, leaves at most
     (a small multiple of) the budget of P-mass above it: the closed-form tail
     of the subsampled Gaussian, not the model's."""
-    from pld import _windows as W
+    from pld.engine import windows as W
 
     q = math.exp(log_q)
     model = pld.PoissonSampled(pld.Gaussian(sigma), q).loss_model("remove")
@@ -258,7 +258,7 @@ def test_saddle_point_estimate_of_a_gaussian_composition(sigma, log10_steps, log
     """The saddle-point estimate (sizing only) is exact in form for a Gaussian
     PLD, whose tilted laws are Gaussian: it must land on the closed form up to
     the exploration's cells and the bisection's tolerance."""
-    from pld import _windows as W
+    from pld.engine import windows as W
 
     steps = max(1, int(round(10 ** log10_steps)))
     delta = 10 ** log10_delta
@@ -273,7 +273,7 @@ def test_saddle_point_estimate_of_a_gaussian_composition(sigma, log10_steps, log
 def test_saddle_point_estimate_of_dp_sgd_within_two_percent():
     """For DP-SGD with q >= 1e-3 the saddle-point estimate is within 2% of the
     certified bracket (the Chernoff estimate is 15-50% high there)."""
-    from pld import _windows as W
+    from pld.engine import windows as W
 
     for sigma, q, steps, delta in [(1.0, 0.01, 10_000, 1e-5), (1.1, 256 / 60000, 14_040, 1e-5),
                                    (2.0, 0.1, 100, 1e-8), (0.9, 0.003, 50_000, 1e-6)]:

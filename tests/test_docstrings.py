@@ -20,7 +20,8 @@ FUNCTIONS = ["dpsgd", "dpsgd_schedule", "epsilon_per_epoch", "epsilon_over_steps
              "sweep", "search_cost"]
 ACCOUNTANT = ["step", "record", "epsilon_bounds", "epsilon", "delta_bounds", "delta", "state_dict",
               "from_state_dict", "pld"]
-MODULES = ["pld.dpsgd", "pld.epochs", "pld.calibrate", "pld.accountant", "pld.io", "pld.lab", "pld.allocation"]
+MODULES = ["pld.accounting.dpsgd", "pld.accounting.epochs", "pld.accounting.calibrate", "pld.accounting.accountant",
+           "pld.io", "pld.baselines.lab", "pld.mechanisms.allocation"]
 
 
 def _sections(obj) -> set[str]:

@@ -4,7 +4,7 @@ A Poisson-subsampled step's loss starts at ``log(1 - q)`` with its density
 rising from there: the lowest centred cells sit above their grid points and
 the downward pass runs out of cells to lower them with.  Those few buckets
 now join the bucket above, lifted back onto its point by a fraction of the
-next (pass 3, ``kernels.discretize._settle_short``), instead of merging every
+next (pass 3, ``kernels.merge_settle._settle_short``), instead of merging every
 cell below a switch point upwards in pairs.  Truths, none from the engine:
 
 * the single-step closed form of tests/oracles.py (remove direction, every
@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld.composer import GridTooLargeError
-from pld.discretize import discretize, variance_weight
-from pld.planner import Query
+from pld.engine.composer import GridTooLargeError
+from pld.engine.discretize import discretize, variance_weight
+from pld.engine.targets import Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import oracles  # noqa: E402

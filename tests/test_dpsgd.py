@@ -9,10 +9,10 @@ import pytest
 from scipy import integrate, stats
 
 import pld
-from pld import _windows as w
-from pld._substitute_models import SymmetrizedSubsampledGaussianModel
-from pld.exact import gaussian_epsilon
+from pld.baselines.exact import gaussian_epsilon
+from pld.engine import windows as w
 from pld.mechanisms import Gaussian, Laplace, PoissonSampled, SampledWithoutReplacement
+from pld.mechanisms.substitute_models import SymmetrizedSubsampledGaussianModel
 
 
 def overlap(a, b, slack=0.0):

@@ -391,10 +391,10 @@ def test_trivial_mechanisms_have_epsilon_zero(make):
 @PROPERTY
 @given(log_eps=st.floats(-12, 1), log_q=st.floats(-8, 0), count=st.integers(1, 100))
 def test_total_variation_bounds_hold(log_eps, log_q, count):
-    """pld.total_variation against exact TVs: tanh(eps/2) for randomized
+    """pld.engine.total_variation against exact TVs: tanh(eps/2) for randomized
     response, erf(mu / 2 sqrt 2) for the Gaussian, q times the base under
     Poisson sampling (mpmath)."""
-    from pld import total_variation as tv
+    from pld.engine import total_variation as tv
 
     eps0, q = 10.0 ** log_eps, 10.0 ** log_q
     assert tv.tv_upper(pld.RandomizedResponse(eps0)) >= mp.tanh(mp.mpf(eps0) / 2)

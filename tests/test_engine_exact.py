@@ -10,7 +10,7 @@ check, for mechanisms whose privacy profile is known exactly,
   their composition; checked separately so that a width failure never hides
   a validity failure).
 
-Truths come from :mod:`pld.exact` (closed forms) and from brute force written
+Truths come from :mod:`pld.baselines.exact` (closed forms) and from brute force written
 here: binomial enumeration of T-fold randomized response, explicit product
 distributions of small discrete pairs, direct enumeration of the discrete
 Laplace pair and one-dimensional quadrature of the Laplace composition.
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from scipy import integrate, optimize, special, stats
 
 import pld
-from pld import exact as X
+from pld.baselines import exact as X
 
 EPS_RTOL = 1e-4
 EPS_ATOL = 1e-6
@@ -224,7 +224,7 @@ def laplace_delta_composed(eps: float, scale: float, steps: int) -> float:
     return 0.5 * inner(eps - c) + 0.5 * math.exp(-c) * inner(eps + c) + val
 
 
-# reference self-checks: the brute force agrees with pld.exact where both apply -----------------
+# reference self-checks: the brute force agrees with pld.baselines.exact where both apply -----------------
 
 
 def test_references_agree():
@@ -248,7 +248,7 @@ def test_references_agree():
 
 
 # ---------------------------------------------------------------------------
-# Gaussian mechanism: pld.exact (Balle & Wang) with mu = s sqrt(T) / sigma
+# Gaussian mechanism: pld.baselines.exact (Balle & Wang) with mu = s sqrt(T) / sigma
 # ---------------------------------------------------------------------------
 
 # (sigma, T, delta): sigma 0.3..100, T 1..1e6, delta 1e-3..1e-15, exact eps 0.03..1400
@@ -303,7 +303,7 @@ def test_gaussian_epsilon_width(sigma, steps, delta):
 def test_unequal_gaussian_parts(s1, a, s2, log_b, log_delta):
     """A part composed a few times beside one composed 1e2..3e5 times: each
     first step's window and wide cells follow its own count
-    (pld.composer._log_step_shares, the wide-cell budget T / c), and the
+    (pld.engine.composer._log_step_shares, the wide-cell budget T / c), and the
     bracket still holds the exact Gaussian answer, mu^2 = a/s1^2 + b/s2^2,
     within its target."""
     b, delta = int(10 ** log_b), 10 ** log_delta
@@ -395,7 +395,7 @@ def test_gaussian_delta_curve(sigma, steps, eps):
 
 
 # ---------------------------------------------------------------------------
-# randomized response: binomial enumeration (and pld.exact as a cross-check)
+# randomized response: binomial enumeration (and pld.baselines.exact as a cross-check)
 # ---------------------------------------------------------------------------
 
 RR_CASES = [

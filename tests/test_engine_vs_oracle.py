@@ -107,7 +107,7 @@ HARD = {
 }
 
 # pld at 048fc5a missed the width target on all three by 700-9000x (RESULTS.md, "Coverage
-# (issue 19)"); the big-jump decomposition of the remove direction (pld._big_jumps) meets it.
+# (issue 19)"); the big-jump decomposition of the remove direction (pld.engine.big_jumps) meets it.
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import pld
-from pld import exact
-from pld._rounding import bracket, round_up
-from pld.epochs import epoch_steps
+from pld.accounting.epochs import epoch_steps
+from pld.baselines import exact
+from pld.report.rounding import bracket, round_up
 
 
 def test_gaussian_rows_contain_the_exact_epsilon():

@@ -1,4 +1,4 @@
-"""Tests for pld.exact: exact privacy profiles (Gaussian, RR, Gaussian x RR, Laplace)."""
+"""Tests for pld.baselines.exact: exact privacy profiles (Gaussian, RR, Gaussian x RR, Laplace)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from pld.exact import (
+from pld.baselines.exact import (
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
@@ -235,7 +235,7 @@ def test_rr_epsilon_exact(eps0, steps):
 
 def test_rr_large_steps_and_eps0():
     # binomial log-pmf agrees with scipy where scipy is accurate
-    from pld.exact import _rr_tables
+    from pld.baselines.exact import _rr_tables
 
     loss, tail_p, _ = _rr_tables(0.7, 200)
     p = math.exp(0.7) / (1 + math.exp(0.7))

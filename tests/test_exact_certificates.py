@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld import _budget
-from pld._outward import point_down, point_up, points_above, sum_bounds
+from pld.engine import budget as _budget
+from pld.engine.outward import point_down, point_up, points_above, sum_bounds
 
 mp.mp.dps = 60
 
@@ -139,7 +139,7 @@ def test_gaussian_near_delta_one(sigma, one_minus_delta):
 @given(st.floats(min_value=-3.0, max_value=6.3), st.floats(min_value=-30.0, max_value=-0.01))
 def test_gaussian_closed_form_at_any_scale(log10_mu, log10_delta):
     mu, delta = 10.0 ** log10_mu, 10.0 ** log10_delta
-    lo, hi = pld.gaussian_exact.epsilon_bounds(mu, delta)
+    lo, hi = pld.engine.gaussian_exact.epsilon_bounds(mu, delta)
     assert _gauss_delta(mu, hi) <= delta
     assert lo == 0.0 or _gauss_delta(mu, lo) >= delta
     assert hi - lo <= 1e-7 * hi + 1e-9  # (rtol = 1e-6 at epsilon ~ 1e12 was missed, silently)
@@ -163,7 +163,7 @@ def test_two_step_allocation_at_large_sigma(sigma):
         lo, hi = pld.RandomAllocation(pld.Gaussian(sigma), steps=2).pld().epsilon_bounds(1e-5)
     # 1-of-2 allocation lies between two Gaussian steps (mu = 1/sigma each: no amplification)
     # and nothing: its epsilon is positive and below the composition's
-    g_lo, g_hi = pld.gaussian_exact.epsilon_bounds(math.sqrt(2.0) / sigma, 1e-5)
+    g_lo, g_hi = pld.engine.gaussian_exact.epsilon_bounds(math.sqrt(2.0) / sigma, 1e-5)
     assert 0.0 < lo <= hi <= g_hi
     assert hi - lo <= 1e-4 * hi + 1e-6
 

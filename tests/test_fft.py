@@ -1,6 +1,6 @@
 """The FFT convolution's round-off bound against exactly computed convolutions.
 
-``pld._fft.convolve(a, b)`` returns ``(c, bound)`` and promises
+``pld.engine.fft.convolve(a, b)`` returns ``(c, bound)`` and promises
 ``||c - a*b||_2 <= bound`` for the exact convolution ``a*b`` of the float
 inputs.  The exact convolution is computed here without floating-point error:
 
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import scipy.fft
 
-from pld import _fft
+from pld.engine import fft as _fft
 
 #: the bound may not be more than this many times the measured error (when that is non-zero)
 MAX_LOOSENESS = 1e5
@@ -319,7 +319,7 @@ def test_reference_exact_conv_fixed_against_python_ints():
 
 
 # ---------------------------------------------------------------------------
-# the long double forward transform (pld._fft.rfft_extended, used by the
+# the long double forward transform (pld.engine.fft.rfft_extended, used by the
 # extended-precision FFT power): Higham's bound with u_ld
 # ---------------------------------------------------------------------------
 
@@ -374,7 +374,7 @@ def _ld_rfft_error(got: np.ndarray, x: np.ndarray, n: int) -> float:
     return math.sqrt(sq)
 
 
-#: lengths the FFT power uses (pld._fft._canonical_size: 2^k, 5 2^(k-3),
+#: lengths the FFT power uses (pld.engine.fft._canonical_size: 2^k, 5 2^(k-3),
 #: 3 2^(k-2), 7 2^(k-3)), up to 512
 _LD_SIZES = [16, 24, 40, 56, 64, 96, 112, 160, 192, 224, 256, 320, 384, 448, 512]
 

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from pld import _fft
-from pld.exact import gaussian_epsilon, gaussian_mu
+from pld.baselines.exact import gaussian_epsilon, gaussian_mu
+from pld.engine import fft as _fft
 
 pyfftw = pytest.importorskip("pyfftw")
-fft_plans = pytest.importorskip("pld.fft_plans")
+fft_plans = pytest.importorskip("pld.engine.fft_plans")
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_fresh_process_reads_the_saved_plans(clean_fftw):
     fft_plans.tune_fft(1024, min_points=1024)
     # the query alone must load the wisdom: a wisdom-only plan of the tuned
     # length is then possible (FFTW raises without wisdom for it)
-    code = ("import pld, pld._fft as f, pyfftw, pld.distribution as engine\n"
+    code = ("import pld, pld.engine.fft as f, pyfftw, pld.distribution as engine\n"
             "engine.CLOSED_FORMS = False  # (through the FFT engine, not the Gaussian closed form)\n"
             "pld.Gaussian(sigma=3.0).pld().self_compose(400).epsilon_bounds(1e-6)\n"
             "a = pyfftw.empty_aligned(1024, dtype='float64'); s = pyfftw.empty_aligned(513, dtype='complex128')\n"
@@ -163,7 +163,7 @@ def test_default_wisdom_path(monkeypatch, tmp_path):
 
 
 def test_round_off_bound_holds_for_measured_plans(clean_fftw):
-    # the l2 round-off bound of pld._fft against exact integer convolutions
+    # the l2 round-off bound of pld.engine.fft against exact integer convolutions
     # (tests/test_fft.py's references), now through measured plans
     sys.path.insert(0, os.path.dirname(__file__))
     from test_fft import exact_conv_fixed, fixed_point, gaussian_pmf, l2_error_fixed

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pld import cli
-from pld.spec import SpecError, parse_spec
+from pld.accounting.spec import SpecError, parse_spec
 
 if not hasattr(contextlib, "chdir"):  # Python < 3.11
     pytest.skip("contextlib.chdir needs Python 3.11", allow_module_level=True)

@@ -1,4 +1,4 @@
-"""The closed form for compositions of Gaussian mechanisms (pld.gaussian_exact)
+"""The closed form for compositions of Gaussian mechanisms (pld.engine.gaussian_exact)
 against the Balle-Wang profile evaluated in 60-digit arithmetic (mpmath)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pld
-from pld import gaussian_exact as ge
+from pld.engine import gaussian_exact as ge
 
 mp.mp.dps = 60
 pytestmark = pytest.mark.closed_forms

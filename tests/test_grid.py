@@ -20,7 +20,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pld.grid import GridPLD
+from pld.engine.grid import GridPLD
 
 
 def exact_delta(losses: np.ndarray, p_mass: np.ndarray, eps: np.ndarray) -> np.ndarray:
@@ -154,7 +154,7 @@ def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread, empty):
     # (mostly empty grids, as wide tail cells leave them, take a sparse path)
     from scipy.special import logsumexp
 
-    from pld._mgf_bounds import THETA
+    from pld.engine.mgf_bounds import THETA
     from pld.kernels import log_mgf_grid
 
     rng = np.random.default_rng(seed)
@@ -268,7 +268,7 @@ def test_carried_mgf_bound_is_an_upper_bound(n):
     precision: steep parameters summed at the edges, a wall at the top (the
     bounded losses of an add direction), and a spacing that is not a binary
     fraction (an h recovered from float losses would drift by n ulps)."""
-    from pld._mgf_bounds import THETA, _mgf_bound_from
+    from pld.engine.mgf_bounds import THETA, _mgf_bound_from
 
     rng = np.random.default_rng(n)
     h = 1e-2 * math.pi / 3

@@ -2,8 +2,8 @@
 
 Peers fail on several of these (dp_accounting returns inf at delta = 1e-18, prv_accountant
 refuses it, prv_accountant crashes at sigma=0.8, q=0.125 and returns a negative epsilon at
-delta = 0.5).  Truths: pld.exact (Gaussian), the closed form of one subsampled step and the
-tilted rounding oracle (tests/oracles.py, numpy/scipy only), the RDP upper bound (pld.rdp,
+delta = 0.5).  Truths: pld.baselines.exact (Gaussian), the closed form of one subsampled step and the
+tilted rounding oracle (tests/oracles.py, numpy/scipy only), the RDP upper bound (pld.baselines.rdp,
 never below the truth), and peer values measured once and quoted with their digits.  Every
 bracket is also held to the width target upper - lower <= 1e-4 upper + 1e-6, which the README
 table's brackets meet.
@@ -19,8 +19,8 @@ import pytest
 import scipy.optimize
 
 import pld
-from pld import exact as X
-from pld.rdp import dpsgd_rdp_epsilon
+from pld.baselines import exact as X
+from pld.baselines.rdp import dpsgd_rdp_epsilon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import oracles as O  # noqa: E402

@@ -85,7 +85,7 @@ def test_mechanism_dicts_match_the_accountant_encoding():
     dct = pio.mechanism_to_dict(m)
     assert pio.mechanism_from_dict(json.loads(json.dumps(dct))) == m
     try:
-        from pld.accountant import mechanism_from_dict, mechanism_to_dict
+        from pld.accounting.accountant import mechanism_from_dict, mechanism_to_dict
     except ImportError:
         return
     assert mechanism_to_dict(m) == dct

@@ -19,8 +19,8 @@ import pytest
 from numba.core.registry import CPUDispatcher
 
 import pld
-from pld import _jit_warm as J
 from pld import kernels
+from pld.engine import warm as J
 
 
 def _run(code: str, **env) -> str:
@@ -45,7 +45,7 @@ for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnv
     if hasattr(os, name):
         setattr(os, name, spy(name, getattr(os, name)))
 import pld
-from pld import _jit_warm as J
+from pld.engine import warm as J
 children = []
 for task in os.listdir("/proc/self/task"):
     try:
@@ -82,7 +82,7 @@ def test_declared_types_are_those_queries_compile():
     # calls asked for (subsampled DP-SGD, both sides, FFT powers, re-grids; a
     # Gaussian; randomized response), and only those
     code = ("import pld\n"
-            "from pld import _jit_warm as J\n"
+            "from pld.engine import warm as J\n"
             "pld.dpsgd(1.1, 256 / 60000, 14040).epsilon_bounds(1e-5)\n"
             "pld.Gaussian(2.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
             "pld.RandomizedResponse(1.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
@@ -108,7 +108,7 @@ def test_warm_fills_an_empty_cache_in_two_processes(tmp_path):
     # the next process finds them cached: nothing to do, nothing started
     again = json.loads(_run(f"import json, pld; print(json.dumps(pld.warm(kernels={SMALL})))", **env))
     assert again["compiled"] == [] and again["processes"] == 0
-    cold = json.loads(_run("import json, pld; print(json.dumps(pld._jit_warm.cold_kernels()))", **env))
+    cold = json.loads(_run("import json, pld.engine.warm; print(json.dumps(pld.engine.warm.cold_kernels()))", **env))
     assert sorted(cold) == sorted(set(kernels.__all__) - set(SMALL))
 
 

@@ -1,8 +1,8 @@
-"""The privacy-loss lab (pld.lab): seed numbers, text, plot, DP-SGD comparison.
+"""The privacy-loss lab (pld.baselines.lab): seed numbers, text, plot, DP-SGD comparison.
 
-The module fixtures run the engine, not the Gaussian closed form (pld.gaussian_exact): they
+The module fixtures run the engine, not the Gaussian closed form (pld.engine.gaussian_exact): they
 are built before conftest's function-scoped switch applies, so they switch it off themselves
-(:func:`engine_only`); the lab's ``exact`` columns come from pld.exact and are checked against
+(:func:`engine_only`); the lab's ``exact`` columns come from pld.baselines.exact and are checked against
 tests/oracles.py (numpy/scipy only), which shares no code with pld.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pld.distribution
-from pld import lab as L
+from pld.baselines import lab as L
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import oracles as O  # noqa: E402

@@ -21,7 +21,7 @@ def test_submodules_are_reachable_after_import_pld_without_being_imported_by_it(
             "before = [n for n in names if 'pld.' + n in sys.modules]\n"
             "listed = [n for n in names if n in dir(pld)]\n"
             "kinds = [type(getattr(pld, n)).__name__ for n in names]\n"
-            "print(json.dumps([before, listed, kinds, pld.rdp.rdp_gaussian(2.0, 1.0)]))\n")
+            "print(json.dumps([before, listed, kinds, pld.baselines.rdp.rdp_gaussian(2.0, 1.0)]))\n")
     p = _python(code)
     assert p.returncode == 0, p.stderr
     before, listed, kinds, rdp2 = json.loads(p.stdout)
@@ -53,7 +53,7 @@ def test_python_dash_m_pld_runs_the_command():
 
 def test_a_query_does_not_import_dask_and_dask_still_imports_after():
     """pyfftw's interfaces import dask.array when dask is installed (a few tenths
-    of a second per process); pld hides it from that import (pld._fft)."""
+    of a second per process); pld hides it from that import (pld.engine.fft)."""
     import importlib.util
 
     p = _python("import sys, pld\n"

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import norm
 
 import pld
-from pld import plots
+from pld.report import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -77,7 +77,7 @@ def test_report_plot_and_distribution_for_a_pld(tmp_path):
     assert _is_png(out2)
     beta_lo, beta_hi = plots.tradeoff(d, np.linspace(0, 1, 11), delta=1e-5)
     assert np.all(beta_lo <= beta_hi + 1e-12) and np.all((beta_lo >= 0) & (beta_lo <= 1))
-    # the global pyplot state is never touched: not imported by pld.plots, no figure left
+    # the global pyplot state is never touched: not imported by pld.report.plots, no figure left
     # open, the backend setting as it was
     assert _pyplot_state(matplotlib) == before
 

@@ -1,8 +1,8 @@
-"""Self-composition by one FFT power (``pld._power``) keeps the certificate.
+"""Self-composition by one FFT power (``pld.engine.power``) keeps the certificate.
 
 Truths used here do not come from the power code:
 
-* the exact delta of a composition of Gaussian mechanisms (``pld.exact``,
+* the exact delta of a composition of Gaussian mechanisms (``pld.baselines.exact``,
   closed form): the dominating grid's power must stay above it and the
   dominated grid's below it, on both sides of the query;
 * the c-fold linear convolution of the same first-step vector in extended
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pld import _power
-from pld.discretize import discretize
-from pld.exact import gaussian_delta
-from pld.grid import GridPLD
+from pld.baselines.exact import gaussian_delta
+from pld.engine import power as _power
+from pld.engine.discretize import discretize
+from pld.engine.grid import GridPLD
 from pld.mechanisms import ApproxDP, Gaussian
 
 
@@ -223,7 +223,7 @@ def test_the_power_computes_an_exact_quotient_of_the_steps(steps):
     largest power of two, 2048, left six levels to add up.  The bracket must
     still contain the closed-form epsilon of the Gaussian composition."""
     import pld
-    from pld.exact import gaussian_epsilon
+    from pld.baselines.exact import gaussian_epsilon
 
     sigma, delta = 40.0, 1e-6
     p = pld.Gaussian(sigma).pld().self_compose(steps)
@@ -378,7 +378,7 @@ def test_extended_power_brackets_the_exact_gaussian_composition(steps):
     precision replaced) bracket the closed-form epsilon and delta, with a
     much smaller error bound than in double."""
     import pld
-    from pld.exact import gaussian_delta, gaussian_epsilon
+    from pld.baselines.exact import gaussian_delta, gaussian_epsilon
 
     sigma, delta = 40.0 * math.sqrt(steps / 14040), 1e-6
     p = pld.Gaussian(sigma).pld().self_compose(steps)

@@ -1,7 +1,7 @@
 """Reliability properties of the engine, by hypothesis (profiles in conftest.py).
 
 Truths are never taken from the engine itself: they are closed forms from
-:mod:`pld.exact` (Gaussian, randomized response, Gaussian composed with
+:mod:`pld.baselines.exact` (Gaussian, randomized response, Gaussian composed with
 randomized response) or structural facts that hold for every privacy profile
 (monotonicity, range, composition commutes, a no-op changes nothing, more
 noise never costs more privacy).
@@ -17,7 +17,7 @@ from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
 import pld
-from pld import exact as X
+from pld.baselines import exact as X
 
 EPS_RTOL = 1e-4
 EPS_ATOL = 1e-6

@@ -26,7 +26,7 @@ from scipy import integrate
 from scipy.stats import norm
 
 import pld
-from pld.allocation import AllocationAccuracyWarning, RandomAllocation
+from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation
 
 
 def _alloc(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
@@ -261,7 +261,7 @@ def test_k_of_t_brackets_the_true_pair():
 
 
 def test_shuffling_between_allocation_and_no_amplification():
-    from pld.allocation import Shuffling
+    from pld.mechanisms.allocation import Shuffling
 
     sh = Shuffling(pld.Gaussian(1.0), 50, spacing=0.04)
     with pytest.warns(pld.NotTightWarning):  # the gap is told, not hidden, and not as a numerical miss

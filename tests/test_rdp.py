@@ -1,4 +1,4 @@
-"""Tests for pld.rdp: RDP curves, composition and conversions."""
+"""Tests for pld.baselines.rdp: RDP curves, composition and conversions."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
-from pld.exact import gaussian_epsilon, gaussian_mu
-from pld.rdp import (
+from pld.baselines.exact import gaussian_epsilon, gaussian_mu
+from pld.baselines.rdp import (
     DEFAULT_ORDERS,
     RdpAccountant,
     RdpCurve,

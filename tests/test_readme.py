@@ -46,12 +46,19 @@ import oracles as O  # noqa: E402
 pytestmark = pytest.mark.closed_forms
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+#: the documentation pages: their quoted outputs are checked as the README's are
+PAGES = sorted((README.parent / "docs").glob("*.md"))
 PEER_VALUES = pathlib.Path(__file__).resolve().parent / "data" / "peer_values.json"
 NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
 
 
 def _text() -> str:
     return README.read_text(encoding="utf-8")
+
+
+def _all_text() -> str:
+    """The README and every documentation page."""
+    return "\n\n".join(path.read_text(encoding="utf-8") for path in (README, *PAGES))
 
 
 def _python_block() -> str:
@@ -180,7 +187,6 @@ def test_quoted_dpsgd_brackets_against_the_peers():
     import prv_accountant
     from dp_accounting import pld as dpa_pld
 
-    text = _text()
     stored = {tuple(e["config"]): e for e in json.loads(PEER_VALUES.read_text())["configs"]}
     lo, hi = _quoted_bracket(rf"steps=10_000\)[^\n]*\n[^\n]*# -> \(({NUMBER}), ({NUMBER})\); published",
                              _python_block())
@@ -188,7 +194,7 @@ def test_quoted_dpsgd_brackets_against_the_peers():
     p_lo, _, p_hi = entry["prv_accountant_fine"]["value"]
     assert p_lo <= hi and lo <= p_hi and lo <= entry["dp_accounting_fine"]["value"] * (1 + DPA_RTOL)
     lo, hi = _quoted_bracket(rf"certified epsilon in \[({NUMBER}), ({NUMBER})\] at delta = 1e-05\n  run       "
-                             rf"sigma = 1\.1,", text)
+                             rf"sigma = 1\.1,", _all_text())
     sigma, q, steps, delta = 1.1, 256 / 60000, 14063, 1e-5
     acc = dpa_pld.PLDAccountant()
     acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
@@ -202,7 +208,7 @@ def test_quoted_dpsgd_brackets_against_the_peers():
 
 def _shell_examples() -> list[tuple[str, list[str]]]:
     out = []
-    for block in re.findall(r"```[a-z]*\n(.*?)```", _text(), flags=re.S):
+    for block in re.findall(r"```[a-z]*\n(.*?)```", _all_text(), flags=re.S):
         lines = block.rstrip("\n").splitlines()
         if lines and lines[0].startswith("$ pld "):
             out.append((lines[0][2:], lines[1:]))
@@ -246,8 +252,8 @@ def test_without_replacement_jump_quoted_in_prose():
     from pld.report import MNIST_EXAMPLE as ex
 
     m = re.search(rf"goes from ({NUMBER}) \(Poisson, add-or-remove\) to ({NUMBER}) \(without replacement",
-                  " ".join(_text().split()))
-    assert m, "README explains the without-replacement jump with numbers"
+                  " ".join(_all_text().split()))
+    assert m, "the documentation explains the without-replacement jump with numbers"
     for quoted, sampling in zip(m.groups(), ("poisson", "without_replacement")):
         hi = pld.dpsgd(ex.noise_multiplier, ex.sampling_rate, ex.steps, sampling=sampling).epsilon(ex.delta)
         assert abs(hi - float(quoted)) <= _unit(quoted) / 2, (sampling, hi, quoted)

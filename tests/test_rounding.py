@@ -1,4 +1,4 @@
-"""Printed epsilons are rounded up and brackets outward (pld._rounding)."""
+"""Printed epsilons are rounded up and brackets outward (pld.report.rounding)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pld._rounding import bracket, round_down, round_up
+from pld.report.rounding import bracket, round_down, round_up
 
 finite = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 import pld
-from pld.dpsgd import SAMPLING_ALIASES, SAMPLING_SCHEMES, sampling_scheme
-from pld.spec import SpecError, parse_spec
+from pld.accounting.dpsgd import SAMPLING_ALIASES, SAMPLING_SCHEMES, sampling_scheme
+from pld.accounting.spec import SpecError, parse_spec
 
 ALIASES = ["without_replacement", "without-replacement", "Without Replacement", "WOR", "fixed-batch", "fixed",
            "sampled_without_replacement"]
@@ -67,7 +67,7 @@ def test_compare_accepts_without_replacement_on_the_command_line():
     res = json.loads(p.stdout)
     assert res["sampling"] == "without_replacement"
     assert res["pld_epsilon_upper"] == pld.dpsgd(2.0, 0.05, 20, sampling="without_replacement").epsilon(1e-5)
-    assert res["rdp_epsilon_improved"] is None  # pld.rdp covers Poisson sampling only: said, not faked
+    assert res["rdp_epsilon_improved"] is None  # pld.baselines.rdp covers Poisson sampling only: said, not faked
 
 
 def test_spec_files_take_the_same_spellings():

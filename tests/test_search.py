@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import norm
 
 import pld
-from pld import search as sc
+from pld.accounting import search as sc
 
 SIGMA = 2.0
 GAUSS = {"noise_multiplier": SIGMA, "sampling_rate": 1.0, "steps": 1}  # one Gaussian release
@@ -126,7 +126,7 @@ def test_search_cost_refuses_what_it_cannot_bound():
         sc.selection_epsilon([pld.dpsgd(1.0, 0.1, 10)], DELTA, sc.PoissonTrials(3))
 
 
-@pytest.mark.parametrize("module", ["pld.search", "pld.sweeps"])
+@pytest.mark.parametrize("module", ["pld.accounting.search", "pld.accounting.sweeps"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

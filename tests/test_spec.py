@@ -7,7 +7,7 @@ import json
 import pytest
 
 import pld
-from pld.spec import SpecError, load_spec, parse_spec
+from pld.accounting.spec import SpecError, load_spec, parse_spec
 
 
 def _mechs(spec):

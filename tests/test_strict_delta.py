@@ -23,7 +23,7 @@ from dp_accounting import pld as dpa_pld
 from dp_accounting import rdp as dpa_rdp
 
 import pld
-from pld import _big_jumps as bj
+from pld.engine import big_jumps as bj
 from test_big_jumps import _delta_importance_sampled
 
 
@@ -150,7 +150,7 @@ def test_terms_are_not_tuned_at_a_misplaced_window():
     1e-4 of itself: 5 s); they start from the dominated side's end instead.
     Within target, inside the whole law's own certified bracket, and
     consistent with delta at its ends."""
-    from pld import queries
+    from pld.engine import queries
 
     sigma, q, steps, delta = 1.588, 3.3e-4, 120_000, 1e-26
     p = pld.dpsgd(sigma, q, steps)

@@ -14,8 +14,8 @@ import time
 import pytest
 
 import pld
-from pld import sweeps
-from pld._sweep_work import COLUMNS, TIMING_FIELDS
+from pld.accounting import sweeps
+from pld.accounting.sweep_work import COLUMNS, TIMING_FIELDS
 
 # fast configurations (tens of milliseconds each), three kinds
 CONFIGS = [
@@ -82,7 +82,7 @@ def test_balance_keeps_input_order_and_the_callers_indices():
 
 
 def test_estimated_cost_puts_small_noise_and_rate_first():
-    from pld._sweep_work import estimated_cost, normalize
+    from pld.accounting.sweep_work import estimated_cost, normalize
 
     cost = lambda **c: estimated_cost(normalize(c))
     assert cost(sigma=0.6, q=1e-4, T=10**5) > cost(sigma=1.0, q=0.01, T=10**5) > cost(sigma=4.0, q=0.1, T=10**3)
@@ -181,7 +181,7 @@ def _rows(path):
 #: machine: no race with the sweep's end
 _GATED_SWEEP = """
 import pathlib, sys, threading
-import pld._sweep_work as work
+import pld.accounting.sweep_work as work
 from pld import cli
 keep, marker, real, calls = int(sys.argv[1]), pathlib.Path(sys.argv[2]), work.account, []
 def gated(config):

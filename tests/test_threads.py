@@ -1,4 +1,4 @@
-"""Side threads only where they pay (``pld.composer.PARALLEL_POINTS``), and never change an answer.
+"""Side threads only where they pay (``pld.engine.composer.PARALLEL_POINTS``), and never change an answer.
 
 A query whose single-power level is small (MNIST, tiny per-step losses) is all
 fixed costs, which a second thread only slows: it builds both sides in the
@@ -14,8 +14,8 @@ import threading
 import pytest
 
 import pld
-from pld import composer as C
-from pld.engine_cache import side_pool, single_threaded
+from pld.engine import composer as C
+from pld.engine.cache import side_pool, single_threaded
 
 needs_two_cores = pytest.mark.skipif(side_pool() is None, reason="one core: no side threads at all")
 

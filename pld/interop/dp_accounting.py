@@ -157,7 +157,7 @@ import math
 # dp_accounting is an optional dependency: importing this adapter without it
 # fails in dp_accounting_events with a message saying what to install
 from pld import _validate as _v
-from pld.accountant import Accountant
+from pld.accounting.accountant import Accountant
 from pld.distribution import PLD
 from pld.interop.dp_accounting_events import (
     _AOR,

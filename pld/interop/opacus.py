@@ -36,7 +36,7 @@ from collections import OrderedDict
 from copy import deepcopy
 
 from pld import _validate as v
-from pld.accountant import Accountant
+from pld.accounting.accountant import Accountant
 from pld.distribution import PLD
 
 MECHANISM = "pld"

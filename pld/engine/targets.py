@@ -1,0 +1,89 @@
+"""What a query asks: its target, and the settings of the grids that answer it.
+
+A query fixes, per direction, a :class:`Settings` (spacing, tilt, truncation
+budget, FFT precision); the planner (:mod:`pld.engine.planner`) chooses them,
+the composer (:mod:`pld.engine.composer`) builds them, and every grid built is
+certified whatever they are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+#: default relative accuracy of an epsilon bracket: upper - lower <= rtol*eps + atol
+EPS_RTOL = 1e-4
+#: default absolute accuracy of an epsilon bracket (epsilons near 0)
+EPS_ATOL = 1e-6
+
+#: largest fixed grid spacing accepted: a privacy loss on a coarser grid says
+#: nothing (every supported mechanism's loss per run is far below it)
+MAX_SPACING = 1e6
+#: smallest fixed grid spacing accepted: the memory cap's 2^21 points then
+#: span a window of 2e-6 in loss, less than any composition worth a grid
+MIN_SPACING = 1e-12
+
+
+
+class LogEta(NamedTuple):
+    """Truncation budget: log of the mass allowed outside one window.
+
+    ``below``: tilted mass below the window (relative to the tilted law);
+    ``above``: untilted P-mass above it (which moves delta by at most itself).
+    """
+
+    below: float
+    above: float
+
+
+class Settings(NamedTuple):
+    """One direction's grid: spacing ``h``, tilt ``lam``, truncation budget,
+    and the arithmetic of the FFT power (``"double"`` or ``"extended"``,
+    :mod:`pld.engine.power`).
+
+    The fields are :meth:`pld.engine.composer.Composer.materialize`'s positional
+    arguments after the direction: ``materialize(d, *settings)``.
+    """
+
+    h: float
+    lam: float
+    log_eta: LogEta
+    precision: str = "double"
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question the grids are tuned for.
+
+    ``kind`` is ``"delta"`` (the epsilon at a target ``value`` of delta) or
+    ``"epsilon"`` (delta at ``value``); ``rtol`` is the bracket's relative
+    target, ``upper - lower <= rtol * epsilon + EPS_ATOL``.  ``atol``
+    (``"epsilon"`` only): a width in delta that suffices whatever delta is, for
+    a term of a sum whose own delta may be far below what the sum needs
+    resolved (:mod:`pld.engine.big_jumps`); it also sets the truncation budget.
+    ``delta_floor`` (``"epsilon"`` only): the truncation budget is also held
+    below this delta, for a term read where the sum's delta is that small
+    (tuned at an epsilon where its own delta is far larger, its mass sent to
+    +inf would otherwise stay above the delta asked at every epsilon).
+    """
+
+    kind: str
+    value: float
+    rtol: float = EPS_RTOL
+    atol: float = 0.0
+    delta_floor: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("delta", "epsilon"):
+            raise ValueError(f"Query kind must be 'delta' or 'epsilon', got {self.kind!r}")
+
+
+#: the query whose grids bound delta beyond every grid's top (see pld.delta_curve)
+FAR_QUERY = Query("delta", 1e-60, 0.1)
+
+
+def round_spacing(h: float) -> float:
+    """Round to 3 significant digits so cached grids are reused across queries."""
+    e = math.floor(math.log10(h))
+    return round(h / 10 ** e, 2) * 10 ** e

@@ -1,0 +1,648 @@
+"""Random allocation: each record takes part in exactly ``k`` of ``t`` steps.
+
+:class:`RandomAllocation` describes one round (an epoch) of ``t`` steps of a
+base mechanism in which every record is used in ``participations`` steps
+chosen uniformly at random.  Rounds compose like any other mechanism
+(``RandomAllocation(...).pld().self_compose(epochs)``), and every answer is a
+certified bracket.
+
+Gaussian base, one participation (the exact pair, add-or-remove adjacency):
+
+* remove: ``P = (1/t) sum_i N(e_i, s^2 I_t)`` against ``Q = N(0, s^2 I_t)``;
+* add: the pair swapped.
+
+Its likelihood ratio is ``S/t`` with ``S`` a sum of ``t`` iid log-normals; the
+dominating and dominated discrete pairs come from a mean-preserving spread and
+a conditional-mean merge of each log-normal onto a linear grid, summed by FFT
+(:mod:`pld.mechanisms.allocation.sums`, which holds the proof sketch).  The bias is second
+order in the grid spacing: a spacing of 0.02 standard deviations of one
+coordinate changes the variance of the likelihood ratio by ~1e-4 of itself,
+and the partial sums are re-gridded as they widen (evolving discretisation),
+so every FFT stays short.  That is why a linear grid works where the peers
+convolve on geometric grids in O(n^2).
+
+Accuracy follows the target: when a bracket misses it, :class:`pld.PLD`
+rebuilds the composition with :meth:`RandomAllocation.refined` rounds (a
+first grid twice as fine, down to ``FINEST_SPACING``) and intersects the two
+certified brackets.
+
+Small noise: the window of one coordinate must reach its heavy log-normal
+tail (``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid
+below ``sigma ~ 0.75``.  There the round is split by the number of heavy
+coordinates (:mod:`pld.mechanisms.allocation.heavy`): a light part on a linear grid, the
+heavy part of a coordinate on a geometric one, two or more heavy coordinates
+bounded stochastically (``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to
+``0.7`` bracketed to 0.5% or better).  A round of one step at ``sigma < 0.55``
+is refused (it is the Gaussian mechanism: use :class:`pld.Gaussian`).
+Limits (each told by a warning, never silent): the round-off of the ``t``-fold sum
+grows like ``t`` (Young's inequality); the upper side keeps it relative with
+exponentially tilted runs (first grids up to ``2^20`` cells), which resolve
+light tails to any ``delta`` (``sigma = 2``, ``t = 1e5``, ``delta = 1e-10``)
+but not the log-normal's own heavy upper tail (one large coordinate): there
+the round-off is lumped and the upper end is finite but loose
+(``sigma = 1``, ``t = 1e5``, ``delta = 1e-10``: ~3x the truth).  The
+dominated side is untilted: its tail below the round-off (~``t`` x 1e-16
+relative) is dropped, so at a tiny ``delta`` its end is low.
+
+``k > 1`` participations: the upper end uses the block argument (the ``t``
+steps cut into ``k`` blocks of ``floor(t/k)`` or ``ceil(t/k)`` steps, one
+participation in each; see :class:`RandomAllocation`), the lower end a
+post-processing of the true pair (the label-sum statistic for ``k <= t/4``,
+the sum of the outputs above); ``explain()`` says which bounds are used.
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation"
+(2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pld import _validate as v
+from pld import mechanisms as pld_mechanisms
+from pld.accounting import sampling
+from pld.distribution import PLD
+from pld.mechanisms import Gaussian, Mechanism
+from pld.mechanisms import adjacency as adj
+from pld.mechanisms.allocation.coordinate import atoms as _atoms
+from pld.mechanisms.allocation.sums import sum_laws
+from pld.mechanisms.models import _PairInBase
+
+__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
+
+#: default first-grid spacing, in standard deviations of one log-normal
+#: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
+#: about ``d^2/12`` off, a relative error of ``~1e-4`` in the variance of the
+#: likelihood ratio per round
+SPACING_PER_SD = 0.02
+#: largest steps per round
+MAX_STEPS = 10**7
+#: finest first-grid spacing a missed target refines to (finer ones lose more of
+#: the dominated side's tail to round-off than they gain in its bulk)
+FINEST_SPACING = 0.01
+#: most first-grid cells a refinement may ask for
+_REFINE_CELLS = 1 << 20
+
+
+class AllocationAccuracyWarning(RuntimeWarning):
+    """The certified construction is valid but its grid is coarse: the bracket will be wide."""
+
+
+@dataclass(frozen=True, eq=False)
+class _AtomsModel(_PairInBase):
+    """One direction of a discrete pair, in the engine's loss-model interface
+    (:class:`pld.mechanisms.models.LossModelProtocol`; atoms only, no continuous part)."""
+
+    loss: np.ndarray
+    log_p: np.ndarray
+    log_q: np.ndarray
+    base: None = None
+    sampling_rate: float = 1.0
+    direction: str = "remove"
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.loss, self.log_p, self.log_q
+
+    def loss_of_x(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, float).copy()  # (no continuous part: the identity, never asked for)
+
+    def x_of_loss(self, loss: np.ndarray) -> np.ndarray:
+        return np.asarray(loss, float).copy()
+
+    def cells(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        empty = np.full(len(grid) + 1, -np.inf)
+        return empty, empty.copy()
+
+    def loss_range(self) -> tuple[float, float]:
+        fin = np.isfinite(self.loss) & (self.log_p > -np.inf)
+        if not np.any(fin):
+            return 0.0, 0.0
+        return float(self.loss[fin].min()), float(self.loss[fin].max())
+
+    def inf_log_mass(self) -> float:
+        sel = self.loss == np.inf
+        return float(np.logaddexp.reduce(self.log_p[sel])) if np.any(sel) else -np.inf
+
+    def sup_loss(self) -> float:
+        # the true pair's loss is unbounded in both directions (a Gaussian
+        # coordinate can make S/t as large or as small as one likes)
+        return math.inf
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        return math.inf, math.inf
+
+
+@dataclass(frozen=True, eq=False)
+class _SidedModel(_AtomsModel):
+    """The dominating pair, with the dominated pair the engine's lower side uses.
+
+    :func:`pld.engine.discretize.discretize` asks ``side_model(pessimistic)``: the
+    dominating side discretises ``upper`` (this model's own atoms) and the
+    dominated side ``lower``.
+    """
+
+    lower: _AtomsModel | None = None
+
+    def side_model(self, pessimistic: bool) -> _AtomsModel:
+        return self if pessimistic or self.lower is None else self.lower
+
+
+def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
+    upper, lower, _ = sum_laws(sigma, t, spacing)
+    lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
+    return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
+
+
+#: coarsest first grid (standard deviations of one coordinate) worth computing
+_COARSEST_SD = 0.3
+
+
+def _check_round(round_, what: str) -> None:
+    """The arguments every round (epoch) description shares: a Gaussian base, the
+    steps of the round, the first grid's spacing (normalised in place)."""
+    if not isinstance(round_.mechanism, Gaussian):
+        raise TypeError(f"mechanism must be a pld.Gaussian ({what} is implemented for the Gaussian base only), "
+                        f"got {type(round_.mechanism).__name__}")
+    object.__setattr__(round_, "steps", v.integer("steps", round_.steps, low=1, high=MAX_STEPS))
+    object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
+
+
+def _check_tail(sigma: float, t: int, k: int) -> None:
+    """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
+    cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
+    after minutes): below about 0.55, for rounds of one step only (two or
+    more put the heavy part of a coordinate on a geometric grid:
+    :mod:`pld.mechanisms.allocation.heavy`)."""
+    from pld.mechanisms.allocation.levels import MAX_CELLS, window
+
+    a = 1.0 / sigma
+    steps = -(-t // k)  # the longest block
+    if steps >= 2:
+        return  # (a heavy tail is put on its own geometric grid: pld.mechanisms.allocation.heavy)
+    cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
+    if cells > MAX_CELLS:
+        raise ValueError(
+            f"the noise multiplier sigma / sensitivity must be at least about 0.55 for random allocation with "
+            f"one step per round here, got {sigma:g}: the log-normal tail of its likelihood ratio reaches "
+            f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve "
+            f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
+
+
+@dataclass(frozen=True)
+class _LabelSum(Mechanism):
+    """The lower pair of ``k``-of-``t`` allocation from the sum of the cell labels of
+    the per-step likelihood ratios (:func:`pld.mechanisms.allocation.sums.label_sum_pair`);
+    internal, used as a lower-only part."""
+
+    adjacency = adj.ADD_OR_REMOVE
+
+    sigma: float
+    steps: int
+    participations: int
+    spacing: float
+    symmetric: bool = field(default=False, init=False)
+
+    def loss_model(self, direction: str = "remove") -> _SidedModel:
+        self._check_direction(direction)
+        from pld.mechanisms.allocation.sums import label_sum_pair
+
+        side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
+        lo = _AtomsModel(*_atoms(side, direction), direction=direction)
+        return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
+
+
+#: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
+_LABEL_SUM_SHARE = 0.25
+#: its cell width, in standard deviations of one coordinate
+_LABEL_SPACING = 0.05
+
+
+@dataclass(frozen=True)
+class RandomAllocation(Mechanism):
+    """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
+
+    The steps a record takes part in are chosen uniformly at random among the
+    ``C(steps, participations)`` subsets, independently of the other records
+    (balls-in-bins batching: shuffle-free, every example in exactly one batch
+    per epoch when ``participations = 1``).  Add-or-remove adjacency; both
+    directions are accounted.
+
+    Parameters
+    ----------
+    mechanism : Gaussian
+        The base mechanism of one step (a Gaussian of noise ``sigma`` and
+        sensitivity ``sensitivity``; the pair depends on ``sigma/sensitivity``).
+    steps : int
+        ``t``, the steps per round (1 .. 1e7).
+    participations : int
+        ``k``, the steps each record takes part in (1 .. steps).
+    spacing : float, optional
+        Spacing of the first grid in standard deviations of one log-normal
+        coordinate (accuracy against time; default 0.02).  Where the heavy
+        tail of a small ``sigma`` would need more than ``2^20`` cells, the first
+        grid holds only the light part of a coordinate and the heavy part is on
+        a geometric grid (:mod:`pld.mechanisms.allocation.heavy`).
+
+    Raises
+    ------
+    TypeError
+        ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
+    ValueError
+        ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
+        ``spacing`` outside [1e-4, 1]; one step per round at ``sigma`` below
+        about 0.55 (the Gaussian mechanism itself: use :class:`pld.Gaussian`).
+
+    Warns
+    -----
+    AllocationAccuracyWarning
+        When the heavy tail of a small ``sigma`` forces a coarse grid, or
+        (light/heavy split, few steps) the add direction keeps mass at ``+inf``.
+
+    Examples
+    --------
+    >>> import pld
+    >>> from pld.mechanisms.allocation import RandomAllocation
+    >>> epoch = RandomAllocation(pld.Gaussian(1.0), steps=100)
+    >>> lo, hi = epoch.pld().self_compose(100).epsilon_bounds(1e-5, rtol=1e-3)
+    >>> 6.0 < lo <= hi < 6.1
+    True
+
+    Notes
+    -----
+    ``k = 1``: the exact pair (see :mod:`pld.mechanisms.allocation.sums`).  ``k > 1``: the
+    upper end is the composition of ``k`` rounds of 1-of-``t_j`` allocation
+    (``t_j`` = ``floor(t/k)`` or ``ceil(t/k)``, summing to ``t``), the lower end
+    the law of a statistic of the outputs: for ``k <= t/4`` the sum over the
+    steps of the cell index of each step's likelihood ratio
+    (:func:`pld.mechanisms.allocation.sums.label_sum_pair`), else the sum of the outputs
+    (a Gaussian mechanism); :meth:`explain` gives the argument and, for a
+    ``delta``, the gap between the two.
+    """
+
+    adjacency = adj.ADD_OR_REMOVE
+
+    mechanism: Gaussian
+    steps: int
+    participations: int = 1
+    spacing: float = SPACING_PER_SD
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_round(self, "random allocation")
+        object.__setattr__(self, "participations",
+                           v.integer("participations", self.participations, low=1, high=self.steps))
+        _check_tail(self.noise_multiplier, self.steps, self.participations)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.mechanism.sigma / self.mechanism.sensitivity
+
+    def refined(self) -> RandomAllocation | None:
+        """The same round on a first grid twice as fine (down to ``FINEST_SPACING``),
+        or None.  :class:`pld.PLD` asks for it when a bracket misses its target:
+        the grid of the allocation laws is then the part of the bias the
+        engine's own refinement does not control."""
+        if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
+            return None
+        info = self.grid_info() if self.participations == 1 else None
+        if info is not None and 2 * info["first_cells"] > _REFINE_CELLS:
+            return None  # (a heavy tail's grid: twice the cells would cost minutes)
+        if info is not None and info.get("heavy"):
+            # (the light/heavy split: what is left of its gap is the light sum's upper
+            # tail, lumped where no tilt resolves it, and the multi-jump bounds, neither
+            # of which a finer first grid narrows)
+            return None
+        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
+
+    def grid_info(self) -> dict:
+        """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
+        ``S``, the merge's residual ``rho``, round-off bounds and the upper
+        pair's mass at ``+inf`` in each direction."""
+        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing)[2])
+
+    def _coarse(self, info: dict) -> str | None:
+        # the grid must resolve the bulk of one coordinate, not only its
+        # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
+        # below the standard deviation the heavy tail makes
+        median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info.get("heavy"):
+            # the light/heavy split (pld.mechanisms.allocation.heavy): the bulk of the sum is resolved
+            # whatever the median; a short round's add direction is not, and says so by
+            # its mass at Lambda = 0 (every coordinate spread to 0)
+            if info.get("gaussian_add"):
+                return (f"at sigma = {self.noise_multiplier:g} and {self.steps} steps the light grid of one "
+                        f"coordinate (spacing {info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) puts "
+                        f"{info['inf_mass_upper_add']:.2g} of the add direction at Lambda = 0, so that direction's "
+                        f"upper end is one Gaussian step's (no amplification, a valid but loose bound); the bracket "
+                        f"stays certified but will be wide")
+            if info["inf_mass_upper_add"] > 1e-6 or info["lower_mass"] < 0.999:
+                return (f"at sigma = {self.noise_multiplier:g} the light grid of one coordinate (spacing "
+                        f"{info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) leaves the add direction "
+                        f"a mass of {info['inf_mass_upper_add']:.2g} at +inf (every coordinate in its first cell); "
+                        f"the dominated pair keeps {info['lower_mass']:.3g} of the mass; the bracket stays certified "
+                        f"but may be wide")
+            return None
+        if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
+            return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
+                    f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
+                    f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
+                    f"({info['first_cells']} cells, spacing parameter {self.spacing:g}; the dominated pair keeps "
+                    f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
+        return None
+
+    # ------------------------------------------------------------ k > 1
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """``((steps, count), ...)``: the block rounds of the upper end (``k > 1``)."""
+        t, k = self.steps, self.participations
+        lo, extra = divmod(t, k)
+        parts = [(lo + 1, extra), (lo, k - extra)]
+        return tuple((s, c) for s, c in parts if c > 0)
+
+    def _sum_mu(self) -> float:
+        return self.participations / (self.noise_multiplier * math.sqrt(self.steps))
+
+    def _uses_label_sum(self) -> bool:
+        from pld.mechanisms.allocation.levels import MAX_CELLS, window
+
+        if self.participations > _LABEL_SUM_SHARE * self.steps:
+            return False
+        a = 1.0 / self.noise_multiplier
+        sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+        # (the statistic's window is about that of the whole round plus the marked coordinates' excess)
+        w = window(a, self.steps, self.steps) + self.participations * math.exp(min(a * a, 700.0))
+        return w / (_LABEL_SPACING * sd1) < MAX_CELLS / 2
+
+    def _lower_part(self) -> Mechanism:
+        """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
+        if self._uses_label_sum():
+            return _LabelSum(self.noise_multiplier, self.steps, self.participations, _LABEL_SPACING)
+        return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
+
+    @property
+    def tight(self) -> bool:  # type: ignore[override]
+        """``k = 1``: the exact pair.  ``k > 1``: bounded by the block rounds above
+        and a statistic of the outputs below (see :meth:`explain`)."""
+        return self.participations == 1
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
+        if self.participations == 1:
+            return super().bound_parts()
+        upper = tuple((RandomAllocation(self.mechanism, s, 1, self.spacing), c) for s, c in self.blocks())
+        return upper, ((self._lower_part(), 1),)
+
+    def bound_notes(self) -> dict[str, str]:
+        if self.participations == 1:
+            return super().bound_notes()
+        info = self.explain()
+        return {"upper": "dominating composition that is not tight: " + info["upper"],
+                "lower": "a dominated construction of the true mechanism: " + info["lower"]}
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.
+
+        ``k = 1``: both ends bound the exact pair (a mean-preserving spread and
+        a conditional-mean merge of each log-normal coordinate).  ``k > 1``:
+
+        * upper: the block argument.  Cut the steps into ``k`` blocks of
+          ``floor(t/k)`` or ``ceil(t/k)`` steps at random and take one step per
+          block: averaged over the random cut, the chosen set is a uniform
+          ``k``-subset (its law is exchangeable), so the true remove pair is
+          ``(E_pi P_pi, Q)``, and by the joint convexity of the hockey-stick
+          divergence ``H(E_pi P_pi || Q) <= E_pi H(P_pi || Q)``, likewise for the
+          add direction; each ``P_pi`` is a product over blocks of 1-of-``t_j``
+          allocations, i.e. a composition of ``k`` rounds.  Exact for ``k = 1``
+          only.
+        * lower: a statistic of the outputs, a post-processing of the true
+          pair.  For ``k <= t/4``: the sum over the steps of the cell index
+          of each step's likelihood ratio ``Y_i``; it treats every step alike,
+          so its law is that of ``k`` marked and ``t - k`` unmarked
+          coordinates whichever steps the record is in, and for ``k << t``
+          the true likelihood ratio is close to a function of ``sum Y_i``
+          (8 of 1024 steps at ``sigma = 1``: within 0.7% of the upper end).
+          Above: the sum of the ``t`` outputs, ``N(k, t s^2)`` against
+          ``N(0, t s^2)``, a Gaussian mechanism with ``mu = k / (s sqrt(t))``
+          (exact for ``k = t``).
+
+        Parameters
+        ----------
+        delta : float, optional
+            With it, the epsilon bracket of ``epochs`` rounds is computed.
+        epochs : int
+            Rounds composed for that bracket.
+
+        Returns
+        -------
+        dict
+            ``upper`` and ``lower`` (the constructions in words), and with
+            ``delta``: ``epsilon_lower``, ``epsilon_upper``, ``gap`` and
+            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`).
+        """
+        out: dict = {"steps": self.steps, "participations": self.participations,
+                     "noise_multiplier": self.noise_multiplier}
+        if self.participations == 1:
+            out["grid"] = self.grid_info()
+            if out["grid"].get("heavy"):
+                out["upper"] = ("exact pair split by the number N of heavy coordinates (Y > B): N <= 1 by "
+                                "mean-preserving spreads (light part on a linear grid, heavy part on a geometric "
+                                "one), N = 2..4 by a stochastic bound on the loss, the rest at +inf (dominating)")
+                out["lower"] = ("exact pair: N and the label sum of the light coordinates, for N = 1 with the heavy "
+                                "one's geometric cell (post-processing, dominated)")
+            else:
+                out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
+                out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
+        else:
+            out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
+                            + " (joint convexity of the hockey-stick divergence)")
+            if self._uses_label_sum():
+                out["lower"] = ("label-sum statistic: the sum over the steps of the cell index (width "
+                                f"{_LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
+                                "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
+                                "the true pair; close to sufficient when k << t)")
+            else:
+                out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
+                                f"{self._sum_mu():.6g} (a post-processing of the true pair; not tight)")
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
+        return out
+
+    def loss_model(self, direction: str = "remove") -> _SidedModel:
+        self._check_direction(direction)
+        if self.participations > 1:
+            raise ValueError("a RandomAllocation with participations > 1 is a composition of several parts: "
+                             "use its .pld() (not PLD((mechanism, count)) or loss_model)")
+        info = self.grid_info()
+        why = self._coarse(info)
+        if why is not None:
+            warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
+        return _model(self.noise_multiplier, self.steps, self.spacing, direction)
+
+
+@dataclass(frozen=True)
+class Shuffling(Mechanism):
+    """One epoch of ``steps`` runs of ``mechanism`` over a shuffled dataset cut into ``steps`` batches.
+
+    No tight analysis of shuffling is known; this gives what is certified and
+    is not tight:
+
+    * upper end: no amplification.  Each record is in exactly one batch per
+      epoch, so one epoch is at most one run of ``mechanism`` on the record
+      (the batch it lands in is then a free choice of the adversary).  This
+      assumes removing the record changes only its own batch (batches as
+      fixed slots, e.g. the record's slot left empty), not the batches after
+      it.
+    * lower end: 1-of-``steps`` random allocation.  On a dataset whose other
+      records contribute nothing (zero clipped gradients), the outputs are
+      ``N(e_J, s^2 I)`` against ``N(0, s^2 I)`` with ``J``, the record's batch,
+      uniform: exactly the random-allocation pair, so its dominated side is a
+      lower bound for shuffling (Chua et al., "How Private are DP-SGD
+      Implementations?", ICML 2024, build lower bounds for shuffling in this
+      spirit).
+
+    The gap between the two ends is the price of not knowing how much
+    shuffling amplifies; :meth:`explain` reports it.  Neighbouring relation:
+    ``replace_special`` (the record replaced by a zero record in its slot),
+    the one under which the upper end holds; both ends compose only with
+    add-or-remove and replace-special parts (:mod:`pld.mechanisms.adjacency`).
+    """
+
+    adjacency = adj.REPLACE_SPECIAL
+
+    mechanism: Gaussian
+    steps: int
+    spacing: float = SPACING_PER_SD
+    symmetric: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_round(self, "shuffling")
+
+    tight = False
+
+    def bound_parts(self) -> tuple[tuple, tuple | None]:
+        try:
+            lower: tuple | None = ((RandomAllocation(self.mechanism, self.steps, 1, self.spacing), 1),)
+        except ValueError as exc:
+            warnings.warn(f"Shuffling: no lower end beyond 0 ({exc})", AllocationAccuracyWarning, stacklevel=2)
+            lower = None
+        return ((self.mechanism, 1),), lower
+
+    def bound_notes(self) -> dict[str, str]:
+        return {"upper": "no amplification: one run of the mechanism per epoch (a dominating pair that is not "
+                         "tight; no tight analysis of shuffling is known)",
+                "lower": f"1-of-{self.steps} random allocation (a dataset whose other records contribute 0: "
+                         "a concrete pair of neighbouring datasets)"}
+
+    def loss_model(self, direction: str = "remove"):
+        raise ValueError("Shuffling is bounded by two pairs (it is not tight): use its .pld()")
+
+    def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
+        """The constructions of both ends and (with ``delta``) the bracket and its gap."""
+        out: dict = {"steps": self.steps, "noise_multiplier": self.mechanism.sigma / self.mechanism.sensitivity,
+                     "upper": "no amplification: one run of the mechanism per epoch",
+                     "lower": f"1-of-{self.steps} random allocation (a dataset whose other records contribute 0)",
+                     "tight": False}
+        if delta is not None:
+            d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
+            lo, hi = d.epsilon_bounds(delta)
+            out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
+                        "gap": hi - lo})
+        return out
+
+
+# ------------------------------------------------------- sampling schemes
+def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
+    """``t = k / q``: the steps of an epoch in which every record takes part ``k`` times."""
+    t = participations / sampling_rate
+    steps = round(t)
+    if steps < 1 or abs(t - steps) > 1e-9 * t:
+        raise ValueError(f"sampling_rate must be participations / (steps per epoch) for random allocation "
+                         f"(every record in exactly {participations} of the steps of an epoch), got "
+                         f"{sampling_rate!r}: {participations} / {sampling_rate!r} = {t:.6g} is not an integer")
+    return steps
+
+
+def _epochs(steps: int, per_epoch: int) -> int:
+    """Epochs accounted for ``steps`` steps: a last partial epoch counts as a whole one
+    (it is the whole epoch with its remaining steps not released: a post-processing)."""
+    return -(-steps // per_epoch)
+
+
+#: first-grid spacing of the rounds the sampling schemes build (None: SPACING_PER_SD)
+_RUN_SPACING: contextvars.ContextVar[float | None] = contextvars.ContextVar("allocation_spacing", default=None)
+
+
+@contextlib.contextmanager
+def run_spacing(spacing: float):
+    """Rounds built by the sampling schemes in this context use first grids of
+    ``spacing`` standard deviations (a coarse one is cheaper and still
+    certified: the calibration's first, coarse brackets use it)."""
+    token = _RUN_SPACING.set(v.real("spacing", spacing, low=1e-4, high=1.0))
+    try:
+        yield
+    finally:
+        _RUN_SPACING.reset(token)
+
+
+def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, participations: int = 1) -> PLD:
+    participations = v.integer("participations", participations, low=1, high=MAX_STEPS)
+    t = _steps_per_epoch(sampling_rate, participations)
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing).pld()
+    return epoch.self_compose(_epochs(steps, t))
+
+
+def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
+    t = _steps_per_epoch(sampling_rate)
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    return Shuffling(Gaussian(noise_multiplier), t, spacing).pld().self_compose(_epochs(steps, t))
+
+
+_WHOLE_EPOCHS = ("epochs composed; a last partial epoch is accounted as a whole one (its remaining steps not "
+                 "released: a post-processing)")
+
+BALLS_IN_BINS = sampling.register(sampling.SamplingScheme(
+    name="balls_in_bins",
+    aliases=("balls_and_bins", "bnb", "random_allocation_1"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="balls-in-bins (every record in exactly one uniformly chosen step of each epoch of 1/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    summary="balls-in-bins (random allocation, 1 of t = 1/q steps per epoch), add-or-remove one record (both "
+            "directions); " + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C",
+    caveat="covers loaders that put every record in exactly one uniformly chosen batch per epoch, "
+           "independently of the other records; a shuffled permutation cut into batches is sampling='shuffle'"))
+
+RANDOM_ALLOCATION = sampling.register(sampling.SamplingScheme(
+    name="random_allocation",
+    aliases=("allocation", "k_of_t"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="random allocation (every record in exactly k uniformly chosen steps of each epoch of k/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    options=("participations",),
+    summary="random allocation (k of t = k/q steps per epoch; for k > 1 the upper end by the block argument, "
+            "the lower end by a statistic of the outputs: see RandomAllocation.explain), add-or-remove one record; "
+            + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C"))
+
+SHUFFLE = sampling.register(sampling.SamplingScheme(
+    name="shuffle",
+    aliases=("shuffling", "shuffled"),
+    adjacency=adj.REPLACE_SPECIAL,
+    description="shuffling (a random permutation cut into 1/q fixed batches each epoch)",
+    batch_name="batch",
+    run_pld=_shuffle_run,
+    epoch_steps=_steps_per_epoch,
+    summary="shuffling, the record's slot replaced by a zero record: certified but NOT tight: the upper end "
+            "assumes no amplification (one Gaussian step per epoch), the lower end is 1-of-t allocation on a "
+            "dataset whose other records contribute zero; " + _WHOLE_EPOCHS,
+    caveat="no tight analysis of shuffling is known: the bracket is wide by construction"))

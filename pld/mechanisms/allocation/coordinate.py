@@ -1,0 +1,482 @@
+"""One coordinate's law and one round's two sides from it (random allocation).
+
+A coordinate ``Y`` spread onto the grid (upper) or merged onto it (lower), the
+tilted runs of the sum of ``t`` of them (:mod:`pld.mechanisms.allocation.levels`),
+and the atoms each side's pair is read off (:class:`SideAtoms`).  See
+:mod:`pld.mechanisms.allocation.sums` for the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pld._special import ndtr
+from pld.kernels import l1_l2_norms
+from pld.mechanisms.allocation.levels import (
+    _MAX_TILTS,
+    _NEGLIGIBLE,
+    _REL_OK,
+    _RHO_CAP,
+    _TILT_STRIDE,
+    _U,
+    _dev,
+    _Level,
+    _pad,
+    _Run,
+    _sum_levels,
+    _tilted,
+    window,
+)
+
+
+def coordinate_spread(mu: float, a: float, d: float, n: int) -> np.ndarray:
+    from pld.kernels.allocation import spread_law
+
+    return spread_law(mu, a, d, n)
+
+
+def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndarray | None = None) -> tuple:
+    """One coordinate's spread on ``[0, n d]``, ``(total Q, total P, cut Q, cut P)`` of its measure,
+    and bounds on its log-MGF at a range of Chernoff parameters.
+
+    The tail beyond the window, ``Y > n d``, which the spread leaves out, is
+    cut: its Q-mass ``1 - F`` and P-mass ``1 - G`` bounded above; the totals
+    include the spread's rounding slack.
+    """
+    xs = coordinate_spread(mu, a, d, n) if xs is None else xs
+    g = np.arange(n + 1) * d
+    z_top = (math.log(n * d) - mu) / a
+    tail_q = float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
+    tot_q = math.fsum(xs.tolist()) * (1 + 4 * _U) + tail_q
+    tot_p = math.fsum((g * xs).tolist()) * (1 + 8 * _U) + tail_p
+    # log-MGF bounds of the measure at Chernoff parameters from the scale of
+    # the whole sum to that of one coordinate's window
+    # (negative ones, up to e^{-600} per cell, for the lower tail)
+    chern = np.concatenate((-np.geomspace(0.1 / window(a, t, t), 600.0 / d, 48),
+                            np.geomspace(0.1 / window(a, t, t), 600.0 / (n * d), 48)))
+    with np.errstate(divide="ignore"):
+        lx = np.log(xs)
+    lmgf = np.empty(chern.size)
+    for i, c in enumerate(chern):
+        e = lx + c * g
+        mx = float(e.max())
+        lmgf[i] = mx + math.log(float(np.sum(np.exp(e - mx)))) + 1e-10 * (1.0 + abs(mx))
+    return xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf
+
+
+def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float,
+               limit: float = math.inf, cap: float = math.inf) -> tuple[_Run, _Level]:
+    xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
+    g = np.arange(xs.size) * d
+    y, c0, rel = _tilted(xs, g, theta)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap)
+    e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
+    py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
+    ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
+    lv = _Level(y, py, e0, ep0, 1, 1, tail_q, tail_p, lmgf)
+    return run, _sum_levels(run, lv, coarse_sd)
+
+
+def _bracket(run: _Run, lv: _Level, x: np.ndarray, e: float) -> tuple[np.ndarray, np.ndarray]:
+    """Untilted ``(lower, upper)`` brackets on every entry of one of the run's final arrays."""
+    lw = run.log_w(lv.m, lv.step, np.arange(x.size, dtype=float))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        w = np.exp(lw)
+        lo = np.where(x > e, (x - e) * w, 0.0) * (1.0 - 1e-12)
+        hi = (np.maximum(x, 0.0) + e) * w * (1.0 + 1e-12)
+    # an untilting factor that overflows (a tilt whose tilted law is dominated by a
+    # tail, its entries far below its total) tells nothing: [0, inf], never nan
+    # (a nan would win the runs' entrywise minimum)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isnan(hi), np.inf, hi)
+    return lo, hi
+
+
+def _next_tilt(values: np.ndarray, rel_bound: np.ndarray, s: np.ndarray, covering: np.ndarray,
+               thetas: list[float], upward: bool) -> tuple[float | None, int]:
+    """The next tilt for one tail (None when that tail is resolved) and the frontier.
+
+    ``values``: the best untilted estimates, ``rel_bound``: their relative
+    round-off bound; the frontier is the last entry (towards the tail) still
+    resolved to ``_REL_OK`` (or to 30 times the best entry's bound).  A
+    Gaussian-like law ``e^{-(s - mu)^2 / (2 v)}`` tilted by ``theta`` is
+    resolved on a range of the same width centred ``theta v`` further out,
+    so a tilt ``theta_f + 2.5 (slope - theta_f)`` (``slope``: the law's decay
+    rate at the frontier, ``theta_f`` the tilt that resolves it) continues
+    the resolved range (an overlap of 1/4 of the range).
+    """
+    finite = np.isfinite(rel_bound)
+    if not np.any(finite):
+        return None, -1
+    ok = rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
+    idx = np.nonzero(ok)[0]
+    f = int(idx[-1]) if upward else int(idx[0])
+    if f == (values.size - 1 if upward else 0):
+        return None, f
+    beyond = slice(f + 1, None) if upward else slice(0, f)
+    # (what lies beyond: bounded by the best bracket's upper end)
+    rest = float(np.sum(values[beyond] * (1.0 + np.minimum(rel_bound[beyond], 1e300))))
+    if rest <= _NEGLIGIBLE:
+        return None, f
+    j = max(1, min(8, f if upward else values.size - 1 - f))
+    f2 = f - j if upward else f + j
+    if values[f] <= 0 or values[f2] <= 0:
+        return None, f
+    slope = -(math.log(values[f]) - math.log(values[f2])) / (s[f] - s[f2])
+    th_f = thetas[int(covering[f])]
+    nxt = th_f + _TILT_STRIDE * (slope - th_f)
+    if (upward and nxt <= th_f * 1.05) or (not upward and nxt >= th_f * 1.05):
+        return None, f
+    return nxt, f
+
+
+# ------------------------------------------------------------ public
+@dataclass(frozen=True, eq=False)
+class SideAtoms:
+    """One side's discrete pairs, per direction: ``(loss, log P, log Q)`` with the ``+inf`` atom."""
+
+    remove: tuple[np.ndarray, np.ndarray, np.ndarray]
+    add: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def atoms(side: SideAtoms, direction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(loss, log P, log Q)`` of one direction's discrete pair, ``+inf`` atom included."""
+    return side.remove if direction == "remove" else side.add
+
+
+def _with_inf(loss, lp, lq, inf: float):
+    if inf > 0.0:
+        loss = np.append(loss, np.inf)
+        lp = np.append(lp, math.log(inf))
+        lq = np.append(lq, -np.inf)
+    return loss, lp, lq
+
+
+def _upper_atoms(q_hi: np.ndarray, p_hi: np.ndarray, s: np.ndarray, t: int, lost_q: float, lost_p: float,
+                 extra_remove: list, extra_add: list) -> SideAtoms:
+    """Atoms at the grid values' losses: remove with P-masses ``p_hi``, add with
+    ``q_hi``; plus the lumped round-off, as ``(loss, P-mass)`` atoms (Q-mass
+    ``P e^{-loss}``), and the masses at ``+inf``."""
+    def extra(lst):
+        if not lst:
+            return np.zeros(0), np.zeros(0)
+        lo, m = np.array(lst, dtype=float).T
+        return lo, np.log(m)
+
+    with np.errstate(divide="ignore"):
+        sel = (p_hi > 0) & (s > 0)
+        el, elp = extra(extra_remove)
+        lam = np.concatenate((np.log(s[sel] / t), el))
+        lp = np.concatenate((np.log(p_hi[sel]), elp))
+        remove = _with_inf(lam, lp, lp - lam, min(1.0, lost_p))
+        sel = (q_hi > 0) & (s > 0)
+        el, elp = extra(extra_add)
+        lam = np.concatenate((-np.log(s[sel] / t), el))
+        lq = np.concatenate((np.log(q_hi[sel]), elp))
+        # Lambda = 0 (every Y at the grid's first point) is a loss of +inf when added
+        add = _with_inf(lam, lq, lq - lam, min(1.0, lost_q + float(q_hi[0])))  # (s[0] = 0)
+    return SideAtoms(remove, add)
+
+
+def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
+                  coarse_sd: float) -> tuple[SideAtoms, float, float]:
+    """The dominated pair: conditional-mean merges (every atom's likelihood ratio is
+    its grid value times ``1 +- rho``), untilted.
+
+    The first merge cuts ``Y`` into cells whose conditional means are the
+    grid points (:func:`pld.kernels.allocation.merged_law`); each re-grid
+    merges with exact conditional means (:func:`_merge`).  The losses are
+    then known to ``rho`` whatever the round-off: the remove direction takes
+    ``log(v (1 - rho) / t)`` with P-mass ``p - E_p``, the add direction
+    ``-log(v (1 + rho) / t)`` with P-mass ``q - E_q`` (lower, both; a pair
+    with smaller masses and smaller losses is dominated).
+    """
+    from pld.kernels.allocation import merged_law
+
+    g = np.arange(n + 1) * d
+    xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
+    e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
+    gx = (1.0 - rho0) * g * xm
+    # (the products round by an ulp or two each)
+    e0p = e_gxm + 4.0 * _U * float(l1_l2_norms(gx)[1])
+    # the merged cells' means are g (1 +- rho0): the marked law at the grid
+    # values times (1 - rho0) is below the true one
+    first = _Level(xm, gx, e0, e0p, 1, 1, rho_s=rho0 * (1.0 + 1e-12))
+    lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
+    assert lv.p is not None
+    dev, edev = _dev(lv, d)
+    p = lv.p - lv.ep
+    q = lv.q - lv.eq
+    v = np.arange(q.size) * (lv.step * d)
+    # each atom's relative deviation |m - v| / v <= rho_k
+    ok = (q > 0) & (v > 0)
+    rho = np.full(q.size, np.inf)
+    rho[ok] = (dev[ok] + edev) / (q[ok] * v[ok]) * (1.0 + 1e-12)
+    lam = np.zeros(q.size)
+    lam[ok] = np.log(v[ok] / t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sel = ok & (p > 0) & (rho < 0.5)
+        lr = lam[sel] + np.log1p(-rho[sel])
+        lp = np.log(p[sel])
+        remove = (lr, lp, lp - lr)
+        sel = ok & (rho < 0.5)
+        la = lam[sel] + np.log1p(rho[sel])
+        lq = np.log(q[sel])
+        add = (-la, lq, lq + la)
+    worst = float(np.max(rho[ok & (rho < 0.5)])) if np.any(ok & (rho < 0.5)) else 0.0
+    return SideAtoms(remove, add), float(np.median(rho[ok])) if np.any(ok) else 0.0, worst
+
+
+@dataclass(eq=False)
+class _UpperRuns:
+    """The upper side's tilted runs on one object, their entrywise brackets combined."""
+
+    thetas: list
+    step: int
+    size: int
+    s: np.ndarray
+    q_hi: np.ndarray
+    p_hi: np.ndarray
+    lost_q: float
+    lost_p: float
+    #: lumped round-off: (smallest value / m, largest value / m, Q-mass, P-mass) per block
+    lumps: list
+    #: set when an upward tilt was refused for the cost of its coordinate cut (a
+    #: heavy upper tail): the cut (first-grid index) it wanted
+    heavy_cut: int | None
+    roundoff: float
+    base_lmgf: np.ndarray
+    base_chern: np.ndarray
+
+
+def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
+                m: int | None = None, valley=None, fits=None, cap: float = math.inf) -> _UpperRuns:
+    """The ``m``-fold (default ``t``) sum of the upper side: an untilted run, then tilts.
+
+    ``cut(theta)``: the coordinate cut of a tilt; ``coord_of(nb)``: the
+    coordinate measure cut at ``nb`` (see :func:`_coordinate_upper`).  With
+    ``fixed_cut`` every run uses that cut (one object: their entries mix
+    without extra cut mass) and an upward tilt is kept only while its own cut
+    reaches it.
+    """
+    m = t if m is None else m
+    coords: dict[int, tuple] = {}
+    # a lower-tail run (theta < 0) serves the entries below the mean of S only
+    low_limit = float(m)
+    base_cut = n if fixed_cut is None else fixed_cut
+
+    def coordinate(nb: int) -> tuple:
+        if nb not in coords:
+            coords[nb] = coord_of(nb)
+        return coords[nb]
+
+    def run_up(theta: float):
+        if theta < 0:
+            nb = min(base_cut, int(math.ceil(low_limit / d)) + 1)
+        else:
+            nb = base_cut if (fixed_cut is not None or theta == 0) else cut(theta)
+        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf, cap)
+
+    thetas = [0.0]
+    runs_up = [run_up(0.0)]
+    size = runs_up[0][1][1].q.size
+    step = runs_up[0][1][1].step
+    s = np.arange(size) * (step * d)
+
+    def brackets() -> tuple[np.ndarray, np.ndarray]:
+        los, his = [], []
+        for _, (r, lv) in runs_up:
+            assert lv.step == step
+            lo, hi = _bracket(r, lv, lv.q, lv.eq)
+            lo, hi = _pad(lo, size), _pad(hi, size)
+            if r.limit < math.inf:
+                out = s >= r.limit
+                lo[out], hi[out] = 0.0, math.inf
+            los.append(lo)
+            his.append(hi)
+        return np.vstack(los), np.vstack(his)
+
+    def lost(runs) -> tuple[float, float]:
+        # runs on the same coordinate cut bound the same object (the smallest
+        # bound of its cut masses holds); different cuts add
+        by_cut: dict[int, tuple[float, float]] = {}
+        for nb, (r, lv) in runs:
+            if r.limit < math.inf:
+                continue  # (its entries are exact below its limit: nothing cut)
+            q0, p0 = by_cut.get(nb, (math.inf, math.inf))
+            by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
+        return sum(v[0] for v in by_cut.values()), sum(v[1] for v in by_cut.values())
+
+    heavy_cut = None
+    for upward in (True, False):
+        frontier = -1
+        # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
+        # would cost as much as the untilted one; its tails are lumped instead)
+        for _ in range(_MAX_TILTS if base_cut <= _TILT_CELLS else 0):
+            los, his = brackets()
+            i = np.argmin(his, axis=0)
+            hi = his[i, np.arange(size)]
+            lo = np.max(los, axis=0)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rel = np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf)
+            th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
+            if th is None or f == frontier:
+                break  # resolved, or the last tilt did not move the frontier
+            frontier = f
+            if upward and fixed_cut is not None and fits is not None and not fits(th, fixed_cut):
+                break  # on a fixed cut, the tilted tail would outweigh the bulk
+            if upward and fixed_cut is None and cut(th) < 8:
+                if valley is not None and valley(th) >= 8:
+                    heavy_cut = valley(th)  # a heavy tail from the bulk on: tilt a light part only
+                break  # no bulk left to tilt
+            new = run_up(th)
+            if new[1][1].step != step:
+                # (the re-grid schedule stops at 64 entries: a lower-tail run on a short
+                # window can end on another spacing, and its entries would not line up)
+                break
+            before = lost(runs_up)
+            after = lost(runs_up + [new])
+            if max(after[0] - before[0], after[1] - before[1]) > max(before[0], before[1], _CUT_COST):
+                heavy_cut = new[0]
+                break  # its coordinate cut would cost more at +inf than it resolves (a heavy tail)
+            thetas.append(th)
+            runs_up.append(new)
+
+    # the tightest upper bracket of each entry; every run's cut mass; entries
+    # resolved to worse than _LUMP keep their estimate and their round-off is
+    # lumped, per run by Cauchy-Schwarz over the entries it covers (sum |e_k|
+    # w_k <= E ||w||_2: sqrt(n) E, not n E), in blocks of consecutive entries
+    _, his = brackets()
+    best = np.argmin(his, axis=0)
+    q_hi = his[best, np.arange(size)]
+    lost_q, lost_p = lost(runs_up)
+    v = s / m
+    p_hi = v * q_hi
+    lumps: list[tuple[float, float, float, float]] = []
+    for j, (_, (r, lv)) in enumerate(runs_up):
+        assert lv.p is not None
+        x = _pad(lv.q, size)
+        noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
+        noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound may tighten it)
+        if not np.any(noisy):
+            continue
+        idx = np.nonzero(noisy)[0]
+        lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
+        y_all = _pad(lv.p, size)[idx]
+        cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
+        for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
+            if k.size == 0:
+                continue
+            top = float(lw.max())
+            w = np.exp(lw - top)
+            with np.errstate(over="ignore"):
+                scale = math.exp(top) * (1.0 + 1e-12)
+                q_hi[k] = np.maximum(x[k], 0.0) * w * scale
+                # (the remove direction's P-masses from the run's own P-law: its
+                # round-off E_p is not multiplied by the likelihood ratio)
+                p_hi[k] = np.maximum(y, 0.0) * w * scale
+                norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
+            lumps.append((float(v[k].min()), float(v[k].max()), lv.eq * norm_w, lv.ep * norm_w))
+    # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
+    # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
+    r0, base = runs_up[0][1]
+    assert base.lmgf is not None and r0.chern is not None
+    neg = r0.chern < 0
+    q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
+    return _UpperRuns(thetas, step, size, s, q_hi, p_hi, lost_q, lost_p, lumps, heavy_cut,
+                      max(lv.eq for _, (_, lv) in runs_up), base.lmgf, r0.chern)
+
+
+def _regrid_to(x: np.ndarray, d: float, df: float) -> np.ndarray:
+    """A measure on ``i d`` spread onto ``j df`` (mean-preserving, shares rounded up)."""
+    g = np.arange(x.size) * d
+    j = np.floor(g / df).astype(np.int64)
+    frac = np.clip(g / df - j, 0.0, 1.0)
+    out = np.zeros(int(j[-1]) + 2)
+    np.add.at(out, j, x * (1.0 - frac))
+    np.add.at(out, j + 1, x * frac)
+    return out * (1.0 + 1e-12)
+
+
+def _upper_jump(mu: float, a: float, d: float, n: int, t: int, coarse: float, nb: int, spread_full: np.ndarray,
+                cut, fits):
+    """The upper side by the number of heavy coordinates (``Y > nb d``).
+
+    With ``L`` the spread measure of one coordinate on ``[0, nb d]`` and ``H``
+    on ``(nb d, n d]`` (the entry at ``nb`` taken whole: more mass is safe),
+    the ``t``-fold sum's Q-measure is ``sum_j C(t, j) L^{*(t-j)} * H^{*j}``.
+    ``j = 0, 1`` are ``R * (L + t H)`` with ``R = L^{*(t-1)}`` (tilted runs on
+    one object: ``L`` is light-tailed, so upward tilts resolve ``R``'s tail),
+    convolved directly (positive terms: relative rounding) after re-gridding
+    the last coordinate to ``R``'s spacing (a spread); ``j >= 2`` and the tail
+    beyond the first window go to ``+inf`` (their masses bounded).  Returns the
+    pieces of the upper atoms, or None when ``t < 2``.
+    """
+    if t < 2:
+        return None
+    xs_l, _, _, _ = coord_l = _coordinate_upper(mu, a, d, nb, t)
+    # nothing of L is cut at the first level: the heavy part is counted below
+    (tot_q, tot_p, _, _) = coord_l[1]
+    coord_l = (xs_l, (tot_q, tot_p, 0.0, 0.0), coord_l[2], coord_l[3])
+    up = _upper_runs(a, d, n, t, coarse, cut, lambda k: coord_l if k == nb else _light(coord_l, k), fixed_cut=nb,
+                     m=t - 1, fits=fits)
+    df = up.step * d
+    g = np.arange(n + 1) * d
+    heavy = np.zeros(n + 1)
+    heavy[nb:] = spread_full[nb:]
+    light = np.zeros(n + 1)
+    light[: nb + 1] = xs_l
+    kern = _regrid_to(light + t * heavy, d, df)
+    r = np.maximum(up.q_hi, 0.0)
+    q = np.convolve(r, kern) * (1.0 + 2.0 * (min(r.size, kern.size) + 4) * _U)
+    s = np.arange(q.size) * df
+    v = s / t
+    q_h = math.fsum(spread_full[nb:].tolist()) * (1 + 1e-12)
+    p_h = math.fsum((g[nb:] * spread_full[nb:]).tolist()) * (1 + 1e-12)
+    t_k = math.fsum(kern.tolist()) * (1 + 1e-12)
+    t_gk = math.fsum((np.arange(kern.size) * df * kern).tolist()) * (1 + 1e-12)
+    big = max(1.0, tot_q + q_h) ** t  # (a bound on every total raised to at most t)
+    # R's cut parts times the last coordinate (P: the mean of S/t over them)
+    lost_q = up.lost_q * t_k
+    lost_p = ((t - 1) * up.lost_p * t_k + up.lost_q * t_gk) / t
+    # the tail beyond the first window (as in _coordinate_upper), and j >= 2
+    z_top = (math.log(n * d) - mu) / a
+    tail_q = float(ndtr(-z_top)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_top)) * (1 + 1e-12) + 1e-300
+    lost_q += (t * tail_q + 0.5 * t * (t - 1) * q_h * q_h) * big
+    lost_p += (tail_p + (t - 1) * tail_q + p_h * (t - 1) * q_h + tot_p * 0.5 * (t - 1) * (t - 2) * q_h * q_h) * big
+    # R's lumped round-off lands within one window above its block
+    w_top = (kern.size - 1) * df
+    extra_remove, extra_add = [], []
+    for vmin, vmax, dq, _ in up.lumps:
+        top = vmax * (t - 1) + w_top
+        extra_remove.append((math.log(top / t), dq * t_k * top / t))
+        if vmin > 0:
+            extra_add.append((-math.log(vmin * (t - 1) / t), dq * t_k))
+        else:
+            lost_q += dq * t_k
+    p_hi = v * q
+    return q, p_hi, s, min(1.0, lost_q), min(1.0, lost_p), extra_remove, extra_add
+
+
+def _light(coord_l: tuple, k: int) -> tuple:
+    """``coord_l`` cut further at ``k`` (the lower-tail runs: entries below their limit only)."""
+    xs, (tot_q, tot_p, _, _), chern, lmgf = coord_l
+    return xs[: k + 1].copy(), (tot_q, tot_p, 0.0, 0.0), chern, lmgf
+
+
+#: largest first grid that gets tilted runs
+_TILT_CELLS = 1 << 20
+#: relative round-off above which an entry's round-off is lumped (at the largest
+#: loss of its block of consecutive entries)
+_LUMP = 1e-3
+#: blocks per run of lumped entries
+_LUMP_BLOCKS = 64
+#: cut mass (at +inf) a tilted run may add without doubling the cut mass
+_CUT_COST = 1e-11
+
+

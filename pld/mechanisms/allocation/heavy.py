@@ -1,0 +1,625 @@
+"""One round of random allocation at a small noise multiplier: a light part on a linear grid,
+the heavy part of each coordinate on a geometric one.
+
+Setting (see :mod:`pld.mechanisms.allocation.sums`): ``Lambda = S/t``, ``S = sum_i Y_i``, the
+``Y_i`` iid under ``Q`` with ``log Y ~ N(-a^2/2, a^2)``, ``a = 1/sigma``; under the
+remove direction's ``P`` one coordinate (the marked one) has ``log Y ~ N(a^2/2, a^2)``.
+Below ``sigma ~ 0.7`` the tail of one coordinate that matters at ``delta = 1e-10``
+reaches ``e^{a^2/2 + 6.4 a}`` (``e^{15}`` at ``sigma = 0.5``, ``e^{27}`` at ``0.3``)
+while the bulk needs a spacing of a fraction of a standard deviation: no single
+linear grid holds both.  The round is split by ``N``, the number of heavy
+coordinates (``Y > B``), a function of the output, so the pair is the
+disjoint union of its restrictions to ``{N = 0}``, ``{N = 1}``, ``{N = j}`` and a
+sub-pair may be replaced by one that dominates it (upper side) or that it
+dominates (lower side).  ``B`` is where ``t Q(Y > B) = kappa`` (``1e-4``), on a light
+grid of at most ``2^20`` cells.
+
+Upper side (dominating):
+
+* ``{N <= 1}``: its Q-measure is ``R * L + t R * H`` (``L``, ``H``: one coordinate's
+  measure on ``[0, B]`` and ``(B, W]``; ``R = L^{*(t-1)}``).  ``L`` is spread onto the
+  linear grid and ``R`` is the tilted-run sum of :mod:`pld.mechanisms.allocation.sums` (light:
+  every level cut at three caps ``B`` beyond its bulk, the cut bounded); ``H`` is
+  spread onto a geometric grid ``B e^{i r}`` (mean-preserving on any grid) and
+  ``R + H`` is spread onto a geometric grid of ``S`` directly, point by point
+  (:func:`pld.kernels.allocation.sum_spread_geometric`).  All spreads: a pair
+  larger in the convex order of ``Lambda`` under ``Q``, i.e. dominating (Blackwell);
+  entrywise upper bounds on the Q-masses at fixed values keep it dominating.
+* ``{N = j}``, ``2 <= j <= J``, remove direction: here a stochastic bound on the
+  loss under ``P`` suffices (``E_P[(1 - c e^{-L})_+]`` is increasing in ``L``, and
+  convolution keeps stochastic order, so a sub-pair whose P-measure of the loss is
+  stochastically larger, with ``Q = P e^{-L}``, dominates in every composition).
+  ``P(N = j) <= p_h C(t-1, j-1) q_h^{j-1} + C(t-1, j) q_h^j`` (``q_h = Q(Y > B)``,
+  ``p_h = P(marked Y > B)``).  Given ``N = j``: the light coordinates are iid
+  ``L / |L|`` (the marked one, if light, is at most ``B``), so their sum is at most
+  ``B + s_k`` except with probability ``tau_k`` (Chernoff with the light sum's
+  log-MGF bound); each heavy coordinate is at most (stochastically) the size-biased
+  heavy law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically); two
+  are added on the geometric grid (each rounded up to its cell's top, the sum
+  up to the next grid point), a sum of ``j >= 3`` is at most ``j`` times their
+  maximum, whose law is closed form.  The light sum's law is bounded by a ladder
+  of its Chernoff quantiles ``s_k``, so ``S <= B + s_k + (heavy sum)`` in law (no
+  ``B`` when the marked coordinate is heavy, the unmarked heavy ones by their own law).
+  ``{N > J}`` and the rest go to ``+inf``.
+* add direction, ``{N >= 2}``: ``S >= B + s_lo`` there but with probability
+  ``tau`` (``s_lo`` a lower Chernoff quantile of a sum of ``t - 1`` light ones; ``N``
+  heavy ones exceed ``N - 1`` added light ones by ``B`` at least), and ``S >= 2B``
+  always, so its Q-mass (at most ``C(t, 2) q_h^2``) is put at ``Lambda = (B +
+  s_lo)/t`` and ``tau`` of it at ``2B/t`` (the add loss ``-log Lambda`` rounded up).
+* ``Y > W`` for some coordinate (``W``: the marked coordinate's ``1e-18`` quantile): ``+inf``.
+
+The light sum's far upper tail: where its untilted round-off is lumped and
+Chernoff's bound (with the carried log-MGF bounds) is smaller, the tail is
+replaced by that bound, placed stochastically (:func:`_chernoff_tail`).
+
+Lower side (dominated): reveal ``N`` and, on ``{N = 0}``, the sum of the cell
+labels of the light coordinates (:func:`_lower_labels`, on tilted chains too);
+on ``{N = 1}``, a geometric group of the light rest's label plus the heavy
+coordinate's geometric cell (``Q(k, j) = t R_q(k) Q_j``, ``P(k, j) = R_q(k) M_j +
+(t - 1) R_p(k) Q_j``, ``Q_j``, ``M_j`` the cell's mass and partial mean, all
+bracketed for round-off); drop ``{N >= 2}``.  Any function of the outputs is a
+post-processing, and each atom's likelihood ratio is its own ``P/Q``.
+
+Checked against Monte Carlo (importance sampling of one large coordinate),
+``t = 2`` quadrature and the true ``k``-of-``t`` pair in
+``tests/test_allocation_tails.py``.
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation"
+(2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pld import _special
+from pld._special import ndtr
+from pld.kernels import l1_l2_norms
+from pld.mechanisms.allocation.coordinate import (
+    SideAtoms,
+    _coordinate_upper,
+    _light,
+    _regrid_to,
+    _upper_runs,
+    _with_inf,
+)
+from pld.mechanisms.allocation.levels import _COARSE_RATIO, _U, _conv
+
+#: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
+KAPPA = 1e-4
+#: most cells of the light grid (tilted runs need at most ``_TILT_CELLS``)
+LIGHT_CELLS = 1 << 20
+#: fewest cells of the light grid (its spacing is made finer than ``spacing`` to get them)
+MIN_LIGHT_CELLS = 1 << 12
+#: relative spacing of the geometric grids (heavy coordinate, and ``S`` above ``B``)
+RATIO = 2e-3
+#: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
+J = 4
+#: an add direction with more than this at ``+inf`` (few steps: whole rounds in the light
+#: grid's first cell) is taken from one Gaussian step instead (no amplification)
+GAUSSIAN_ADD_FLOOR = 1e-4
+#: the loss grid of that Gaussian pair
+_GAUSS_STEP = 1e-3
+#: the dominated side's levels reach this many light caps beyond their bulk (what lies
+#: beyond needs several light coordinates near the cap; a dominated pair may drop it)
+_LOW_CAPS = 2.0
+#: groups of the lumps' heavy parts
+_LUMP_GROUPS = 8
+#: the dominated side's tilts: multiples of this many standard deviations of the sum
+_LOW_TILT = 2.5
+#: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
+_TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
+#: the heavy grid reaches the marked coordinate's quantile of this tail
+_TOP_TAIL = 1e-18
+
+
+def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
+    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``): ``spacing`` standard
+    deviations of one coordinate, or finer where that gives fewer than ``MIN_LIGHT_CELLS``."""
+    a = 1.0 / sigma
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    d = spacing * sd1
+    z = float(-_special.ndtri(KAPPA / t))
+    want = math.exp(-0.5 * a * a + a * z)
+    if want / d < MIN_LIGHT_CELLS:
+        # (few steps: the cut is low, and a finer grid resolves the bulk of a coordinate,
+        # which the add direction of a short round needs, for next to nothing)
+        d = want / MIN_LIGHT_CELLS
+    return d, int(min(LIGHT_CELLS, max(64, math.ceil(want / d))))
+
+
+def _fsum(x: np.ndarray) -> float:
+    return math.fsum(x.tolist()) * (1.0 + 1e-12)
+
+
+def _atoms(parts_q: list, t: int, extra_remove: tuple, extra_add: tuple, inf_remove: float,
+           inf_add: float) -> tuple[SideAtoms, float]:
+    """Upper atoms: ``(values s, Q-masses)`` parts (``Lambda = s/t``; P = Lambda Q), extra
+    ``(loss, P-mass)`` atoms per direction, and the masses at ``+inf``; and the Q-mass at
+    ``Lambda = 0`` (an add loss of ``+inf``)."""
+    s = np.concatenate([p[0] for p in parts_q])
+    q = np.concatenate([p[1] for p in parts_q])
+    zero = float(np.sum(q[s <= 0]))  # (Lambda = 0: the add direction's +inf)
+    sel = (s > 0) & (q > 0)
+    lam = np.log(s[sel] / t)
+    lq = np.log(q[sel])
+    el, em = extra_remove
+    ok = em > 0
+    loss = np.concatenate((lam, el[ok]))
+    lp = np.concatenate((lq + lam, np.log(em[ok])))
+    remove = _with_inf(loss, lp, lp - loss, min(1.0, inf_remove))
+    el, em = extra_add
+    ok = em > 0
+    loss = np.concatenate((-lam, el[ok]))
+    lp = np.concatenate((lq, np.log(em[ok])))
+    add = _with_inf(loss, lp, lp - loss, min(1.0, inf_add + zero))
+    return SideAtoms(remove, add), zero
+
+
+def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> tuple[list, list]:
+    """The light sum's lumps, its upper tail replaced by Chernoff's bound where that is smaller.
+
+    ``r`` (entrywise bounds or estimates on ``k df``) and ``up.lumps`` (round-off
+    masses of blocks of entries, ``(vmin, vmax, dq, dp)``, values over ``m``)
+    bound the light sum's measure; where the untilted round-off is lumped far in
+    its upper tail, ``Q(R >= x) <= e^{L(theta) - theta x}`` (``L`` the log-MGF bound
+    of the uncut sum, ``theta > 0``) can be far smaller.  From the first block
+    edge ``x*`` where the bound is below the lumps above it, the entries above
+    ``x*`` are set to zero in place and the lumps above it dropped; the tail
+    measure on ``[x*, top]`` is bounded stochastically by lumps at the block
+    edges ``x_i`` with masses ``T_i - T_{i+1}`` (``T_i`` the bound at ``x_i``, made
+    non-increasing; the last takes what is left), each over ``[x_i, x_{i+1}]``
+    as a round-off lump is: every tail function of the true measure is then
+    below theirs.  What lies beyond the window is the cut part, accounted at
+    ``+inf`` already.
+
+    That stochastic bound serves the remove direction, whose loss grows with
+    the sum.  The add direction's loss falls with it: a tail bound says
+    nothing about where in ``[x*, top]`` the true mass sits, so there the
+    whole bound ``T_0`` is one lump over ``[x*, top]``, which the add
+    direction places at its lower edge.  Returns ``(lumps, add_lumps)``.
+    """
+    lumps = sorted(up.lumps, key=lambda x: x[0])
+    pos = up.base_chern > 0
+    if not lumps or not np.any(pos):
+        return lumps, lumps
+    s = np.arange(r.size) * df
+
+    def bound(x: float) -> float:
+        return min(1.0, math.exp(min(float(np.min(up.base_lmgf[pos] - up.base_chern[pos] * x)), 0.0)))
+
+    held = 0.0
+    cut = None
+    for i in range(len(lumps) - 1, -1, -1):
+        held += lumps[i][2]
+        x = lumps[i][0] * m
+        k = int(math.ceil(x / df - 1e-9))
+        # (only where the bound is below the round-off alone: the entries' own estimates,
+        # placed where they are, are tighter than a tail bound placed at block edges)
+        if k < r.size and bound(x) < held:
+            cut = i
+    if cut is None:
+        return lumps, lumps
+    x_star = lumps[cut][0] * m
+    k = int(math.ceil(x_star / df - 1e-9))
+    top = s[-1]
+    if k >= r.size or x_star >= top:
+        return lumps, lumps
+    r[k:] = 0.0
+    kept = [lump for lump in lumps if lump[0] * m < x_star]
+    edges = [x_star] + [lump[0] * m for lump in lumps[cut + 1:] if x_star < lump[0] * m < top] + [top]
+    tails = [bound(x) for x in edges[:-1]]
+    tails = list(np.minimum.accumulate(np.array(tails)))
+    add = list(kept)
+    for i in range(len(tails)):
+        mass = tails[i] - (tails[i + 1] if i + 1 < len(tails) else 0.0)
+        if mass > 0:
+            kept.append((edges[i] / m, edges[i + 1] / m, mass * (1 + 1e-12), 0.0))
+    if tails and tails[0] > 0:
+        add.append((x_star / m, top / m, tails[0] * (1 + 1e-12), 0.0))
+    return kept, add
+
+
+def _gaussian_add_atoms(mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dominating pair of the add direction from one Gaussian step of ``mu = 1/sigma``.
+
+    The add pair is ``(Q, P)`` with ``P = (1/t) sum_i P_i``; the hockey-stick divergence
+    is jointly convex, so ``H_c(Q || P) <= (1/t) sum_i H_c(Q || P_i)``, and each
+    ``(Q, P_i)`` is the Gaussian mechanism's pair (swapped; it is symmetric): its
+    loss under the first law is ``N(mu^2/2, mu^2)``.  That law is rounded up to a
+    grid of ``_GAUSS_STEP`` (a stochastically larger loss, ``Q = P e^{-loss}``), its
+    tail beyond 12 standard deviations at ``+inf``, the part below moved up to the
+    first point.
+    """
+    lo, hi = mu * mu / 2 - 12.0 * mu, mu * mu / 2 + 12.0 * mu
+    edges = np.linspace(lo, hi, int(math.ceil((hi - lo) / _GAUSS_STEP)) + 1)
+    z = (edges - mu * mu / 2) / mu
+    cdf = ndtr(z)
+    sf = ndtr(-z)
+    # cell masses from whichever tail is small, each rounded up; the first cell takes all below
+    mass = np.where(z[1:] <= 0, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
+    mass = np.maximum(mass, 0.0) * (1 + 1e-12) + 1e-15 * np.maximum(np.minimum(cdf[1:], sf[:-1]), 0.0)
+    mass[0] += float(cdf[0]) * (1 + 1e-12)
+    loss = edges[1:]
+    ok = mass > 0
+    lp = np.log(mass[ok])
+    return _with_inf(loss[ok], lp, lp - loss[ok], float(sf[-1]) * (1 + 1e-12) + 1e-300)
+
+
+def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
+    from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
+
+    if t < 2:
+        raise ValueError("heavy_laws needs t >= 2")
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    d, n_l = light_cut(sigma, t, spacing)
+    big_b = n_l * d
+    coarse = _COARSE_RATIO * spacing
+    z_b = (math.log(big_b) - mu) / a
+    q_h = float(ndtr(-z_b)) * (1 + 1e-12)
+    p_h = float(ndtr(a - z_b)) * (1 + 1e-12)
+    lr = math.log1p(RATIO)
+    top = math.exp(-mu + a * float(-_special.ndtri(_TOP_TAIL)))  # (the marked law's quantile: log-mean +a^2/2)
+    n_h = max(2, int(math.ceil(math.log(top / big_b) / lr)) + 1)
+    hv = big_b * np.exp(np.arange(n_h + 1) * lr)
+    w_top = float(hv[-1])
+    z_w = (math.log(w_top) - mu) / a
+    tail_q = float(ndtr(-z_w)) * (1 + 1e-12) + 1e-300
+    tail_p = float(ndtr(a - z_w)) * (1 + 1e-12) + 1e-300
+
+    # ---------------------------------------------------------------- upper: R = L^{*(t-1)}
+    coord = _coordinate_upper(mu, a, d, n_l, t)
+    xs_l, (tot_q, tot_p, _, _), chern, lmgf = coord
+    coord = (xs_l, (tot_q, tot_p, 0.0, 0.0), chern, lmgf)  # (the part above B is H, counted below)
+    g_l = np.arange(n_l + 1) * d
+    with np.errstate(divide="ignore"):
+        lx_l = np.log(xs_l)
+    bulk = int(min(n_l, (10.0 * (1.0 + sd1)) / d))
+
+    def fits(theta: float, nb: int) -> bool:
+        # the tilted light law cut at nb stays a bulk: its mass past the valley (where it
+        # climbs back towards B) at most e^-5 of the mass before it
+        e = lx_l[: nb + 1] + theta * g_l[: nb + 1]
+        k0 = int(np.argmax(e[: bulk + 1]))
+        valley = k0 + int(np.argmin(e[k0:]))
+        if valley >= e.size - 1:
+            return True
+        with np.errstate(divide="ignore"):
+            return float(np.logaddexp.reduce(e[valley:])) <= float(np.logaddexp.reduce(e[:valley])) - 5.0
+
+    up = _upper_runs(a, d, n_l, t, coarse, lambda th: n_l, lambda k: coord if k == n_l else _light(coord, k),
+                     fixed_cut=n_l, m=t - 1, fits=fits, cap=big_b)
+    df = up.step * d
+    r = np.maximum(up.q_hi, 0.0)
+    lumps, add_lumps = _chernoff_tail(r, up, df, t - 1)
+
+    # ---------------------------------------------------------------- upper: {N <= 1}
+    kern = _regrid_to(xs_l, d, df)
+    q_lin = np.convolve(r, kern) * (1.0 + 2.0 * (min(r.size, kern.size) + 4) * _U)
+    s_lin = np.arange(q_lin.size) * df
+    hq = spread_on(mu, a, hv)
+    # R coarsened (a spread) to a quarter of the output grid's spacing at the bulk of S
+    mult = max(1, int(RATIO * (big_b + 0.5 * (t - 1)) / (4.0 * df)))
+    r2 = _regrid_to(r, df, mult * df) if mult > 1 else r
+    dr = mult * df
+    n_out = int(math.ceil(math.log((r2.size * dr + w_top) / big_b) / lr)) + 3
+    g_out, q_geo, over = sum_spread_geometric(np.ascontiguousarray(r2), dr, hv, hq, big_b, lr, n_out)
+    q_geo = q_geo * (t * (1.0 + 2.0 * (r2.size * hv.size + 8) * _U))
+
+    l_tot, l_mean = _fsum(xs_l), _fsum(g_l * xs_l)
+    h_tot, h_mean = _fsum(hq), _fsum(hv * hq)
+    k_tot = l_tot + t * h_tot
+    k_mean = l_mean + t * h_mean
+    # R's cut parts times the last coordinate (P: the mean of S/t over them), and sums beyond the grid
+    inf_q = up.lost_q * k_tot + t * over * (1 + 1e-12)
+    inf_p = ((t - 1) * up.lost_p * k_tot + up.lost_q * k_mean) / t + over * t * (r2.size * dr + w_top) / t
+    # R's lumped round-off: a Q-mass dq at R-values in [vmin, vmax] (t - 1), with each part of
+    # the kernel; placed at the largest loss it can take (remove) and the smallest (add), but
+    # with the kernel's own law: the light part split at its 1 - 1e-6 quantile y1, the heavy
+    # part on the heavy grid (grouped lumps)
+    y1 = int(np.searchsorted(np.cumsum(xs_l), (1.0 - 1e-6) * l_tot))
+    y1 = min(n_l, y1 + 1)
+    l_lo, lm_lo = _fsum(xs_l[:y1 + 1]), _fsum(g_l[:y1 + 1] * xs_l[:y1 + 1])
+    l_hi, lm_hi = _fsum(xs_l[y1 + 1:]), _fsum(g_l[y1 + 1:] * xs_l[y1 + 1:])
+    ex_r: list[tuple[float, float]] = []
+    ex_a: list[tuple[float, float]] = []
+    heavy_groups: list[list[float]] = []  # ([Q-mass, largest R-value]) of consecutive lumps
+    for _, vmax, dq, _ in lumps:
+        rmax = vmax * (t - 1)
+        ex_r.append((math.log(max(rmax + y1 * d, 1e-300) / t), dq * (rmax * l_lo + lm_lo) / t))
+        ex_r.append((math.log((rmax + big_b) / t), dq * (rmax * l_hi + lm_hi) / t))
+        heavy_groups.append([dq, rmax])
+    for vmin, _, dq, _ in add_lumps:  # (the add direction's own: see _chernoff_tail)
+        rmin = vmin * (t - 1)
+        if rmin > 0:
+            ex_a.append((-math.log(rmin / t), dq * l_tot))
+        else:
+            inf_q += dq * l_tot
+        ex_a.append((-math.log((rmin + big_b) / t), dq * t * h_tot))
+    # the heavy part of the lumps, in at most _LUMP_GROUPS groups of consecutive lumps, each
+    # on the heavy grid at its largest R-value
+    heavy_groups.sort(key=lambda x: x[1])
+    hl_loss, hl_mass = [np.zeros(0)], [np.zeros(0)]
+    for grp in np.array_split(np.array(heavy_groups).reshape(-1, 2), _LUMP_GROUPS):
+        if grp.size and float(np.sum(grp[:, 0])) > 0:
+            gq, gmax = math.fsum(grp[:, 0].tolist()) * (1 + 1e-12), float(np.max(grp[:, 1]))
+            hl_loss.append(np.log((gmax + hv) / t))
+            hl_mass.append(gq * hq * (gmax + hv) * (1 + 1e-12))
+    heavy_lumps = (np.concatenate(hl_loss), np.concatenate(hl_mass))
+    # a coordinate beyond the heavy grid
+    inf_p += tail_p + (t - 1) * tail_q
+    inf_q += t * tail_q
+
+    # ---------------------------------------------------------------- upper: {N = j}, 2 <= j <= J
+    # the light sum's law, normalised by the all-light probability (1 - q_h)^(t-1), is
+    # bounded stochastically by Chernoff quantiles: P(sum > s_k) <= tau_k
+    pos = up.base_chern > 0
+    log_norm = (t - 1) * math.log1p(-min(q_h, 1.0 - 1e-16)) * (1 + 1e-12)  # (log Q(all t - 1 light), rounded down)
+    s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
+                     for tau in _TAUS])
+    w_up = -np.diff(np.concatenate(([1.0], np.array(_TAUS))))  # (mass between consecutive quantiles)
+    # tails of one heavy coordinate given Y > B: unmarked (the Q-law) and marked (size-biased)
+    z_hv = (np.log(hv) - mu) / a
+    tail_q_h = np.minimum(ndtr(-z_hv) / float(ndtr(-z_b)), 1.0)
+    tail_sb = np.minimum(ndtr(a - z_hv) / float(ndtr(a - z_b)), 1.0)
+    tail_q_h[0] = tail_sb[0] = 1.0
+    rem_loss, rem_mass = [], []
+    for j in range(2, J + 1):
+        # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
+        # ones; the marked one is then a light coordinate, at most B)
+        cases = ((p_h * math.comb(t - 1, j - 1) * q_h ** (j - 1), 0.0, 1, j - 1),
+                 (math.comb(t - 1, j) * q_h ** j, big_b, 0, j))
+        for m_j, shift, n_sb, n_q in cases:
+            m_j *= 1 + 1e-12
+            if m_j <= 0.0:
+                continue
+            with np.errstate(divide="ignore"):
+                # P(max > x) for n_sb size-biased and n_q unmarked heavy coordinates
+                log_below = n_q * np.log1p(-tail_q_h)
+                if n_sb:
+                    log_below = log_below + n_sb * np.log1p(-tail_sb)
+                u_j = -np.expm1(log_below)
+            u_j[0] = 1.0
+            if j == 2:
+                # two heavy ones: their sum itself (each rounded up to its cell's top, the sum
+                # up to the next point of a geometric grid), not twice the larger
+                tail_a = tail_sb if n_sb else tail_q_h
+                cells = [np.maximum(x[:-1] - x[1:], 0.0) + 1e-13 * x[:-1] for x in (tail_a, tail_q_h)]
+                g2 = 2.0 * big_b * np.exp(np.arange(int(math.ceil(math.log(hv[-1] / big_b) / lr)) + 3) * lr)
+                two, over2 = sum_round_up(cells[0], cells[1], hv, g2)
+                two = two * (1.0 + 2.0 * (hv.size * hv.size + 4) * _U)
+                heavy_v, heavy_m = g2, two
+                beyond = float(tail_a[-1] + tail_q_h[-1]) + over2
+            else:
+                heavy_v = j * hv[1:]
+                heavy_m = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
+                beyond = float(u_j[-1])
+            for s_k, w_k in zip(s_up, w_up):
+                rem_loss.append(np.log((shift + s_k + heavy_v) / t))
+                rem_mass.append(m_j * w_k * heavy_m * (1 + 1e-12))
+            inf_p += m_j * (beyond + _TAUS[-1]) * (1 + 1e-12)
+    inf_p += (p_h * math.comb(t - 1, J) * q_h ** J + math.comb(t - 1, J + 1) * q_h ** (J + 1)) * (1 + 1e-12)
+    # add direction, {N >= 2}: S >= N B + (the other t - N light ones), at least B more than a
+    # sum of t - 1 light ones (add N - 1 light draws, each <= B); that sum is at least s_lo
+    # but with probability tau (Chernoff, negative parameters)
+    neg = up.base_chern < 0
+    s_lo = max(0.0, float(np.max((up.base_lmgf[neg] - math.log(_TAUS[-1]) - log_norm) / up.base_chern[neg])))
+    n2_q = math.comb(t, 2) * q_h * q_h * (1 + 1e-12)
+    ex_a.append((-math.log((s_lo + big_b) / t), n2_q))
+    ex_a.append((-math.log(2.0 * big_b / t), n2_q * _TAUS[-1]))
+
+    er = np.array([x for x, _ in ex_r]), np.array([m for _, m in ex_r])
+    extra_remove = (np.concatenate([er[0], heavy_lumps[0]] + rem_loss),
+                    np.concatenate([er[1], heavy_lumps[1]] + rem_mass))
+    ea = np.array([x for x, _ in ex_a]), np.array([m for _, m in ex_a])
+    upper, zero = _atoms([(s_lin, q_lin), (g_out, q_geo)], t, extra_remove, ea, inf_p, inf_q)
+    add_floor = min(1.0, inf_q + zero)
+    gaussian_add = add_floor > GAUSSIAN_ADD_FLOOR
+    if gaussian_add:
+        # few steps: the light grid sends whole rounds to Lambda = 0 (an add loss of +inf);
+        # the add direction is then taken from one Gaussian step instead, which dominates it
+        upper = SideAtoms(upper.remove, _gaussian_add_atoms(a))
+
+    # ---------------------------------------------------------------- lower
+    low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
+    lo_edges = top0 * np.exp(np.arange(int(math.ceil(math.log(w_top / top0) / lr)) + 2) * lr)
+    cq, ceq, cp, cep = cells_on(mu, a, lo_edges)
+    # {N = 1}: reveal the light rest's label k (those resolved to 1%: the others are
+    # dropped) and the heavy cell j, then only a geometric group of k step d + (cell j's left
+    # edge): Q(k, j) = t R_q(k) Q_j, P(k, j) = R_q(k) M_j + (t - 1) R_p(k) Q_j
+    rq_lo, rq_hi, rp_lo, rp_hi, rstep = rest
+    good = (rq_lo > 0.99 * rq_hi) & (rp_lo > 0.99 * rp_hi)
+    rv = np.nonzero(good)[0] * (rstep * d)
+    n_grp = int(math.ceil(math.log((rv[-1] if rv.size else 0.0) / top0 + w_top / top0 + 1.0) / lr)) + 3
+    sums = group_pairs(rq_lo[good], rq_hi[good], rp_lo[good], rp_hi[good], rv,
+                       np.maximum(cq - ceq, 0.0), cq + ceq, np.maximum(cp - cep, 0.0), cp + cep,
+                       lo_edges[:-1], top0, lr, n_grp)
+    npairs = float(rv.size * cq.size)
+    lo_f, hi_f = 1.0 - 4.0 * (npairs + 4) * _U, 1.0 + 4.0 * (npairs + 4) * _U
+    a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi = (x * (lo_f if i % 2 == 0 else hi_f) for i, x in enumerate(sums))
+    q1_lo, q1_hi = t * a_lo * lo_f, t * a_hi * hi_f
+    p1_lo = (b1_lo + (t - 1) * b2_lo) * lo_f
+    p1_hi = (b1_hi + (t - 1) * b2_hi) * hi_f
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (p1_lo > 0) & (q1_lo > 0)
+        lp, lq = np.log(p1_lo[ok]), np.log(q1_hi[ok])
+        rem = (np.concatenate((low0.remove[0], lp - lq)), np.concatenate((low0.remove[1], lp)),
+               np.concatenate((low0.remove[2], lq)))
+        lp, lq = np.log(q1_lo[ok]), np.log(p1_hi[ok])
+        add = (np.concatenate((low0.add[0], lp - lq)), np.concatenate((low0.add[1], lp)),
+               np.concatenate((low0.add[2], lq)))
+    lower = SideAtoms(rem, add)
+
+    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
+            "light_cut": big_b, "heavy_points": int(hv.size), "ratio": RATIO,
+            "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
+            "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
+            "lower_cells": rows,
+            "lower_mass": float(np.sum(np.exp(rem[1]))), "roundoff_upper": up.roundoff,
+            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": add_floor,
+            "gaussian_add": gaussian_add}
+    return upper, lower, info
+
+
+def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
+                  cap: float) -> tuple[SideAtoms, float, int, tuple]:
+    """The dominated pair of ``{N = 0}``: a statistic of the outputs built from cell labels.
+
+    Each coordinate gets the label ``c`` of its cell ``((c - 1/2) d, (c + 1/2) d]``
+    (``Y`` above ``top = (n + 1/2) d`` is heavy: that output is not in ``{N = 0}``);
+    labels are added along a binary tree (the same for every run), a partial sum
+    being halved (``floor(c / 2)``) while its cell stays below ``coarse_sd``
+    standard deviations of the sum, as the upper side's levels are.  Any
+    function of the outputs is a post-processing, so the pair of laws of the
+    final label is dominated by the true pair restricted to ``{N = 0}``; under
+    ``P`` the marked coordinate is in either half of a sum in proportion to its
+    size (``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b``), the first level's P-law
+    being the partial means ``E[Y; cell]``.  Unlike a conditional-mean merge this
+    needs no grid point inside each cell (at small ``sigma`` most of a coordinate
+    lies in the first cell), and each atom's likelihood ratio is its own ``P/Q``.
+
+    Round-off: the chain is run on exponentially tilted laws too (labels
+    weighted by ``e^{theta c d}``, normalised; tilting commutes with the sums, and
+    the halving becomes another fixed linear map), so an entry far in a tail
+    is known relative to the tilted mass near it; each entry takes the
+    tightest of the runs' brackets (all bound the same exact laws).  The remove
+    direction takes ``(P_lo, Q_hi)``, the add direction ``(Q_lo, P_hi)`` (smaller
+    P-masses and larger Q-masses: dominated); what no run resolves is dropped,
+    and so is what a level's window cuts.
+
+    Returns the atoms, ``top``, the final number of labels and brackets on the
+    level of the first ``t - 1`` coordinates, ``(Q_lo, Q_hi, P_lo, P_hi, step)``
+    (the light rest of ``{N = 1}``).
+    """
+    from pld.kernels.allocation import centred_cells
+
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)
+    g = np.arange(n + 1) * d
+    with np.errstate(divide="ignore"):
+        lq1 = np.log(q1)
+    peak = int(np.argmax(q1[: max(2, int(min(n, 10.0 * (1.0 + sd1) / d))) + 1]))
+
+    def fits(theta: float) -> bool:
+        # the tilted light law stays a bulk (its mass past the valley at most e^-5 of the rest)
+        e = lq1 + theta * g
+        if theta <= 0:
+            return True
+        valley = peak + int(np.argmin(e[peak:]))
+        if valley >= e.size - 1:
+            return True
+        with np.errstate(divide="ignore"):
+            return float(np.logaddexp.reduce(e[valley:])) <= float(np.logaddexp.reduce(e[:valley])) - 5.0
+
+    def keep(m: int, step: int) -> int:
+        z = float(-_special.ndtri(1e-14 * m / t))
+        bulk = m + z * math.sqrt(m * sd1 * sd1)
+        return int(min(bulk + _LOW_CAPS * cap, m * cap) / (step * d)) + 2
+
+    def run(theta: float):
+        with np.errstate(divide="ignore"):
+            lw = theta * g
+            c0 = float(np.logaddexp.reduce(lq1 + lw))
+        w = np.exp(lw - c0)
+        rel = 4.0 * _U * (2.0 + np.abs(lw) + abs(c0))
+        q0, p0 = q1 * w, p1 * w
+        # (each tilted entry: the cell's bound times its weight, and the weight's rounding)
+        e_q = float(np.sqrt(np.sum((eq1 * w + rel * q0) ** 2))) * (1 + 1e-12)
+        e_p = float(np.sqrt(np.sum((ep1 * w + rel * p0) ** 2))) * (1 + 1e-12)
+
+        def halve(x, step):
+            q, p, eq, ep, m, s0 = x
+            f = math.exp(-theta * s0 * d)  # (label 2j + 1 joins 2j: its tilt is one old cell higher)
+            norm = math.sqrt(2.0) * max(1.0, f) * (1 + 1e-12)
+            qq = np.append(q, 0.0) if q.size % 2 else q
+            pp = np.append(p, 0.0) if p.size % 2 else p
+            q2, p2 = qq[0::2] + f * qq[1::2], pp[0::2] + f * pp[1::2]
+            eq = norm * eq + 4.0 * _U * float(l1_l2_norms(q2)[1])
+            ep = norm * ep + 4.0 * _U * float(l1_l2_norms(p2)[1])
+            return q2, p2, eq, ep, m, 2 * s0
+
+        def fit(x):
+            while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[0].size > 64:
+                x = halve(x, x[5])
+            return x
+
+        def to_step(x, step):
+            while x[5] < step:
+                x = halve(x, x[5])
+            return x
+
+        def combine(x, y):
+            qa, pa, eqa, epa, ma, step = x
+            qb, pb, eqb, epb, mb, _ = y
+            m = ma + mb
+            q, eq = _conv(qa, eqa, qb, eqb)
+            pa_, e1 = _conv(pa, epa, qb, eqb)
+            if x is y:
+                p, ep = pa_, e1
+            else:
+                pb_, e2 = _conv(qa, eqa, pb, epb)
+                p = (ma / m) * pa_ + (mb / m) * pb_
+                ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+            k = keep(m, step)
+            return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
+
+        first = (q0, p0, e_q, e_p, 1, 1)
+        result = None
+        cur = first
+        k = t - 1
+        while True:
+            if k & 1:
+                if result is None:
+                    result = cur
+                else:
+                    r_ = to_step(result, cur[5])
+                    result = combine(r_, to_step(cur, r_[5]))
+            k >>= 1
+            if not k:
+                break
+            cur = combine(cur, cur)
+        assert result is not None
+        return c0, result, combine(result, to_step(first, result[5]))
+
+    def brackets(c0: float, theta: float, x) -> tuple:
+        q, p, eq, ep, m, step = x
+        lw = m * c0 - theta * (np.arange(q.size) * (step * d))
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(lw)
+            out = []
+            for y, e in ((q, eq), (p, ep)):
+                lo = np.where(y > e, (y - e) * w, 0.0) * (1.0 - 1e-12)
+                hi = (np.maximum(y, 0.0) + e) * w * (1.0 + 1e-12)
+                out += [np.where(np.isfinite(lo), lo, 0.0), np.where(np.isnan(hi), np.inf, hi)]
+        return tuple(out)
+
+    sd_sum = sd1 * math.sqrt(t)
+    thetas = [0.0] + [th for th in (k * _LOW_TILT / sd_sum for k in (1, 2, 3, -1)) if fits(th)]
+    rest_b: list = []
+    full_b: list = []
+    step = 1
+    for th in thetas:
+        c0, rest, full = run(th)
+        rest_b.append(brackets(c0, th, rest))
+        full_b.append(brackets(c0, th, full))
+        step = rest[5]
+
+    def best(bs: list) -> tuple:
+        return (np.max([b[0] for b in bs], axis=0), np.min([b[1] for b in bs], axis=0),
+                np.max([b[2] for b in bs], axis=0), np.min([b[3] for b in bs], axis=0))
+
+    q_lo, q_hi, p_lo, p_hi = best(full_b)
+    with np.errstate(divide="ignore"):
+        sel = (p_lo > 0) & np.isfinite(q_hi)
+        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
+        remove = (lp - lq, lp, lq)
+        sel = (q_lo > 0) & np.isfinite(p_hi)
+        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
+        add = (lp - lq, lp, lq)
+    return SideAtoms(remove, add), (n + 0.5) * d, int(q_lo.size), best(rest_b) + (step,)

@@ -1,0 +1,378 @@
+"""Sums of i.i.d. log-normal coordinates on tilted, re-gridded runs (random allocation).
+
+The machinery behind :mod:`pld.mechanisms.allocation.sums`: a level holds the law
+of a partial sum on a grid with entrywise error bounds; levels are combined by
+FFT convolution (:func:`_conv`), coarsened by a mean-preserving spread (upper) or
+a conditional-mean merge (lower), and cut to a window whose mass is bounded.
+See that module's docstring for why each step keeps its side of the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pld import _special
+from pld.engine import fft as _fft
+from pld.kernels import l1_l2_norms
+
+#: tail probability left beyond the window (sizing only: what is left is bounded)
+_TAIL = 1e-14
+_U = 2.0 ** -53
+#: re-grid a level while its spacing stays below this fraction of the first
+#: grid's spacing in standard deviations (of the partial sum, of one coordinate)
+_COARSE_RATIO = 0.5
+#: most cells of the first grid
+MAX_CELLS = 1 << 22
+#: relative round-off an entry may carry before a further tilt is tried for it
+_REL_OK = 1e-4
+#: untilted mass below which a tail needs no further tilt
+_NEGLIGIBLE = 1e-20
+#: most tilted runs per tail
+_MAX_TILTS = 4
+#: each tilt's step beyond the last resolved entry, relative to that entry's decay rate
+_TILT_STRIDE = 2.5
+
+
+#: a light part's level reaches this many coordinates' caps beyond its bulk
+_CAP_JUMPS = 5.0
+
+
+def _bulk(a: float, m: int, t: int) -> float:
+    """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
+    z_m = float(-_special.ndtri(_TAIL * m / t))
+    return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
+
+
+def window(a: float, m: int, t: int | None = None) -> float:
+    """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
+    its bulk and the tail of one large ``Y`` (sizing only).  The round has
+    ``t / m`` such partial sums, each cut at its window, so the bulk is taken
+    to the ``_TAIL m / t`` quantile."""
+    t = m if t is None else t
+    z = float(-_special.ndtri(_TAIL))
+    z_m = float(-_special.ndtri(_TAIL * m / t))
+    z_t = float(-_special.ndtri(_TAIL / t))
+    var = math.expm1(min(a * a, 700.0))
+    bulk = m + z_m * math.sqrt(m * var)
+    # one large coordinate: the marked one (log Y ~ N(a^2/2, a^2) under P) or
+    # any of the t under Q (two large ones are far rarer)
+    tail = max(math.exp(min(a * a / 2 + z * a, 700.0)), math.exp(min(-a * a / 2 + z_t * a, 700.0)))
+    return bulk + tail
+
+
+# ------------------------------------------------------------ one run
+@dataclass(eq=False)
+class _Level:
+    """A partial sum of ``m`` coordinates on the grid ``k (step d)``, tilted.
+
+    ``q`` (and ``p`` on the lower side; the upper side's P-law is ``s/m``
+    times its Q-law) are the exact laws times ``e^{theta s - m c0}``, to
+    within l2 bounds ``eq``, ``ep``.  ``lost_q``, ``lost_p``: upper bounds on
+    the untilted masses cut so far (upper side).
+    """
+
+    q: np.ndarray
+    p: np.ndarray | None
+    eq: float
+    ep: float
+    m: int
+    step: int
+    lost_q: float = 0.0
+    lost_p: float = 0.0
+    #: upper side: bounds on the log-MGF of the exact (untilted, uncut) level at ``_Run.chern``
+    lmgf: np.ndarray | None = None
+    #: merged lower side: ``dev[k]`` bounds ``|m_k - v_k| Q_k`` (``m_k`` the atom's
+    #: conditional mean, ``v_k`` its value), within l2 ``edev``
+    dev: np.ndarray | None = None
+    edev: float = 0.0
+    #: merged lower side before any dev array: ``|m_k - v_k| <= rho_s v_k`` for every atom
+    rho_s: float = 0.0
+
+
+def _dev(lv: _Level, d: float) -> tuple[np.ndarray, float]:
+    """The level's deviation bounds as an array (from ``rho_s`` if it has none)."""
+    if lv.dev is not None:
+        return lv.dev, lv.edev
+    v = np.arange(lv.q.size) * (lv.step * d)
+    # (|m - v| Q <= rho_s v Q, and Q <= |q| + eq entrywise)
+    return lv.rho_s * v * (np.abs(lv.q) + lv.eq) * (1.0 + 1e-12), 0.0
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run needs besides its levels: the tilt and the untilted totals."""
+
+    a: float
+    d: float
+    t: int
+    theta: float
+    c0: float
+    upper: bool
+    #: untilted total Q- and P-mass of one coordinate's (upper) measure, cut part included
+    tot_q: float = 1.0
+    tot_p: float = 1.0
+    #: Chernoff parameters of the cut-mass bounds (upper side)
+    chern: np.ndarray | None = None
+    #: lower side re-gridded by conditional-mean merges (``merge_half``) instead of the half-half map
+    merge: bool = False
+    #: a run for the lower tail only: every level cut at this value (as the
+    #: coordinates are non-negative, what is cut lands above it, so the
+    #: entries below it are exact and nothing cut needs accounting)
+    limit: float = math.inf
+    #: every coordinate is at most this (a light part: :mod:`pld.mechanisms.allocation.heavy`); a
+    #: level of ``m`` is then cut at ``min(m cap, bulk + _CAP_JUMPS cap)`` (sizing only)
+    cap: float = math.inf
+
+    def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
+        """log of the untilting factor of entries ``k`` of a level."""
+        return m * self.c0 - self.theta * (k * (step * self.d))
+
+    def tq(self, m: int) -> float:
+        return math.exp(m * math.log(self.tot_q))
+
+    def tp(self, m: int) -> float:
+        return self.tot_p * math.exp((m - 1) * math.log(self.tot_q))
+
+
+def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float) -> tuple[np.ndarray, float]:
+    """Convolution with an l2 bound on the error of the result (Young's inequality)."""
+    c, fft_err = _fft.convolve(a, b)
+    a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
+    b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
+    return c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)
+
+
+def _regrid(x: np.ndarray, th: float) -> np.ndarray:
+    """An odd atom ``2j+1`` sent half to ``2j`` and half to ``2j+2`` (tilted by ``th`` per fine cell)."""
+    n = x.size
+    out = np.zeros((n + 1) // 2 + 1)
+    out[: (n + 1) // 2] += x[0::2]
+    odd = x[1::2]
+    out[: odd.size] += (0.5 * math.exp(-th)) * odd
+    out[1: odd.size + 1] += (0.5 * math.exp(th)) * odd
+    return out
+
+
+def _regrid_p(x: np.ndarray, th: float) -> np.ndarray:
+    """The P-side of the spread: the odd atom ``2j+1`` sends ``(j+1)/(2j+1)`` of its
+    P-mass up and ``j/(2j+1)`` down (its value ratio), tilted by ``th`` per fine cell."""
+    n = x.size
+    out = np.zeros((n + 1) // 2 + 1)
+    out[: (n + 1) // 2] += x[0::2]
+    odd = x[1::2]
+    j = np.arange(odd.size, dtype=float)
+    up = odd * ((j + 1.0) / (2.0 * j + 1.0))
+    out[: odd.size] += math.exp(-th) * (odd - up)
+    out[1: odd.size + 1] += math.exp(th) * up
+    return out
+
+
+def _coarsen(run: _Run, lv: _Level) -> _Level:
+    """The level on twice its spacing: a mean-preserving spread of the value
+    (upper side: half the Q-mass of an odd atom to each neighbour, its P-mass
+    in the ratio of their values), or a merge with exact conditional means
+    (lower side)."""
+    if run.merge:
+        return _merge(run, lv)
+    th = run.theta * lv.step * run.d
+    ch = math.cosh(th)
+    # l2 norm of the map: rows sum to 1 + cosh(th), columns to at most cosh(th)
+    norm = math.sqrt((1.0 + ch) * max(1.0, ch)) * (1.0 + 1e-12)
+    q = _regrid(lv.q, th)
+    eq = norm * lv.eq + 6.0 * _U * norm * float(l1_l2_norms(lv.q)[1])
+    p, ep = None, 0.0
+    if lv.p is not None:
+        # rows sum to at most 1 + 3/2 e^|th|, columns to at most e^|th|
+        eth = math.exp(abs(th))
+        norm_p = math.sqrt((1.0 + 1.5 * eth) * eth) * (1.0 + 1e-12)
+        p = _regrid_p(lv.p, th)
+        ep = norm_p * lv.ep + 8.0 * _U * norm_p * float(l1_l2_norms(lv.p)[1])
+    lmgf = None
+    if lv.lmgf is not None:
+        assert run.chern is not None
+        # a spread multiplies the MGF at theta' by at most cosh(theta' d_f)
+        x = np.abs(run.chern * (lv.step * run.d))
+        lmgf = lv.lmgf + (x + np.log1p(np.exp(-2.0 * x)) - math.log(2.0)) * (1 + 1e-12)  # (log cosh x)
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf)
+
+
+#: relative residual allowed for a first-grid merged cell's conditional mean
+_RHO_CAP = 1e-9
+#: most fine atoms one merged bucket may take from (its error grows like the root of it)
+_WIDTH_CAP = 3
+
+
+def _merge(run: _Run, lv: _Level) -> _Level:
+    """Merged lower side: buckets whose conditional means are the coarse points,
+    up to the deviations ``dev`` carries (see ``merge_half``)."""
+    from pld.kernels.allocation import merge_half
+
+    assert lv.p is not None
+    dev0, edev0 = _dev(lv, run.d)
+    # the sums of a few coordinates keep the comb of the first merge (grid
+    # points it skipped), so their buckets need more atoms
+    cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
+    q, p, dev, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p),
+                                   np.ascontiguousarray(dev0), cap, float(lv.eq), lv.step * run.d)
+    # A linear map with column sums <= 1 and row sums <= r has l2 norm at most
+    # sqrt(r): a merge bucket's row takes at most its atoms; the additions
+    # round each entry by an ulp.  (dev' is a bound built from the computed
+    # dev plus its own terms: its round-off is carried as edev.)
+    k = math.sqrt(widest)
+    eq = k * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
+    ep = k * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
+    edev = k * edev0 + 2.0 * _U * float(l1_l2_norms(dev)[1])
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
+
+
+def _cut_mass(run: _Run, x: np.ndarray, e: float, m: int, step: int, start: int) -> tuple[float, float]:
+    """Upper bounds on the untilted Q- and P-mass of entries ``start..`` of a level's tilted array."""
+    if start >= x.size:
+        return 0.0, 0.0
+    k = np.arange(start, x.size, dtype=float)
+    lw = run.log_w(m, step, k)
+    top = float(lw.max())
+    if top > 700.0:
+        return math.inf, math.inf
+    w = np.exp(lw - top)  # (scaled by e^top, applied at the end)
+    v = k * (step * run.d) / m  # the likelihood ratio of each entry (its P-mass over its Q-mass)
+    ax = np.abs(x[start:])
+    cq = (float(np.sum(ax * w)) + e * float(np.sqrt(np.sum(w * w)))) * math.exp(top)
+    cp = (float(np.sum(ax * w * v)) + e * float(np.sqrt(np.sum((w * v) ** 2)))) * math.exp(top)
+    return cq * (1.0 + 1e-9), cp * (1.0 + 1e-9)
+
+
+def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
+    """The sum of two independent partial sums (same spacing), cut to ``keep`` entries.
+
+    The marked coordinate is in the first part with probability ``m_a / m``:
+    ``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b`` (one convolution for a square).
+    """
+    m = a.m + b.m
+    q, eq = _conv(a.q, a.eq, b.q, b.eq)
+    p, ep = None, 0.0
+    if a.p is not None:
+        assert b.p is not None
+        if a is b:
+            p, ep = _conv(a.p, a.ep, b.q, b.eq)
+        else:
+            p1, e1 = _conv(a.p, a.ep, b.q, b.eq)
+            p2, e2 = _conv(a.q, a.eq, b.p, b.ep)
+            p = (a.m / m) * p1 + (b.m / m) * p2
+            ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+    dev, edev, rho_s = None, 0.0, 0.0
+    if run.merge and a.dev is None and b.dev is None:
+        # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed
+        rho_s = max(a.rho_s, b.rho_s)
+    elif run.merge:
+        # |m - v| Q of a sum atom <= (dev_a * Q_b + Q_a * dev_b)
+        da, ea = _dev(a, run.d)
+        if a is b:
+            dev, edev = _conv(da, ea, a.q, a.eq)
+            dev, edev = 2.0 * dev, 2.0 * edev
+        else:
+            db, eb = _dev(b, run.d)
+            d1, e1 = _conv(da, ea, b.q, b.eq)
+            d2, e2 = _conv(a.q, a.eq, db, eb)
+            dev = d1 + d2
+            edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
+    lost_q = lost_p = 0.0
+    lmgf = None
+    if run.upper and run.limit == math.inf:
+        # cut parts: one factor's cut part times the other's total (Q), and the
+        # marked mixture of the same (P)
+        lost_q = a.lost_q * run.tq(b.m) + run.tq(a.m) * b.lost_q
+        lost_p = ((a.m / m) * (a.lost_p * run.tq(b.m) + run.tp(a.m) * b.lost_q)
+                  + (b.m / m) * (a.lost_q * run.tp(b.m) + run.tq(a.m) * b.lost_p))
+        cq, cp = _cut_mass(run, q, eq, m, a.step, keep)
+        assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
+        lmgf = a.lmgf + b.lmgf
+        if keep < q.size:
+            # Chernoff: Q(S >= s) <= e^{L(theta') - theta' s}; and since s' <= s e^{(s' - s)/s},
+            # E[S/m; S >= s] <= (s/m) e^{L(theta'') - theta'' s} for theta'' >= 1/s
+            sc = keep * a.step * run.d
+            pos = run.chern > 0  # (the negative parameters bound the lower tail)
+            expo = np.where(pos, lmgf - run.chern * sc, np.inf)
+            cq = min(cq, math.exp(min(float(np.min(expo)), 700.0)) * (1 + 1e-9))
+            ok = run.chern >= 1.0 / sc
+            if np.any(ok):
+                cp = min(cp, sc / m * math.exp(min(float(np.min(expo[ok])), 700.0)) * (1 + 1e-9))
+        lost_q += cq
+        lost_p += cp
+    q = q[:keep].copy()
+    if p is not None:
+        p = p[:keep].copy()
+    if dev is not None:
+        dev = np.abs(dev[:keep])  # (|.|: a bound stays a bound; the error bound covers the rest)
+    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev, rho_s)
+
+
+def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
+    """The ``t``-fold sum by repeated squaring, each level on its own window and spacing.
+
+    A level of ``m`` coordinates is cut to ``[0, window(a, m, t)]`` and
+    re-gridded to twice its spacing while that spacing stays below
+    ``coarse_sd`` standard deviations of the partial sum (evolving
+    discretisation).  The schedule depends on sizes only, so every tilt runs
+    through the same grids.
+    """
+    a, d, t = run.a, run.d, run.t
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+
+    def fit(lv: _Level) -> _Level:
+        while 2 * lv.step * d <= coarse_sd * sd1 * math.sqrt(lv.m) and lv.q.size > 64:
+            lv = _coarsen(run, lv)
+        return lv
+
+    def to_step(lv: _Level, step: int) -> _Level:
+        while lv.step < step:
+            lv = _coarsen(run, lv)
+        return lv
+
+    def keep(m: int, step: int) -> int:
+        w = window(a, m, t)
+        if run.cap < math.inf:
+            w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
+        return int(min(w, run.limit) / (step * d)) + 2
+
+    result = None
+    cur = x
+    k = t
+    while True:
+        if k & 1:
+            if result is None:
+                result = cur
+            else:
+                r = to_step(result, cur.step)
+                c = to_step(cur, r.step)
+                result = fit(_combine(run, r, c, keep(r.m + c.m, c.step)))
+        k >>= 1
+        if not k:
+            assert result is not None  # (t >= 1: the lowest set bit set it)
+            return result
+        cur = fit(_combine(run, cur, cur, keep(2 * cur.m, cur.step)))
+
+
+def _tilted(x: np.ndarray, g: np.ndarray, theta: float,
+            c0: float | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+    """``x e^{theta g - c0}`` (``c0`` its log total unless given), ``c0`` and each entry's relative rounding bound."""
+    with np.errstate(divide="ignore"):
+        lx = np.log(np.maximum(x, 0.0)) + theta * g
+    if c0 is None:
+        top = float(np.max(lx))
+        c0 = top + math.log(float(np.sum(np.exp(lx - top))))
+    e = theta * g - c0
+    # (where e^e would overflow, x is below the float range's bottom: the
+    # entry is formed in log space, its rounding then relative to |log x| too)
+    far = e >= 700.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        y = np.where(x > 0, np.where(far, np.exp(np.where(far, lx - c0, 0.0)), x * np.exp(np.minimum(e, 700.0))), 0.0)
+    rel = 4.0 * _U * (2.0 + np.abs(theta * g) + abs(c0) + np.where(far & (x > 0), np.abs(lx), 0.0))
+    return y, c0, rel
+
+
+def _pad(x: np.ndarray, n: int) -> np.ndarray:
+    return x if x.size == n else np.concatenate((x[:n], np.zeros(max(0, n - x.size))))

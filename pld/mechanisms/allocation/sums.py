@@ -1,0 +1,304 @@
+"""The law of the likelihood ratio of one round of random allocation (Gaussian, one of ``t`` steps).
+
+Remove direction: ``P = (1/t) sum_i N(e_i, s^2 I_t)`` against ``Q = N(0, s^2 I_t)``.
+With ``Y_i = exp(x_i/s^2 - 1/(2 s^2))`` the per-coordinate likelihood ratio,
+``dP/dQ = Lambda = S/t`` with ``S = sum_i Y_i`` and the ``Y_i`` iid under ``Q``
+(``log Y ~ N(-a^2/2, a^2)``, ``a = 1/s``, ``E[Y] = 1``).  ``S`` is sufficient, and
+a pair of this form is determined by the Q-law of ``Lambda``:
+
+* remove: ``H_c(P || Q) = E_Q[(Lambda - c)_+]``, loss ``log Lambda`` with P-mass
+  ``Lambda`` times Q-mass;
+* add (the pair swapped): ``H_c(Q || P) = E_Q[(1 - c Lambda)_+]``, loss
+  ``-log Lambda`` with P-mass the Q-mass.
+
+Why the two constructions bound the pair (proof sketch)
+-------------------------------------------------------
+* Upper: replace each ``Y_i`` by an independent mean-preserving spread
+  ``Y_i^s`` onto the grid ``k d`` (:func:`pld.kernels.allocation.spread_law`).
+  Then ``S^s = sum Y_i^s`` is a mean-preserving spread of ``S`` and
+  ``(P^s, Q^s)`` with ``dP^s/dQ^s = S^s/t`` dominates the true pair (for pairs
+  whose likelihood ratio has mean one, Blackwell's order is the convex order
+  of ``Lambda`` under ``Q``; products preserve it, so composed epochs do too).
+  Partial sums are re-gridded by a further spread (:func:`_coarsen`: an odd
+  atom's Q-mass split half-half between its neighbours, its P-mass in the
+  ratio of their values, so every atom keeps the likelihood ratio of its
+  value).  Such a pair is determined by its Q-measure and both hockey sticks
+  are increasing in it entrywise, so entrywise upper bounds on the masses
+  (with the losses at the grid values) give a dominating pair.
+* Lower: reveal only which cell each ``Y_i`` falls in, cells whose
+  conditional means are the grid points (:func:`pld.kernels.allocation.merged_law`),
+  then only the sum of the cells' points, and at each re-grid only a bucket
+  of atoms whose conditional mean is a coarse point
+  (:func:`pld.kernels.allocation.merge_half`, a randomised merge).  All of it
+  is post-processing, so the pair is dominated by the true one; its
+  likelihood ratio at an atom of value ``v`` is ``m/t``, ``m`` the atom's
+  conditional mean.  ``m`` is ``v`` up to a per-atom deviation carried
+  through the sums (``dev``: ``|m - v| Q <= dev``, convolved along, plus,
+  at each merge, what the round-off of the masses the merge was computed
+  from can move a bucket's mean), so the remove direction takes the loss
+  ``log(v (1 - rho_k)/t)`` and the add direction ``-log(v (1 + rho_k)/t)``,
+  ``rho_k = dev_k / (v_k Q_k)``, with P-masses rounded down: smaller losses
+  and masses, a dominated pair.  The losses are known to ``rho_k`` whatever
+  the round-off; only the masses carry it, and an entry's round-off then
+  costs it ``E (1 - c/Lambda)_+``, not ``E (1 + c)``.
+
+Both are ``t``-fold convolutions on linear grids (FFT, repeated squaring); a
+partial sum of ``m`` coordinates is re-gridded to twice its spacing while
+that spacing stays below a fixed fraction of its standard deviation
+(evolving discretisation).
+
+Round-off of the upper side, relative: its convolution chain is run on
+exponentially tilted laws (``x_k e^{theta s_k}``, normalised), for a few
+tilts ``theta``.  Tilting commutes with convolution and turns each re-grid
+into another fixed linear map, so every run computes the same exact object;
+a run's l2 round-off bound ``E`` (Young's inequality per convolution, the l2
+norm of each re-grid map) bounds every tilted entry's error, i.e. the
+untilted entry ``k`` to within ``E e^{m c_0 - theta s_k}``.  Each entry takes
+the tightest bracket over the runs.  Tilts are chosen one after another
+(:func:`_next_tilt`), each moving the accurately resolved range further into
+a tail.  Upward (``theta > 0``) a tilted log-normal coordinate is heavier
+than any exponential, so a tilted run cuts the coordinates where the tilted
+law climbs back (its cut mass goes to ``+inf``; a tilt is kept only if that
+costs less than it resolves); downward, a run serves only the entries below
+the mean of ``S``, where nothing any level cuts can land (the coordinates are
+non-negative).  Entries no run resolves to ``_LUMP`` keep their estimate, and
+their round-off is lumped by Cauchy-Schwarz (``sqrt(n) E``, not ``n E``) in
+blocks, each at its largest loss (a loss rounded up).  A single epoch of
+``t = 1e5`` steps at ``sigma = 2`` then certifies ``delta = 1e-10`` (an
+untilted run alone carries ~1e-6 of round-off); at ``sigma = 1`` the upward
+tail is the log-normal's (one large coordinate), which no tilt resolves, and
+the upper end stays finite but loose there.
+
+Truncation: each level is cut to its own window and each coordinate to the
+first window.  On the upper side what is cut is made fully distinguishing
+(a loss of ``+inf`` in both directions; a union of a sub-pair with a fully
+revealing one dominates): its Q- and P-masses are bounded level by level
+(the masses cut at a level, bounded by Chernoff with the carried log-MGF
+bounds or by the tilted entries, times the totals of the other factors).
+The lower side drops what is cut.
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation"
+(2025); Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from pld import _special
+from pld.mechanisms.allocation.coordinate import (
+    _TILT_CELLS,
+    SideAtoms,
+    _coordinate_upper,
+    _lower_merged,
+    _upper_atoms,
+    _upper_jump,
+    _upper_runs,
+    coordinate_spread,
+)
+from pld.mechanisms.allocation.heavy import heavy_laws
+from pld.mechanisms.allocation.levels import (
+    _COARSE_RATIO,
+    _TAIL,
+    MAX_CELLS,
+    _conv,
+    _Level,
+    _pad,
+    _Run,
+    _sum_levels,
+    window,
+)
+
+#: the one-jump decomposition is tried when the steps are at least this many
+#: times one coordinate's window (its lumps are placed a window further up)
+_JUMP_STEPS = 10.0
+#: keep it whatever its slack (tests)
+_JUMP_ALWAYS = False
+
+
+#: a tilt ``theta > 0`` cuts each coordinate where its tilted law climbs back to
+#: ``e^{-_TILT_DEPTH}`` of its mode (beyond, the log-normal tail outweighs the bulk)
+_TILT_DEPTH = 30.0
+
+@functools.lru_cache(maxsize=16)
+def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
+
+    ``spacing``: the first grid's spacing in standard deviations of one
+    coordinate (raised if the first window would need more than ``MAX_CELLS``
+    cells; ``info["spacing_sd"]`` says what was used).  Returns ``(upper,
+    lower, info)``.
+
+    Where the first window would need more than ``_TILT_CELLS`` cells (below
+    ``sigma ~ 0.75``; ``t >= 2``) the round is handed to
+    :func:`pld.mechanisms.allocation.heavy.heavy_laws` (a light part on a linear grid,
+    the heavy part of a coordinate on a geometric one).
+
+    Upper side: runs with different tilts may cut the coordinates at
+    different points, i.e. bound different truncated objects; an entry's
+    shortfall against the untruncated one is part of its run's cut mass, so
+    the pair built from the tightest entry of each is dominating once the
+    cut masses of all runs are put at ``+inf``.  Lower side: every run cuts
+    the coordinates at the same point (the smallest), so all bound the same
+    post-processed pair.
+    """
+
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    w1 = window(a, 1, t)
+    if t >= 2 and w1 / (spacing * sd1) > _TILT_CELLS:
+        # one grid cannot hold both the bulk and the heavy tail of a coordinate:
+        # a light part on a linear grid, the heavy part on a geometric one
+
+        return heavy_laws(sigma, t, spacing)
+    d = max(spacing * sd1, w1 / MAX_CELLS)
+    n = int(math.ceil(w1 / d))
+    coarse = _COARSE_RATIO * spacing
+
+    g_full = np.arange(n + 1) * d
+    with np.errstate(divide="ignore"):
+        spread_full = coordinate_spread(mu, a, d, n)
+        lx_full = np.log(spread_full)
+    bulk = int(min(n, (10.0 * (1.0 + sd1)) / d))
+
+    @functools.cache
+    def cut(theta: float) -> int:
+        """Where the tilted coordinate law ``x e^{theta y}``, past its bulk, climbs back
+        to ``e^{-_TILT_DEPTH}`` of its mode (the log-normal tail is heavier than
+        any exponential): cut there, so the tilted law stays a bulk."""
+        if theta <= 0:
+            return n
+        e = lx_full + theta * g_full
+        k0 = int(np.argmax(e[: bulk + 1]))
+        low = e < e[k0] - _TILT_DEPTH
+        low[:k0] = False
+        if not np.any(low):
+            return 0  # no bulk to tilt
+        k1 = int(np.argmax(low))
+        high = ~low
+        high[:k1] = False
+        return n if not np.any(high) else max(8, int(np.argmax(high)) - 1)
+
+    def tilted(theta: float) -> tuple[np.ndarray, int]:
+        e = lx_full + theta * g_full
+        return e, int(np.argmax(e[: bulk + 1]))
+
+    def valley(theta: float) -> int:
+        """Where the tilted coordinate law is least past its bulk (a light part's cut)."""
+        e, k0 = tilted(theta)
+        return k0 + int(np.argmin(e[k0:]))
+
+    def fits(theta: float, nb: int) -> bool:
+        """The tilted law cut at ``nb`` stays a bulk (its top e^-5 of its mode or less)."""
+        e, k0 = tilted(theta)
+        # (past the valley the tilted law climbs: its largest value on [0, nb] there is at nb)
+        return nb <= valley(theta) or float(e[nb]) <= float(e[k0]) - 5.0
+
+    up = _upper_runs(a, d, n, t, coarse, cut, lambda nb: _coordinate_upper(mu, a, d, nb, t, spread_full
+                                                                              if nb == n else None), valley=valley)
+    thetas, step, size, s = up.thetas, up.step, up.size, up.s
+    q_hi, p_hi, lost_q, lost_p = up.q_hi, up.p_hi, up.lost_q, up.lost_p
+    extra_remove = [(math.log(vmax), dp) for vmin, vmax, dq, dp in up.lumps if vmax > 0]
+    extra_add = [(-math.log(vmin), dq) for vmin, vmax, dq, dp in up.lumps if vmin > 0]
+    lost_q += sum(dq for vmin, vmax, dq, dp in up.lumps if vmin <= 0)
+    lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
+    jump = None
+    if up.heavy_cut is not None and t >= _JUMP_STEPS * w1:
+        jump = _upper_jump(mu, a, d, n, t, coarse, up.heavy_cut, spread_full, cut, fits)
+
+        def slack(lq, lp, er, ea) -> float:
+            # mass the construction puts at +inf or lumps at a rounded-up loss
+            return lq + lp + sum(m for _, m in er) + sum(m for _, m in ea)
+
+        # (either pair dominates: the one with less mass at +inf and in lumps is kept)
+        if jump is not None and (_JUMP_ALWAYS or slack(*jump[3:]) < slack(lost_q, lost_p, extra_remove, extra_add)):
+            q_hi, p_hi, s, lost_q, lost_p, extra_remove, extra_add = jump
+        else:
+            jump = None
+    upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
+    lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
+    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
+            "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
+            "coordinate_cuts": tuple(cut(x) * d for x in thetas), "one_jump": jump is not None,
+            "rho_median": rho, "rho_worst_kept": rho_worst, "lower_mass": float(np.sum(np.exp(lower.remove[1]))),
+            "roundoff_upper": up.roundoff,
+            "inf_mass_upper_remove": lost_p, "inf_mass_upper_add": min(1.0, lost_q + float(q_hi[0]))}
+    return upper, lower, info
+
+
+# ------------------------------------------------------------ k of t: a lower pair
+@functools.lru_cache(maxsize=16)
+def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAtoms, dict]:
+    """A pair dominated by the true ``k``-of-``t`` pair: the law of ``sum_i c(Y_i)``.
+
+    ``c(Y)`` is the index of the cell ``((j - 1/2) D, (j + 1/2) D]`` holding
+    ``Y = exp(x/s^2 - 1/(2 s^2))`` (``D`` = ``spacing`` standard deviations of
+    one coordinate).  The statistic is a function of the outputs, the same
+    for every coordinate, so under each ``P_S`` (the record in the steps
+    ``S``) its law is that of ``k`` marked and ``t - k`` unmarked
+    coordinates, ``nu^{*k} * mu^{*(t-k)}`` (``nu`` the marked coordinate's
+    cell law ``E[Y; cell]``), whatever ``S``: that is its law under the true
+    ``P`` too; under ``Q`` it is ``mu^{*t}``.  For ``k << t`` the likelihood
+    ratio of the true pair is close to a function of ``sum_i Y_i``, so this
+    post-processing loses little; the sum of the outputs (the Gaussian lower
+    bound) is better only when ``k`` is a large part of ``t``.
+
+    All sums are on one grid (no re-gridding, so the statistic stays the
+    same for every coordinate) and are cut at the window ``W``: as the labels
+    are non-negative, whatever a partial sum loses lies above ``W`` in the
+    total, so the entries below ``W`` are exact and those above are dropped
+    (a sub-pair).  Round-off: entrywise brackets ``p - E_p <= P'``, ``q +
+    E_q >= Q'`` (and the other way round for the add direction).
+    """
+    from pld.kernels.allocation import centred_cells
+
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    var = math.expm1(min(a * a, 700.0))
+    sd1 = math.sqrt(var)
+    d = spacing * sd1
+    # the statistic's window under P: k marked (mean e^{a^2}, variance
+    # e^{3a^2} - e^{2a^2}) and t - k unmarked coordinates, and one large one
+    z = float(-_special.ndtri(_TAIL))
+    var_nu = math.exp(min(3 * a * a, 700.0)) - math.exp(min(2 * a * a, 700.0))
+    big = max(math.exp(min(a * a / 2 + z * a, 700.0)),
+              math.exp(min(-a * a / 2 + float(-_special.ndtri(_TAIL / t)) * a, 700.0)))
+    w = (t - k) + k * math.exp(min(a * a, 700.0)) + z * math.sqrt((t - k) * var + k * var_nu) + big
+    n = int(math.ceil(w / d))
+    if n > MAX_CELLS:
+        raise ValueError(f"the label-sum window needs {n} cells (more than {MAX_CELLS})")
+    q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)
+
+    def power(x: np.ndarray, e: float, m: int) -> _Level:
+        run = _Run(a, d, m, 0.0, 0.0, False, limit=w)
+        return _sum_levels(run, _Level(x, None, e, 0.0, 1, 1), 0.0)
+
+    e_q1 = float(np.sqrt(np.sum(eq1 ** 2)))
+    e_p1 = float(np.sqrt(np.sum(ep1 ** 2)))
+    qt = power(q1, e_q1, t)
+    rest = power(q1, e_q1, t - k) if t > k else None
+    marked = power(p1, e_p1, k)
+    if rest is None:
+        pk, ep = marked.q, marked.eq
+    else:
+        pk, ep = _conv(marked.q, marked.eq, rest.q, rest.eq)
+    size = n + 1
+    q, eq = _pad(qt.q, size), qt.eq
+    p = _pad(pk, size)
+    p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
+    q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
+    with np.errstate(divide="ignore"):
+        sel = p_lo > 0
+        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
+        remove = (lp - lq, lp, lq)
+        sel = q_lo > 0
+        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
+        add = (lp - lq, lp, lq)
+    info = {"label_spacing": d, "cells": size, "window": w, "roundoff_p": ep, "roundoff_q": eq,
+            "mass_p": float(np.sum(p_lo)), "mass_q": float(np.sum(q_lo))}
+    return SideAtoms(remove, add), info
+

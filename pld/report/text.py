@@ -1,0 +1,299 @@
+"""The text of pld's reports: headline, footer, tables and the ``format_*`` of
+each command's result dict (``pld dpsgd``, ``compose``, ``calibrate``, curves).
+
+Everything here turns a result dict from :mod:`pld.report` into text; nothing
+accounts.  Rounding is outward (:mod:`pld.report.rounding`), so a printed bracket
+still contains the certified one.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from pld.accounting import sampling as sampling_registry
+from pld.report.rounding import bracket, round_up
+
+
+def _sampling_name(name: str) -> str:
+    """The report's sampling line (the registry's description, or the name as given)."""
+    try:
+        return sampling_registry.get(name).description
+    except (TypeError, ValueError):
+        return str(name)
+
+
+#: the sampling lines of the schemes registered when pld was imported (pld.accounting.sampling)
+SAMPLING_NAMES = {n: sampling_registry.get(n).description for n in sampling_registry.names()}
+
+
+def curve_rows(eps, lo, hi) -> list[dict]:
+    return [{"epsilon": float(e), "delta_lower": float(a), "delta_upper": float(b)}
+            for e, a, b in zip(np.atleast_1d(eps), np.atleast_1d(lo), np.atleast_1d(hi))]
+
+
+def curve_csv(rows: list[dict]) -> str:
+    lines = ["epsilon,delta_lower,delta_upper"]
+    lines += [f"{r['epsilon']!r},{r['delta_lower']!r},{r['delta_upper']!r}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def format_curve(rows: list[dict], *, marker_epsilon: float | None = None, indent: str = "  ") -> str:
+    out = [f"{indent}{'epsilon':>12}  {'delta lower':>12}  {'delta upper':>12}"]
+    for r in rows:
+        tag = ""
+        if marker_epsilon is not None and r["epsilon"] == marker_epsilon:
+            tag = "  <- reported epsilon"
+        out.append(f"{indent}{r['epsilon']:>12.6g}  {r['delta_lower']:>12.5g}  {r['delta_upper']:>12.5g}{tag}")
+    return "\n".join(out)
+
+
+def target_warning(explained: dict) -> list[str]:
+    """A report line when the bracket ended wider than its target (never silent)."""
+    if explained.get("target_met", True):
+        return []
+    return [f"the epsilon bracket is wider than its target ({explained.get('target')}): "
+            f"{explained.get('target_missed_because')}; both ends are still certified"]
+
+
+def _fft_note(numerics: dict) -> str:
+    return f"; FFT: {numerics['fft']}" if numerics.get("fft") else ""
+
+
+def _dir_lines(numerics: dict, indent: str = "  ") -> list[str]:
+    out: list[str] = []
+    rows = []
+    for d, n in numerics.get("directions", {}).items():
+        parts = []
+        if "epsilon_lower" in n and "epsilon_upper" in n:
+            parts.append(f"epsilon in {bracket(n['epsilon_lower'], n['epsilon_upper'])}")
+            if n.get("binding") is False:
+                parts.append("does not bind (below the other direction: settled on a coarse grid)")
+        h0, h1 = n.get("grid_spacing_first_step"), n.get("grid_spacing_final")
+        if h0 is not None:
+            parts.append(f"grid spacing {h0:.3g}" + (f" -> {h1:.3g} (evolving)" if h1 not in (None, h0) else ""))
+        powers = [k for k in n.get("fft_power_steps") or [] if k > 1]
+        if powers:
+            parts.append("first " + "/".join(str(k) for k in powers) + " steps by one FFT power"
+                         + (" (in extended precision)" if n.get("fft_precision") == "extended" else ""))
+        if n.get("grid_points") is not None:
+            parts.append(f"{int(n['grid_points'])} grid points")
+        if n.get("tilt") is not None:
+            parts.append(f"tilt {n['tilt']:.4g}")
+        if n.get("fft_error_bound") is not None:
+            parts.append(f"FFT error bound {n['fft_error_bound']:.2g}")
+        if n.get("infinity_mass_upper") is not None:
+            parts.append(f"mass at +inf <= {n['infinity_mass_upper']:.2g}")
+        win = n.get("loss_window")
+        if win is not None:
+            parts.append(f"loss window [{win[0]:.4g}, {win[1]:.4g}]")
+        rows.append((d, "; ".join(parts)))
+    for r in numerics.get("big_jump_decomposition") or []:
+        lo, hi = r["bracket"]
+        rows.append(("remove (big jumps)",
+                     f"epsilon in {bracket(lo, hi)} from {r['terms']} terms: each step cut at loss {r['cut']:.4g} "
+                     f"(P(step above) = {r['jump_probability']:.3g}), terms with more steps above bounded by "
+                     f"{r['tail_bound']:.2g}; grids tuned at epsilon {r['tuned_at']:.6g}"))
+    return _table(rows, indent=indent) if rows else out
+
+
+def _table(rows, indent: str = "  ", width: int = 100) -> list[str]:
+    key_w = max(len(k) for k, _ in rows)
+    pad = indent + " " * (key_w + 2)
+    out = []
+    for k, v in rows:
+        first = f"{indent}{k:<{key_w}}  "
+        out += textwrap.wrap(str(v), width=width, initial_indent=first, subsequent_indent=pad,
+                             break_on_hyphens=False) or [first.rstrip()]
+    return out
+
+
+# ---------------------------------------------------------------- rounding
+# (outward rounding lives in pld.report.rounding, shared with pld.accounting.epochs' table)
+
+
+def headline(epsilon_lower: float, epsilon_upper: float, delta: float) -> str:
+    """The answer in one line: the epsilon to report, then its certified bracket."""
+    return (f"({round_up(epsilon_upper, 4)}, {delta:g})-DP: certified epsilon in "
+            f"{bracket(epsilon_lower, epsilon_upper)} at delta = {delta:g}")
+
+
+def footer(r: dict) -> str:
+    """``pld VERSION, S s`` plus the wall time when it differs (start-up, first-run compilation:
+    a first run is slow for a reason the user should see)."""
+    text = f"pld {r.get('pld_version', '')}, {r['seconds']:.2f} s"
+    wall = r.get("wall_seconds")
+    compiled = r.get("compile_seconds") or 0.0
+    if wall is not None and wall > r["seconds"] + 0.05:
+        text += f" accounting, {wall:.2f} s in all"
+        if compiled > 0:
+            text += f" (first run on this machine: {compiled:.1f} s compiling the numba kernels, once)"
+    return text
+
+
+def _rate_text(r: dict, eq: str = "") -> str:
+    """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
+    text = f"{r['sampling_rate']:.6g}"
+    if r.get("batch_size") and r.get("dataset_size"):
+        kind = sampling_registry.get(r["sampling"]).batch_name
+        text += f" ({eq}{kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    return text
+
+
+def _accounted(r: dict) -> list[tuple[str, str]]:
+    """What the figure covers, in a few rows (the short report)."""
+    qtxt = f"q = {_rate_text(r)}"
+    ttxt = f"T = {r['steps']}"
+    if r.get("epochs") is not None:
+        ttxt += f" ({r['epochs']:g} epochs)"
+    run = "one training run" if r["runs"] == 1 else f"{r['runs']} training runs composed ({r['total_steps']} steps)"
+    rows = [("run", f"sigma = {r['noise_multiplier']:g}, {qtxt}, {ttxt}; {run}")]
+    scheme = sampling_registry.get(r["sampling"])
+    rows.append(("sampling", scheme.summary or scheme.description))
+    if scheme.caveat:
+        rows.append(("note", scheme.caveat))
+    if r.get("example"):
+        rows.append(("example", f"{r['example']} (the default; give --noise-multiplier, --sampling-rate "
+                                "or --batch-size, --steps or --epochs for your run)"))
+    return rows
+
+
+def format_epochs(rows: list[dict], indent: str = "  ") -> list[str]:
+    """The per-epoch table: epoch, steps, epsilon (rounded up) and the bracket."""
+    out = [f"{indent}{'epoch':>7}  {'steps':>10}  {'epsilon':>9}  certified bracket"]
+    for row in rows:
+        out.append(f"{indent}{row['epoch']:>7g}  {row['steps']:>10d}  {round_up(row['epsilon_upper'], 4):>9}  "
+                   f"{bracket(row['epsilon_lower'], row['epsilon_upper'])}")
+    return out
+
+
+def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
+    """Human-readable DP-SGD report: warnings first, then the answer.
+
+    The short form (default) is the answer, what was accounted and the time;
+    ``verbose`` adds every setting, the delta(epsilon) curve and the
+    numerical settings behind the certificate.
+    """
+    lo, hi = r["epsilon_lower"], r["epsilon_upper"]
+    lines = [headline(lo, hi, r["delta"])]
+    if not verbose:
+        lines += _table(_accounted(r))
+    else:
+        lines += _verbose_rows(r)
+    if r.get("per_epoch"):
+        lines.append("")
+        lines.append(f"Epsilon at the end of each epoch (delta = {r['delta']:g}; every row its own certified query)")
+        lines += format_epochs(r["per_epoch"])
+    if verbose:
+        if r.get("curve"):
+            lines.append("")
+            lines.append("Accountant curve delta(epsilon) (max over directions; certified bounds)")
+            lines.append(format_curve(r["curve"], marker_epsilon=hi))
+            if r.get("curve_method"):
+                lines.append(f"  (from {r['curve_method']})")
+        lines.append("")
+        lines.append(f"Numerical settings (bracket target: {r['numerics']['bracket_target']}"
+                     f"{_fft_note(r['numerics'])})")
+        lines += _dir_lines(r["numerics"])
+    lines.append("")
+    tail = footer(r)
+    if not verbose:
+        tail += " (--verbose: all settings, delta curve, numerics)"
+    lines.append(tail)
+    return _warnings_first(r, lines)
+
+
+def _verbose_rows(r: dict) -> list[str]:
+    qtxt = _rate_text(r, eq="= ")
+    ttxt = f"{r['steps']}"
+    if r.get("epochs") is not None:
+        if r.get("batch_size") and r.get("dataset_size"):
+            ttxt += f" (= ceil({r['epochs']:g} epochs x {r['dataset_size']} / {r['batch_size']}))"
+        else:
+            ttxt += f" (= ceil({r['epochs']:g} epochs / q))"
+    rows = [
+        ("accountant", r["accountant"]),
+        ("delta", f"{r['delta']:g}"),
+        ("noise multiplier", f"sigma = {r['noise_multiplier']:g}"),
+        ("sampling rate", f"q = {qtxt}"),
+        ("steps", f"T = {ttxt}"),
+        ("sampling", _sampling_name(r["sampling"])),
+        ("neighbouring", r["neighbouring"]),
+        ("sensitivity", r["sensitivity_convention"]),
+        ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
+                                  if r["runs"] > 1 else "")),
+    ]
+    if r.get("example"):
+        rows.insert(0, ("example", r["example"]))
+    if r.get("dataset_size"):
+        rows.insert(5 if r.get("example") else 4, ("dataset size", f"n = {r['dataset_size']}"))
+    return [""] + _table(rows)
+
+
+def format_compose(r: dict) -> str:
+    lines = ["Composition privacy accounting" + (f": {r['name']}" if r.get("name") else "")]
+    for q in r["queries"]:
+        lines.append("  " + headline(q["epsilon_lower"], q["epsilon_upper"], q["delta"]))
+    lines.append("")
+    lines.append("What ran")
+    for c in r["components"]:
+        lines.append(f"  {c['entry']}: {c['description']}")
+    lines.append(f"  covers: {r['covers']}; {r['total_steps']} mechanism runs in total")
+    lines.append(f"  neighbouring: {r['neighbouring']}")
+    lines.append(f"  accountant: {r['accountant']}")
+    if r.get("curve"):
+        lines.append("")
+        lines.append("delta(epsilon) (max over directions; certified bounds)")
+        lines.append(format_curve(r["curve"]))
+        if r.get("curve_method"):
+            lines.append(f"  (from {r['curve_method']})")
+    if r.get("numerics"):
+        lines.append("")
+        lines.append(f"Numerical settings at delta = {r['queries'][0]['delta']:g} "
+                     f"(bracket target: {r['numerics']['bracket_target']}{_fft_note(r['numerics'])})")
+        lines += _dir_lines(r["numerics"])
+    lines.append("")
+    lines.append(footer(r))
+    return _warnings_first(r, lines)
+
+
+# ------------------------------------------------------------- calibrate
+def format_calibrate(r: dict) -> str:
+    solved = r["solved_for"]
+    label = {"noise_multiplier": "noise multiplier sigma", "steps": "steps T",
+             "sampling_rate": "sampling rate q"}[solved]
+    goal = {"noise_multiplier": "smallest sigma", "steps": "largest T",
+            "sampling_rate": "largest q"}[solved]
+    val = r[solved]
+    vtxt = f"{val}" if solved == "steps" else f"{val:.6g}"
+    lines = [f"Calibrated {label} = {vtxt}",
+             f"  ({goal} with epsilon <= {r['target_epsilon']:g} at delta = {r['delta']:g})"]
+    if r.get("epsilon_upper") is not None:
+        ok = r["epsilon_upper"] <= r["target_epsilon"]
+        lines.append(f"  check: certified epsilon in {bracket(r['epsilon_lower'], r['epsilon_upper'])}"
+                     f" {'<=' if ok else '>'} target {r['target_epsilon']:g}")
+    lines.append("")
+    rows = [("noise multiplier", f"sigma = {r['noise_multiplier']:.6g}"),
+            ("sampling rate", f"q = {r['sampling_rate']:.6g}"),
+            ("steps", f"T = {r['steps']}"),
+            ("delta", f"{r['delta']:g}"),
+            ("sampling", _sampling_name(r["sampling"])),
+            ("neighbouring", r["neighbouring"]),
+            ("sensitivity", r["sensitivity_convention"]),
+            ("accountant", r["accountant"])]
+    lines += _table(rows)
+    lines.append("")
+    evals = f", {r['evaluations']} engine accountings" if r.get("evaluations") else ""
+    lines.append(footer(r) + evals)
+    return _warnings_first(r, lines)
+
+
+def _warnings_first(r: dict, lines: list[str]) -> str:
+    """Warnings go above the answer: read before the number is taken away."""
+    head = []
+    for w in r.get("warnings") or []:
+        head += _table([("warning:", w)], indent="")
+    return "\n".join(head + ([""] if head else []) + lines)
+
+
