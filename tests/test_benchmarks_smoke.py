@@ -87,3 +87,17 @@ def test_profile_query_reports_phases_kernels_and_threads(tmp_path):
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[1]) >= 0 and float(cells[2]) > 0, line
+
+
+def test_results_keep_their_hand_written_sections(tmp_path):
+    """A benchmark run rewrites only the generated part of RESULTS.md (issue 37: a full run
+    used to drop the coverage sections)."""
+    from benchmarks.run import GENERATED_BEGIN, GENERATED_END, write_generated
+
+    path = tmp_path / "RESULTS.md"
+    write_generated(path, "# run 1\n")
+    path.write_text(path.read_text() + "\n\n## Coverage (hand-written)\nkept\n")
+    write_generated(path, "# run 2\n")
+    text = path.read_text()
+    assert "# run 2" in text and "# run 1" not in text and "## Coverage (hand-written)\nkept" in text
+    assert text.index(GENERATED_BEGIN) < text.index("# run 2") < text.index(GENERATED_END) < text.index("kept")

@@ -114,3 +114,14 @@ def test_not_tight_brackets_quoted_in_the_pages():
         lo, hi = events[0].compose(events[1]).epsilon_bounds(1e-6)
     _printed_outward(m.group(1), m.group(2), lo, hi)
     assert not math.isclose(lo, hi)
+
+
+@pytest.mark.slow
+def test_the_very_long_run_quoted_in_the_limits():
+    text = " ".join((DOCS / "certificate.md").read_text(encoding="utf-8").split())
+    m = re.search(rf"`dpsgd\(1, 1e-3, 10\*\*12\)` answers \[({NUMBER}), ({NUMBER})\] at δ = 1e-5", text)
+    assert m
+    with pytest.warns(pld.TargetMissedWarning):
+        lo, hi = pld.dpsgd(1.0, 1e-3, 10**12).epsilon_bounds(1e-5)
+    assert float(m.group(1)) <= lo and hi <= float(m.group(2))
+    assert float(m.group(1)) >= lo - 0.1 and float(m.group(2)) <= hi + 0.1
