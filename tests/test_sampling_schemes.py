@@ -44,7 +44,7 @@ def test_random_allocation_takes_participations_and_only_it():
     assert d.components == RandomAllocation(pld.Gaussian(SIGMA), 10, 2).pld().self_compose(2).components
     with pytest.raises(ValueError, match="takes no participations"):
         pld.dpsgd(SIGMA, Q, 20, participations=2)
-    with pytest.raises(ValueError, match="sampling_rate must be participations / \\(steps per epoch\\)"):
+    with pytest.raises(ValueError, match="needs whole batches per epoch .*dataset_size and batch_size"):
         pld.dpsgd(SIGMA, 0.3, 20, sampling="balls_in_bins")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pld import _validate as v
 from pld.accounting import sampling as sampling_registry
+from pld.accounting.loaders import resolve_run, run_pld
 from pld.distribution import PLD
 from pld.mechanisms import Mechanism
 
@@ -95,18 +96,27 @@ def dpsgd_mechanism(noise_multiplier: float, sampling_rate: float, *, sampling: 
     return scheme.step_mechanism(noise_multiplier, sampling_rate)
 
 
-def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
-          sampling: str | sampling_registry.SamplingScheme = "poisson", participations: int | None = None) -> PLD:
-    """PLD of ``steps`` DP-SGD steps: query it for a certified (epsilon, delta).
+def dpsgd(noise_multiplier: float, sampling_rate: float | None = None, steps: int | None = None, *,
+          sampling: str | sampling_registry.SamplingScheme = "poisson", participations: int | None = None,
+          dataset_size: int | None = None, batch_size: int | None = None, epochs: float | None = None,
+          steps_per_epoch: int | None = None, drop_last: bool = False, physical_batch_size: int | None = None,
+          accumulation_steps: int | None = None) -> PLD:
+    """PLD of a DP-SGD run: query it for a certified (epsilon, delta).
+
+    The run is ``sampling_rate`` and ``steps``, or the loader that ran it:
+    ``dataset_size`` and ``batch_size`` (``q = b / N``; ``ceil(N / b)`` steps
+    per epoch, ``floor`` with ``drop_last``), ``steps_per_epoch`` and
+    ``epochs`` (see :mod:`pld.accounting.loaders`: a rate within a few ulps of
+    ``1/m`` counts ``m`` steps per epoch).
 
     Parameters
     ----------
     noise_multiplier : float
         Noise standard deviation over the clipping norm ``C``, in ``(0, inf)``.
-    sampling_rate : float
+    sampling_rate : float, optional
         Poisson rate, or batch size over dataset size, in ``(0, 1]``.
-    steps : int
-        Number of steps, in ``[1, 1e12]``.
+    steps : int, optional
+        Noisy steps (logical batches), in ``[1, 1e12]``; or give ``epochs``.
     sampling : str
         Sampling scheme, and with it the adjacency: ``"poisson"`` (each record
         joins a batch independently; add-or-remove one record, both directions
@@ -115,10 +125,24 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
         much larger for the same flags).  Aliases such as
         ``"without-replacement"`` or ``"wor"`` are accepted, and every scheme
         of :mod:`pld.accounting.sampling`: ``"balls_in_bins"``, ``"random_allocation"``
-        and ``"shuffle"`` (see :mod:`pld.mechanisms.allocation`).
+        and ``"shuffle"`` (see :mod:`pld.mechanisms.allocation`; their epochs
+        need whole steps: ``dataset_size`` and ``batch_size``,
+        ``steps_per_epoch`` or a rate ``1/m``).
     participations : int, optional
         ``sampling="random_allocation"`` only: the steps of an epoch each
         record takes part in (``k``; steps per epoch ``t = k / sampling_rate``).
+    dataset_size, batch_size : int, optional
+        ``N`` and the logical batch ``b`` (the one noise is added to).
+    epochs : float, optional
+        Instead of ``steps``: ``ceil(epochs * steps_per_epoch)`` steps.
+    steps_per_epoch : int, optional
+        ``len(data_loader)``, when it is not ``ceil(N / b)``.
+    drop_last : bool
+        The loader drops its short last batch (``floor(N / b)`` steps per epoch).
+    physical_batch_size, accumulation_steps : int, optional
+        Gradient accumulation: a logical batch summed from micro-batches
+        (``batch_size = accumulation_steps * physical_batch_size``); the run is
+        accounted per logical batch.
 
     Returns
     -------
@@ -132,7 +156,8 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
     TypeError
         If a parameter has the wrong type (e.g. ``sampling`` not a string).
     ValueError
-        If a parameter is out of range; the message names it and the range.
+        If a parameter is out of range or the run is under- or
+        over-determined; the message names the parameter.
 
     See Also
     --------
@@ -146,13 +171,17 @@ def dpsgd(noise_multiplier: float, sampling_rate: float, steps: int, *,
     >>> lo, hi = p.epsilon_bounds(1e-5)
     >>> round(hi, 3)    # published: 1.8282
     1.828
+    >>> cifar = pld.dpsgd(1.0, dataset_size=50000, batch_size=512, epochs=100, sampling="balls_in_bins")
+    >>> epoch, epochs = cifar.components[0]     # ceil(50000 / 512) = 98 steps per epoch
+    >>> epoch.steps, epochs
+    (98, 100)
     """
     noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
-    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    scheme = sampling_registry.get(sampling)
-    steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    options = {} if participations is None else {"participations": participations}
-    return scheme.pld(noise_multiplier, sampling_rate, steps, **options)
+    shape = resolve_run(sampling, sampling_rate, steps, epochs=epochs, dataset_size=dataset_size,
+                        batch_size=batch_size, drop_last=drop_last, steps_per_epoch=steps_per_epoch,
+                        physical_batch_size=physical_batch_size, accumulation_steps=accumulation_steps,
+                        participations=participations)
+    return run_pld(noise_multiplier, shape)
 
 
 def dpsgd_schedule(phases, *, sampling: str = "poisson") -> PLD:
