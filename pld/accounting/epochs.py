@@ -15,14 +15,14 @@ certified.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
 from pld import _validate as v
-from pld.accounting.dpsgd import MAX_STEPS, dpsgd_mechanism, sampling_scheme
+from pld.accounting.dpsgd import MAX_STEPS
+from pld.accounting.loaders import resolve_run, run_pld, steps_of_rate
 from pld.distribution import PLD
 from pld.mechanisms import Mechanism
 from pld.report.rounding import bracket, round_up
@@ -155,17 +155,23 @@ def epoch_steps(epochs, sampling_rate: float, steps_per_epoch: int | None = None
     """Steps at the end of epochs ``1, 2, ...`` (and a final partial epoch).
 
     ``epochs`` may be fractional: the last row is then the partial epoch.
-    Without ``steps_per_epoch`` the run takes ``ceil(e / q)`` steps for ``e``
-    epochs (``q`` read exactly from its decimal form: ``e * dataset size /
-    batch size`` rounded up, as ``pld dpsgd --epochs`` counts); with it,
-    ``e * steps_per_epoch`` (rounded up), e.g. Opacus' ``len(data_loader)``.
+    With ``steps_per_epoch`` (e.g. Opacus' ``len(data_loader)``) epoch ``e``
+    ends after ``ceil(e * steps_per_epoch)`` steps; so it does without when
+    ``sampling_rate`` is within a few ulps of ``1 / steps_per_epoch`` (a rate
+    ``1/m`` read back from a float counts ``m`` steps, not ``m + 1``: see
+    :func:`pld.accounting.loaders.steps_of_rate`); any other rate counts
+    ``ceil(e / q)`` steps, ``q`` read exactly from its decimal form (``e *
+    dataset size / batch size`` rounded up).
+
+    Examples
+    --------
+    >>> epoch_steps(3, 1 / 3), epoch_steps(2, 256 / 60000)
+    ([3, 6, 9], [235, 469])
     """
     epochs = v.real("epochs", epochs, low=0.0, low_open=True)
-    marks = [float(e) for e in range(1, int(math.floor(epochs)) + 1)]
-    if not marks or marks[-1] < epochs:
-        marks.append(epochs)
-    if len(marks) > MAX_ROWS:
-        raise ValueError(f"epochs must be at most {MAX_ROWS} (one certified query per epoch), got {epochs:g}")
+    marks = _marks(epochs)
+    if steps_per_epoch is None:
+        steps_per_epoch = steps_of_rate(sampling_rate)
     if steps_per_epoch is not None:
         spe = v.integer("steps_per_epoch", steps_per_epoch, low=1, high=MAX_STEPS)
         out = [math.ceil(Fraction(repr(e)) * spe) for e in marks]
@@ -177,30 +183,47 @@ def epoch_steps(epochs, sampling_rate: float, steps_per_epoch: int | None = None
     return out
 
 
-def epsilon_per_epoch(noise_multiplier: float, sampling_rate: float, epochs: float, delta: float, *,
-                      steps_per_epoch: int | None = None, sampling: str = "poisson",
-                      rtol: float | None = None) -> EpsilonTable:
+def _marks(epochs: float) -> list[float]:
+    """``1, 2, ..., floor(epochs)`` and ``epochs`` itself when fractional."""
+    marks = [float(e) for e in range(1, int(math.floor(epochs)) + 1)]
+    if not marks or marks[-1] < epochs:
+        marks.append(epochs)
+    if len(marks) > MAX_ROWS:
+        raise ValueError(f"epochs must be at most {MAX_ROWS} (one certified query per epoch), got {epochs:g}")
+    return marks
+
+
+def epsilon_per_epoch(noise_multiplier: float, sampling_rate: float | None = None, epochs: float | None = None,
+                      delta: float | None = None, *, steps_per_epoch: int | None = None, sampling: str = "poisson",
+                      rtol: float | None = None, dataset_size: int | None = None, batch_size: int | None = None,
+                      drop_last: bool = False, physical_batch_size: int | None = None,
+                      accumulation_steps: int | None = None, participations: int | None = None) -> EpsilonTable:
     """Certified epsilon of a DP-SGD run at the end of every epoch.
 
     Parameters
     ----------
     noise_multiplier : float
         Noise standard deviation over the clipping norm, in ``(0, inf)``.
-    sampling_rate : float
-        Poisson rate, or batch size over dataset size, in ``(0, 1]``.
+    sampling_rate : float, optional
+        Poisson rate, or batch size over dataset size, in ``(0, 1]``; or give
+        ``dataset_size`` and ``batch_size`` (the run's loader, as in :func:`pld.dpsgd`).
     epochs : float
         Length of the run in epochs, ``> 0`` (at most 10000 rows); a fractional
         last epoch gets its own row.
     delta : float
         Target delta in ``(0, 1)``.
     steps_per_epoch : int, optional
-        Steps in one epoch.  Default: epoch ``e`` ends after
-        ``ceil(e / sampling_rate)`` steps, the count ``pld dpsgd --epochs``
-        uses; pass ``len(data_loader)`` to follow a training loop's own count.
+        Steps in one epoch.  Default: ``ceil(N / b)`` (``floor`` with
+        ``drop_last``) from the loader, ``m`` for a rate within a few ulps of
+        ``1/m``, else epoch ``e`` ends after ``ceil(e / sampling_rate)`` steps;
+        pass ``len(data_loader)`` to follow a training loop's own count.
     sampling : str
-        A scheme with independent steps, as in :func:`pld.dpsgd` ("poisson", "without_replacement").
+        Any scheme :func:`pld.dpsgd` accepts.
     rtol : float, optional
-        Bracket target of every row (see :func:`epsilon_over_steps`).
+        Bracket target of every row (default: the engine's, ``upper - lower <=
+        1e-4 epsilon + 1e-6``; a row that misses it warns, as every query does).
+    dataset_size, batch_size, drop_last, physical_batch_size, accumulation_steps, participations
+        The loader and the scheme's options, as in :func:`pld.dpsgd`.
 
     Returns
     -------
@@ -216,15 +239,27 @@ def epsilon_per_epoch(noise_multiplier: float, sampling_rate: float, epochs: flo
     Examples
     --------
     >>> import pld
-    >>> t = pld.epsilon_per_epoch(1.1, 256 / 60000, 3, 1e-5)
-    >>> t.steps
+    >>> pld.epsilon_per_epoch(1.1, 256 / 60000, 3, 1e-5).steps
     (235, 469, 704)
+    >>> pld.epsilon_per_epoch(1.0, 1 / 3, 3, 1e-5).steps      # three steps an epoch
+    (3, 6, 9)
+    >>> pld.epsilon_per_epoch(1.0, epochs=2, delta=1e-5, dataset_size=50000, batch_size=512).steps
+    (98, 196)
     """
-    sampling = sampling_scheme(sampling)
-    mech: Any = dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=sampling)  # a sampled mechanism
-    counts = epoch_steps(epochs, mech.sampling_rate, steps_per_epoch)
-    marks = [float(e) for e in range(1, len(counts) + 1)]
-    marks[-1] = float(epochs)
-    # (the counts strictly increase: an epoch is at least one step)
-    table = epsilon_over_steps(mech, counts, delta, rtol=rtol)
-    return EpsilonTable(table.steps, table.epsilon_lower, table.epsilon_upper, table.delta, tuple(marks))
+    if epochs is None or delta is None:
+        raise TypeError("epsilon_per_epoch needs epochs and delta")
+    delta = v.real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    if rtol is not None:
+        rtol = v.real("rtol", rtol, low=1e-7, high=1.0)
+    shape = resolve_run(sampling, sampling_rate, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size,
+                        drop_last=drop_last, steps_per_epoch=steps_per_epoch,
+                        physical_batch_size=physical_batch_size, accumulation_steps=accumulation_steps,
+                        participations=participations)
+    marks = _marks(float(epochs))
+    counts = epoch_steps(epochs, shape.sampling_rate, shape.steps_per_epoch)
+    lo = np.empty(len(counts))
+    hi = np.empty(len(counts))
+    for i, t in enumerate(counts):
+        # each epoch is its own query of the run cut after t steps: every row is certified by itself
+        lo[i], hi[i] = run_pld(noise_multiplier, replace(shape, steps=t, epochs=None)).epsilon_bounds(delta, rtol=rtol)
+    return EpsilonTable(tuple(counts), lo, hi, delta, tuple(marks))
