@@ -34,6 +34,7 @@ from pld.accounting.dpsgd import dpsgd, dpsgd_schedule  # noqa: E402
 from pld.distribution import PLD, GridTooLargeError, NotTightWarning, TargetMissedWarning  # noqa: E402
 from pld.mechanisms import (  # noqa: E402
     ApproxDP,
+    DiscreteGaussian,
     DiscreteLaplace,
     FromPMFs,
     Gaussian,
@@ -67,6 +68,9 @@ _LAZY_NAMES = {
     "save": "pld.io",
     "search_cost": "pld.accounting.search",
     "iter_sweep": "pld.accounting.sweeps",
+    "bandmf": "pld.accounting.matrix",
+    "mmcc": "pld.accounting.matrix",
+    "group_privacy": "pld.mechanisms.user_level",
     "sweep": "pld.accounting.sweeps",
 }
 
@@ -74,11 +78,13 @@ if TYPE_CHECKING:  # (what static tools see: the same names, imported)
     from pld.accounting.accountant import Accountant
     from pld.accounting.calibrate import calibrate_noise, calibrate_parameter, calibrate_sampling_rate, calibrate_steps
     from pld.accounting.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch
+    from pld.accounting.matrix import bandmf, mmcc
     from pld.accounting.search import search_cost
     from pld.accounting.sweeps import iter_sweep, sweep
     from pld.engine.fft_plans import tune_fft
     from pld.engine.warm import warm
     from pld.io import load, save
+    from pld.mechanisms.user_level import group_privacy
 
 __version__ = "0.2.0"
 
@@ -101,6 +107,7 @@ __all__ = [
     "Laplace",
     "RandomizedResponse",
     "DiscreteLaplace",
+    "DiscreteGaussian",
     "PureDP",
     "ApproxDP",
     "FromPMFs",
@@ -114,6 +121,9 @@ __all__ = [
     "AllocationAccuracyWarning",
     "dpsgd",
     "dpsgd_schedule",
+    "bandmf",
+    "mmcc",
+    "group_privacy",
     "epsilon_per_epoch",
     "epsilon_over_steps",
     "EpsilonTable",

@@ -100,7 +100,7 @@ def dpsgd(noise_multiplier: float, sampling_rate: float | None = None, steps: in
           sampling: str | sampling_registry.SamplingScheme = "poisson", participations: int | None = None,
           dataset_size: int | None = None, batch_size: int | None = None, epochs: float | None = None,
           steps_per_epoch: int | None = None, drop_last: bool = False, physical_batch_size: int | None = None,
-          accumulation_steps: int | None = None) -> PLD:
+          accumulation_steps: int | None = None, records_per_user: int | None = None) -> PLD:
     """PLD of a DP-SGD run: query it for a certified (epsilon, delta).
 
     The run is ``sampling_rate`` and ``steps``, or the loader that ran it:
@@ -143,6 +143,14 @@ def dpsgd(noise_multiplier: float, sampling_rate: float | None = None, steps: in
         Gradient accumulation: a logical batch summed from micro-batches
         (``batch_size = accumulation_steps * physical_batch_size``); the run is
         accounted per logical batch.
+    records_per_user : int, optional
+        User-level accounting (Poisson sampling only): a user owns up to this
+        many records, each sampled and clipped on its own (example-level
+        sampling), and the guarantee is for adding or removing a whole user.
+        Each step is then the binomial mixture of Gaussians
+        (:func:`pld.mechanisms.user_level.example_level_user_step`, tight);
+        ``1`` is DP-SGD.  With user-level sampling (a user's whole contribution
+        clipped to ``C``) pass the user sampling rate and leave this out.
 
     Returns
     -------
@@ -181,6 +189,14 @@ def dpsgd(noise_multiplier: float, sampling_rate: float | None = None, steps: in
                         batch_size=batch_size, drop_last=drop_last, steps_per_epoch=steps_per_epoch,
                         physical_batch_size=physical_batch_size, accumulation_steps=accumulation_steps,
                         participations=participations)
+    if records_per_user is not None and records_per_user != 1:
+        from pld.mechanisms.user_level import example_level_user_step
+
+        if shape.scheme.name != "poisson" or shape.short_batch:
+            raise ValueError(f"records_per_user needs sampling='poisson' (example-level Poisson sampling), "
+                             f"got sampling={shape.scheme.name!r}")
+        return PLD(((example_level_user_step(noise_multiplier, shape.sampling_rate, records_per_user),
+                     shape.steps),))
     return run_pld(noise_multiplier, shape)
 
 

@@ -15,8 +15,9 @@ pair is ``N(sensitivity, sigma^2)`` vs ``N(0, sigma^2)``.
 
 from pld.mechanisms.base import Mechanism, register_pld_type
 from pld.mechanisms.basic import ApproxDP, DiscreteLaplace, FromPMFs, Gaussian, Laplace, PureDP, RandomizedResponse
+from pld.mechanisms.discrete_gaussian import DiscreteGaussian
 from pld.mechanisms.subsampled import PoissonSampled, SampledWithoutReplacement, SymmetrizedSubsampledGaussian
 
 __all__ = ["Mechanism", "register_pld_type", "Gaussian", "Laplace", "RandomizedResponse", "PureDP", "ApproxDP",
            "DiscreteLaplace", "FromPMFs", "PoissonSampled", "SampledWithoutReplacement",
-           "SymmetrizedSubsampledGaussian"]
+           "SymmetrizedSubsampledGaussian", "DiscreteGaussian"]
