@@ -96,6 +96,8 @@ __version__ = "0.2.0"
 _LAZY_SUBMODULES = {name: name for name in ("interop", "report", "cli", "io", "engine", "mechanisms",
                                              "accounting", "baselines")}
 _LAZY_SUBMODULES.update({old[len("pld."):]: new[len("pld."):] for old, new in _moved.MOVED.items()})
+#: ``pld.risk``: attack risk read off the trade-off curve (pld.report.risk)
+_LAZY_SUBMODULES["risk"] = "report.risk"
 
 __all__ = [
     "PLD",
@@ -151,7 +153,10 @@ def __getattr__(name: str):
         globals()[name] = value  # (once: later lookups do not come here)
         return value
     if name in _LAZY_SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        target = _LAZY_SUBMODULES[name]
+        # (a moved module imports under its old path, an alias of the new one)
+        old = f"{__name__}.{name}"
+        return importlib.import_module(old if target == name or old in _moved.MOVED else f"{__name__}.{target}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
