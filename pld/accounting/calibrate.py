@@ -75,9 +75,15 @@ MIN_SAMPLING_RATE = 1e-12
 SIGMA_RANGE = (1e-3, 1e12)
 
 
-def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, steps: int, *,
-                    sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None) -> float:
+def calibrate_noise(target_epsilon: float | None = None, delta: float | None = None,
+                    sampling_rate: float | None = None, steps: int | None = None, *,
+                    sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None,
+                    target_tpr: float | None = None, at_fpr: float | None = None) -> float:
     """Smallest noise multiplier whose certified epsilon at ``delta`` is at most the target.
+
+    Or, with ``target_tpr`` and ``at_fpr`` in place of ``target_epsilon`` and
+    ``delta``: whose certified TPR of the best membership-inference attack at
+    FPR ``at_fpr`` is at most ``target_tpr`` (:func:`pld.report.risk_calibrate.calibrate_noise_to_tpr`).
 
     Returns ``sigma`` with ``pld.dpsgd(sigma, sampling_rate, steps, sampling=sampling)
     .epsilon(delta) <= target_epsilon`` (evaluated), next to an evaluated
@@ -104,6 +110,9 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
         Filled with ``evaluations`` (engine accountings used), ``points``
         (``(sigma, eps_lower, eps_upper)`` per evaluation, in order), ``seconds``
         and ``engine_seconds`` (time spent in the engine).
+    target_tpr, at_fpr : float, optional
+        In ``(0, 1)``, ``target_tpr > at_fpr``: calibrate to attack risk instead
+        of epsilon (give both, and neither ``target_epsilon`` nor ``delta``).
 
     Returns
     -------
@@ -127,6 +136,13 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     >>> pld.dpsgd(sigma, 0.01, 1000).epsilon(1e-5) <= 2.0
     True
     """
+    if target_tpr is not None or at_fpr is not None:
+        if target_epsilon is not None or delta is not None:
+            raise TypeError("give either target_epsilon and delta or target_tpr and at_fpr, not both")
+        from pld.report.risk_calibrate import calibrate_noise_to_tpr  # (attack risk: read off the trade-off curve)
+
+        return calibrate_noise_to_tpr(target_tpr, at_fpr, sampling_rate, steps,  # type: ignore[arg-type]
+                                      sampling=sampling, rtol=rtol, info=info)
     t0 = time.perf_counter()
     target_epsilon, delta = check_target(target_epsilon, delta)
     sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)

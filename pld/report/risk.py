@@ -626,3 +626,4 @@ def reconstruction_bounds(pld_obj: PLD, candidates: int | None = None, *, baseli
     r = t.tpr([kappa])
     lo, hi = r.by_direction["remove"]
     return lo[0], hi[0]
+
