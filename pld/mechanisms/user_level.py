@@ -41,10 +41,11 @@ MAX_GROUP = 10**4
 def binomial_weights(k: int, q: float) -> np.ndarray:
     """``P(Binomial(k, q) = j)`` for ``j = 0 .. k`` (log-space, summing to one)."""
     j = np.arange(k + 1)
+    if q == 1.0:
+        w = (j == k).astype(float)
+        return w
     lg = np.array([math.lgamma(k + 1) - math.lgamma(i + 1) - math.lgamma(k - i + 1) for i in j])
-    with np.errstate(divide="ignore"):
-        lw = lg + j * math.log(q) + (k - j) * (math.log1p(-q) if q < 1.0 else -np.inf)
-    lw = np.where(np.isnan(lw), -np.inf, lw)
+    lw = lg + j * math.log(q) + (k - j) * math.log1p(-q)
     w = np.exp(lw - np.logaddexp.reduce(lw))
     return w / w.sum()
 
