@@ -207,13 +207,14 @@ POISSON = register(SamplingScheme(
     description="Poisson sampling (each record joins a batch independently w.p. q)",
     batch_name="expected batch",
     step_mechanism=_poisson_step,
-    caveat="assumes Poisson sampling; a shuffling data loader (fixed batches from a permutation) is not "
-           "covered by this accounting",
+    caveat="assumes Poisson sampling (each record joins each batch independently); a shuffling loader "
+           "(DataLoader(shuffle=True): a permutation cut into fixed batches) is not covered: account it with "
+           "--sampling shuffle (sampling='shuffle')",
     neighbouring_text="add-or-remove one record (both directions composed: remove and add)",
     summary="Poisson, add-or-remove one record (both directions composed); sigma = noise std / clipping norm C",
-    batch_size_warning="--batch-size with Poisson sampling: q = batch size / dataset size makes the batch size "
-                       "an expected value; if every step draws a fixed-size batch, Poisson accounting does not "
-                       "apply: use --sampling without_replacement (shuffle-and-split epochs are neither scheme)"))
+    batch_size_warning="--batch-size with Poisson sampling: q = batch size / dataset size, the batch size only "
+                       "its expected value; fixed-size batches are --sampling shuffle (a permutation cut into "
+                       "batches) or --sampling without_replacement (a fresh draw at every step)"))
 
 WITHOUT_REPLACEMENT = register(SamplingScheme(
     name="without_replacement",
