@@ -26,6 +26,7 @@ from pld.cli.commands import (
     cmd_tune_fft,
     cmd_warm,
 )
+from pld.cli.risk import add_risk
 from pld.cli.sweep import add_sweep
 
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_curve(sub, fmt)
     _add_lab(sub, fmt)
     _add_compare(sub, fmt)
+    add_risk(sub, fmt)
     _add_tune_fft(sub, fmt)
     add_sweep(sub, fmt)
     _add_warm(sub, fmt)

@@ -292,6 +292,9 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "seconds_epsilon": t_eps,
         "pld_version": __version__,
     }
+    from pld.report.risk import report_summary  # (issue 40: the best attack's TPR at 1% FPR, same grids)
+
+    res["attack"] = report_summary(d, cfg.delta)
     return res
 
 

@@ -200,6 +200,11 @@ class _GridSource:
         hi = self.lo.inverse(beta) if self.lo is not None else beta.copy()
         return lo, np.maximum(hi, lo)
 
+    def tv(self) -> tuple[float, float]:
+        """Bracket on delta(0), the pair's total variation (the first point of each side is 0)."""
+        return (float(self.lo.delta[0]) if self.lo is not None else 0.0,
+                float(self.up.delta[0]) if self.up is not None else 1.0)
+
     def optimal_delta(self, alpha: float) -> float | None:
         """delta at the epsilon whose line gives the upper end at ``alpha`` (tuning only)."""
         if self.up is None:
@@ -262,6 +267,10 @@ class _GaussianSource:
                     hi[i] = cand
                     break
         return lo.reshape(beta.shape), hi.reshape(beta.shape)
+
+    def tv(self) -> tuple[float, float]:
+        lo, hi = gaussian_exact.delta_bounds(self.mu, np.array([0.0]))
+        return float(lo[0]), float(hi[0])
 
     def optimal_delta(self, alpha: float) -> float | None:
         return None  # (exact at every alpha: nothing to tune)
@@ -460,6 +469,18 @@ class TradeOff:
         self._add_tuning(target)
         return True
 
+    def advantage(self) -> tuple[float, float]:
+        """Certified ``(lower, upper)`` on the largest ``TPR - FPR`` of any attack: the
+        total variation ``delta(0)``, the same in both directions (so the smallest
+        upper end and the largest lower end over directions and grids hold)."""
+        lo, hi = 0.0, 1.0
+        for tuning in self._tunings:
+            for up, low in tuning.values():
+                hi = min(hi, up.tv()[1])
+                if low is not None:
+                    lo = max(lo, low.tv()[0])
+        return min(lo, hi), hi
+
     def tpr_bounds(self, fpr) -> tuple:
         """``(lower, upper)`` on the larger direction's TPR (scalar in, scalars out)."""
         _, scalar = v.real_array("fpr", fpr, low=0.0, high=1.0)
@@ -573,17 +594,15 @@ def fpr_bounds(pld_obj: PLD, tpr, *, delta: float | None = None, direction: str 
     return TradeOff(pld_obj, delta=delta).fpr_bounds(tpr, direction=direction)
 
 
-def advantage_bounds(pld_obj: PLD) -> tuple[float, float]:
+def advantage_bounds(pld_obj: PLD, *, delta: float | None = None) -> tuple[float, float]:
     """Certified ``(lower, upper)`` on the largest advantage ``TPR - FPR`` of any attack.
 
     ``sup_S P(S) - Q(S)`` is the total variation of the pair, ``delta(0)``,
-    the same in both directions (Kulynych et al. 2024, Sec. 2; Yeom et al. 2018
-    define the advantage).
+    the same in both directions (Kulynych et al. 2024; Yeom et al. 2018 define
+    the advantage), read off the grids of the epsilon query at ``delta``
+    (``pld_obj.delta_bounds(0.0)`` tunes grids of its own: narrower, slower).
     """
-    if not isinstance(pld_obj, PLD):
-        raise TypeError(f"pld_obj must be a pld.PLD, got {type(pld_obj).__name__}")
-    lo, hi = pld_obj.delta_bounds(0.0)
-    return float(lo), float(hi)
+    return TradeOff(pld_obj, delta=delta).advantage()
 
 
 def gdp_fit(pld_obj: PLD, fprs=None, *, delta: float | None = None) -> GDPFit:
@@ -627,3 +646,21 @@ def reconstruction_bounds(pld_obj: PLD, candidates: int | None = None, *, baseli
     lo, hi = r.by_direction["remove"]
     return lo[0], hi[0]
 
+
+
+#: the false-positive rate of the ``pld dpsgd`` report's attack line
+REPORT_FPR = 0.01
+
+
+def report_summary(pld_obj: PLD, delta: float) -> dict:
+    """The ``pld dpsgd`` report's attack line: the certified TPR at 1% FPR, read off
+    the grids of the report's own epsilon query at ``delta`` (milliseconds).
+
+    A bracket wider than its target is said in ``target_met`` (the report
+    prints it as a bracket either way), not warned.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TargetMissedWarning)
+        r = TradeOff(pld_obj, delta=delta).tpr([REPORT_FPR])
+    return {"fpr": REPORT_FPR, "tpr_lower": r.lower[0], "tpr_upper": r.upper[0], "binding_direction": r.binding[0],
+            "target_met": r.target_met[0]}

@@ -151,6 +151,11 @@ def _accounted(r: dict) -> list[tuple[str, str]]:
     rows = [("run", f"sigma = {r['noise_multiplier']:g}, {qtxt}, {ttxt}; {run}")]
     scheme = sampling_registry.get(r["sampling"])
     rows.append(("sampling", scheme.summary or scheme.description))
+    if r.get("attack"):
+        a = r["attack"]
+        places = max(2, 3 - int(np.floor(np.log10(max(a["tpr_upper"], 1e-300)))))  # (4 significant digits)
+        rows.append(("attack", f"an attacker's TPR at {a['fpr']:.0%} FPR <= {round_up(a['tpr_upper'], places)} "
+                               f"(certified {bracket(a['tpr_lower'], a['tpr_upper'], places + 2)}; pld risk: more)"))
     if scheme.caveat:
         rows.append(("note", scheme.caveat))
     if r.get("example"):
