@@ -107,7 +107,10 @@ def mmcc(strategy, noise_multiplier: float, sampling_rate: float, *, steps: int 
         (:mod:`pld.mechanisms.mmcc`).  A diagonal strategy is DP-SGD with
         per-step sensitivities, tight.
     """
-    arr = np.asarray(strategy, dtype=float)
+    try:
+        arr = np.asarray(strategy, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError("strategy must be a sequence of real numbers (a first column) or a square matrix") from None
     if arr.ndim == 1:
         if steps is None:
             raise ValueError("steps is required when strategy is a first column (a Toeplitz strategy)")

@@ -130,7 +130,10 @@ def bandmf_components(noise_multiplier: float, sampling_rate: float, steps: int,
         # every column of norm 1 (jax_privacy's event: ceil(T / b) full participations)
         n = -(-steps // bands)
         return ((PoissonSampled(Gaussian(sigma), q), n),), True
-    arr = np.asarray(strategy, dtype=float) if not isinstance(strategy, np.ndarray) else strategy
+    try:
+        arr = np.asarray(strategy, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError("strategy must be a sequence of real numbers (a first column) or a square matrix") from None
     if arr.ndim == 1:
         c = strategy_coefficients(arr)
         if c.size > bands:

@@ -54,9 +54,9 @@ before ``i``.  Given the outputs ``theta_{<i}``:
    replaced by one that is (its conditionals switched to D''s after the first
    failure), which moves ``H_a`` by at most ``Pr[not E] <= eta``, in each
    direction (CGST Thm 3.1): ``H_a <= H_a(composed mixtures) + eta``.  pld
-   composes ``ApproxDP(0, 2 eta)`` with the mixtures, whose ``delta``
-   ``2 eta + (1 - 2 eta) H`` is at least ``H + eta`` wherever ``H <= 1/2``:
-   every bracket at a ``delta`` up to 1/2 is covered.
+   composes :class:`FailureMass` ``(eta)`` with the mixtures: P-mass ``eta``
+   at loss ``+inf`` on top of a sure outcome, whose composition adds exactly
+   ``eta`` to ``H_a`` at every ``a``.
 5. *Discretisation.*  ``S~_i``'s law is replaced by one that is larger in the
    stochastic order, on a grid of sensitivities: the 16 largest terms exactly
    (rounded up to the grid), the rest by Chernoff's bound on their tail at
@@ -79,15 +79,18 @@ dominated).  For a diagonal strategy both ends are DP-SGD's pair.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtri
 
 from pld import _validate as v
 from pld.mechanisms import adjacency as adj
-from pld.mechanisms.basic import ApproxDP, Gaussian
+from pld.mechanisms.base import Mechanism
+from pld.mechanisms.basic import Gaussian
 from pld.mechanisms.matrix import Bracketed, column_norm_levels, strategy_matrix
 from pld.mechanisms.mixtures import MixtureOfGaussians
+from pld.mechanisms.models import LossModel
 from pld.mechanisms.subsampled import PoissonSampled
 
 #: terms of a step's sensitivity kept exactly (the rest bounded by Chernoff)
@@ -97,6 +100,32 @@ GRID_CELLS = 512
 #: exponents at which Chernoff's bound is tried (a geometric range)
 _LAMBDAS = np.geomspace(0.05, 400.0, 48)
 GRADIENTS = ("adaptive", "aligned")
+
+
+@dataclass(frozen=True)
+class FailureMass(Mechanism):
+    """An additive ``eta`` on delta, as a pair: ``P`` = a sure outcome plus mass ``eta`` at loss ``+inf``.
+
+    ``P`` has total mass ``1 + eta`` (not a probability: it stands for a bound,
+    not a mechanism) and ``Q`` the sure outcome, so composing it with any
+    pair adds exactly ``eta`` to ``H_a`` at every ``a`` (the ``+inf`` atom
+    counts in full whatever the rest does): the failure probability of a
+    high-probability argument (:func:`mmcc`).  ``ApproxDP(0, eta)`` would add
+    ``eta (1 - H_a)``, too little.
+    """
+
+    adjacency = adj.ANY
+    symmetric = True
+
+    eta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eta", v.real("eta", self.eta, low=0.0, high=1.0, low_open=True))
+
+    def loss_model(self, direction: str = "remove") -> LossModel:
+        self._check_direction(direction)
+        return LossModel(np.array([math.inf, 0.0]), np.array([math.log(self.eta), 0.0]),
+                         np.array([-math.inf, 0.0]))
 
 
 def _bernstein(pm: np.ndarray, w: np.ndarray, log_inv: float) -> np.ndarray:
@@ -241,7 +270,7 @@ def mmcc(strategy, noise_multiplier: float, sampling_rate: float, *, gradients: 
     Returns
     -------
     Bracketed
-        Upper end: the composed mixtures and ``ApproxDP(0, 2 eta)``; lower end:
+        Upper end: the composed mixtures and ``FailureMass(eta)``; lower end:
         the orthonormal-gradient record (module docstring).
     """
     c = strategy_matrix(strategy)
@@ -272,7 +301,7 @@ def mmcc(strategy, noise_multiplier: float, sampling_rate: float, *, gradients: 
         if hi > lo:
             upper.append((_mixture(tails[lo:hi].max(axis=0), h, top, sigma, max_support), int(hi - lo)))
     if amplified:
-        upper.append((ApproxDP(0.0, 2.0 * eta), 1))
+        upper.append((FailureMass(eta), 1))
     merged: dict = {}
     for m, k in upper:
         merged[m] = merged.get(m, 0) + k
@@ -285,8 +314,8 @@ def mmcc(strategy, noise_multiplier: float, sampling_rate: float, *, gradients: 
         relation=adj.ADD_OR_REMOVE,
         upper_note=(f"MMCC (Choquette-Choo et al. 2024): conditional composition of mixtures of Gaussians, "
                     f"{n} steps in {len(merged) - int(amplified)} dominating mixtures, {what}, posterior "
-                    f"bounds failing with probability at most {eta:g} (as ApproxDP(0, {2 * eta:g}); valid "
-                    f"for delta <= 1/2): an upper bound, not tight"),
+                    f"bounds failing with probability at most {eta:g} (added to delta): an upper bound, "
+                    f"not tight"),
         lower_note=("a concrete pair of neighbouring datasets (the record's gradients orthonormal, model "
                     "dimension >= steps): Poisson-subsampled Gaussians of the strategy's column norms, "
                     "rounded down"))
