@@ -50,7 +50,17 @@ a spec composes, spelled as in :func:`pld.dpsgd`):
 ``approx_dp``          ``epsilon`` >= 0, ``delta`` in [0, 1)
 ``pmfs``               ``p``, ``q``: probability vectors of equal length
 ``dpsgd``              ``noise_multiplier`` > 0, ``sampling_rate`` in (0, 1],
-                       ``steps`` integer >= 1 (Poisson-sampled Gaussian steps)
+                       ``steps`` integer >= 1 (Poisson-sampled Gaussian steps);
+                       ``records_per_user`` integer >= 1 (default 1: user-level,
+                       example-level sampling, :func:`pld.dpsgd`)
+``discrete_gaussian``  ``sigma`` > 0, ``sensitivity`` integer >= 1 (default 1)
+``bandmf``             ``noise_multiplier``, ``sampling_rate``, ``steps``,
+                       ``bands`` (default 1), ``strategy`` (optional first
+                       column of the banded Toeplitz strategy): :func:`pld.bandmf`
+``mmcc``               ``noise_multiplier``, ``sampling_rate``, ``steps``,
+                       ``strategy`` (first column of a Toeplitz strategy, entries
+                       >= 0), ``gradients`` (``"adaptive"`` or ``"aligned"``):
+                       :func:`pld.mmcc` (an upper bound, not tight)
 ``saved``              ``path``: a PLD saved with ``pld.save`` (relative paths
                        are taken from the spec file's folder)
 =====================  ==========================================================
@@ -90,7 +100,12 @@ MECHANISM_TYPES: dict[str, dict[str, tuple[str, object]]] = {
     "approx_dp": {"epsilon": ("nonneg", _REQUIRED), "delta": ("prob", _REQUIRED)},
     "pmfs": {"p": ("pmf", _REQUIRED), "q": ("pmf", _REQUIRED)},
     "dpsgd": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", _REQUIRED),
-              "steps": ("int", _REQUIRED)},
+              "steps": ("int", _REQUIRED), "records_per_user": ("int", 1)},
+    "discrete_gaussian": {"sigma": ("pos", _REQUIRED), "sensitivity": ("int", 1)},
+    "bandmf": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", _REQUIRED),
+               "steps": ("int", _REQUIRED), "bands": ("int", 1), "strategy": ("reals", None)},
+    "mmcc": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", _REQUIRED),
+             "steps": ("int", _REQUIRED), "strategy": ("reals", _REQUIRED), "gradients": ("str", "adaptive")},
     "saved": {"path": ("str", _REQUIRED)},
 }
 _COMMON = {"type", "count", "sampling_rate", "sampling", "name"}
@@ -201,11 +216,13 @@ def _mechanism(path: str, obj, base_dir: str | None):
     if "sampling" in obj:
         _check_sampling(path, obj["sampling"])
     try:
-        if kind == "dpsgd":
+        if kind == "dpsgd" and vals["records_per_user"] == 1:
             mech = M.PoissonSampled(M.Gaussian(vals["noise_multiplier"]), vals["sampling_rate"])
             desc = (f"DP-SGD step (Gaussian sigma={vals['noise_multiplier']:g}, "
                     f"Poisson q={vals['sampling_rate']:g})")
             return [(mech, vals["steps"] * count)], f"{desc} x {vals['steps'] * count}"
+        if kind in ("dpsgd", "bandmf", "mmcc"):
+            return _matrix_or_user(kind, vals, count)
         if kind == "saved":
             return _saved(path, vals["path"], count, base_dir)
         mech, desc = _build(path, kind, vals)
@@ -233,6 +250,8 @@ def _fields(path: str, obj: dict, kind: str, schema: dict) -> dict:
         x = obj[name]
         if fk == "int":
             vals[name] = _integer(p, x)
+        elif fk == "reals":
+            vals[name] = _numbers(p, x, "nonneg")
         elif fk == "pmf":
             vals[name] = _pmf(p, x)
         elif fk == "str":
@@ -273,6 +292,9 @@ def _build(path: str, kind: str, vals: dict):
     if kind == "discrete_laplace":
         return (M.DiscreteLaplace(vals["scale"], vals["sensitivity"]),
                 f"DiscreteLaplace(scale={vals['scale']:g}, sensitivity={vals['sensitivity']})")
+    if kind == "discrete_gaussian":
+        return (M.DiscreteGaussian(vals["sigma"], vals["sensitivity"]),
+                f"DiscreteGaussian(sigma={vals['sigma']:g}, sensitivity={vals['sensitivity']})")
     if kind == "pure_dp":
         return M.PureDP(vals["epsilon"]), f"PureDP(epsilon={vals['epsilon']:g})"
     if kind == "approx_dp":
@@ -283,6 +305,25 @@ def _build(path: str, kind: str, vals: dict):
         raise SpecError(f"{path}.q: must have the same length as p ({len(vals['p'])}), "
                         f"got {len(vals['q'])}")
     return M.FromPMFs(vals["p"], vals["q"]), f"FromPMFs({len(vals['p'])} outcomes)"
+
+
+def _matrix_or_user(kind: str, vals: dict, count: int):
+    """Components and description of a user-level DP-SGD run, a BandMF run or an MMCC bound."""
+    from pld.accounting.matrix import bandmf, mmcc
+    from pld.mechanisms.user_level import example_level_user_step
+
+    sigma, q, steps = vals["noise_multiplier"], vals["sampling_rate"], vals["steps"]
+    if kind == "dpsgd":
+        mech = example_level_user_step(sigma, q, vals["records_per_user"])
+        return ([(mech, steps * count)], f"DP-SGD step, {vals['records_per_user']} records per user "
+                f"(sigma={sigma:g}, Poisson q={q:g}) x {steps * count}")
+    if kind == "bandmf":
+        run = bandmf(sigma, q, steps, bands=vals["bands"], strategy=vals["strategy"])
+        desc = f"BandMF run (sigma={sigma:g}, q={q:g}, {steps} steps, {vals['bands']} bands)"
+    else:
+        run = mmcc(vals["strategy"], sigma, q, steps=steps, gradients=vals["gradients"])
+        desc = f"MMCC bound (sigma={sigma:g}, q={q:g}, {steps} steps, {vals['gradients']} gradients)"
+    return [(m, k * count) for m, k in run.components], f"{desc} x {count}"
 
 
 def _saved(path: str, file: str, count: int, base_dir: str | None):
