@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 
 from pld.accounting import sampling as sampling_registry
-from pld.report.rounding import bracket, round_up
+from pld.report.rounding import bracket, round_down, round_up
 
 
 def _sampling_name(name: str) -> str:
@@ -135,33 +135,87 @@ def footer(r: dict) -> str:
 def _rate_text(r: dict, eq: str = "") -> str:
     """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
     text = f"{r['sampling_rate']:.6g}"
-    if r.get("batch_size") and r.get("dataset_size"):
-        kind = sampling_registry.get(r["sampling"]).batch_name
+    scheme = sampling_registry.get(r["sampling"])
+    m = r.get("steps_per_epoch")
+    if not scheme.per_step and m:
+        k = round(r["sampling_rate"] * m)
+        text = f"{k}/{m}"
+        if r.get("dataset_size"):
+            text += f" (expected batch {r['dataset_size'] * k / m:.6g} of {r['dataset_size']})"
+    elif r.get("batch_size") and r.get("dataset_size"):
+        kind = scheme.batch_name
         text += f" ({eq}{kind} {r['batch_size']} / dataset {r['dataset_size']})"
+    return text
+
+
+def _steps_text(r: dict) -> str:
+    """``T = 9800 (100 epochs of 98 steps)``."""
+    text = f"T = {r['steps']}"
+    m, e = r.get("steps_per_epoch"), r.get("epochs")
+    if e is not None and m:
+        text += f" ({e:g} epochs of {m} steps)"
+    elif e is not None:
+        text += f" ({e:g} epochs)"
+    elif m and r["steps"] >= m:
+        text += f" ({r['steps'] / m:.4g} epochs of {m} steps)"
     return text
 
 
 def _accounted(r: dict) -> list[tuple[str, str]]:
     """What the figure covers, in a few rows (the short report)."""
-    qtxt = f"q = {_rate_text(r)}"
-    ttxt = f"T = {r['steps']}"
-    if r.get("epochs") is not None:
-        ttxt += f" ({r['epochs']:g} epochs)"
     run = "one training run" if r["runs"] == 1 else f"{r['runs']} training runs composed ({r['total_steps']} steps)"
-    rows = [("run", f"sigma = {r['noise_multiplier']:g}, {qtxt}, {ttxt}; {run}")]
+    rows = []
+    shuffled = r.get("shuffle")
+    if shuffled:
+        rows.append(("publish", _publish_text(r, shuffled)))
+    rows.append(("run", f"sigma = {r['noise_multiplier']:g}, q = {_rate_text(r)}, {_steps_text(r)}; {run}"))
+    if r.get("loader"):
+        rows.append(("loader", r["loader"]))
     scheme = sampling_registry.get(r["sampling"])
-    rows.append(("sampling", scheme.summary or scheme.description))
+    if shuffled:
+        rows.append(("sampling", "shuffling (a permutation cut into batches each epoch), the record replaced by a "
+                                 "zero record in its slot; sigma = noise std / clipping norm C"))
+        rows.append(("instead", _instead_text(shuffled)))
+    else:
+        rows.append(("sampling", scheme.summary or scheme.description))
     if r.get("attack"):
         a = r["attack"]
         places = max(2, 3 - int(np.floor(np.log10(max(a["tpr_upper"], 1e-300)))))  # (4 significant digits)
         rows.append(("attack", f"an attacker's TPR at {a['fpr']:.0%} FPR <= {round_up(a['tpr_upper'], places)} "
-                               f"(certified {bracket(a['tpr_lower'], a['tpr_upper'], places + 2)}; pld risk: more)"))
-    if scheme.caveat:
-        rows.append(("note", scheme.caveat))
+                               f"(certified {bracket(a['tpr_lower'], a['tpr_upper'], places + 2)})"))
     if r.get("example"):
-        rows.append(("example", f"{r['example']} (the default; give --noise-multiplier, --sampling-rate "
-                                "or --batch-size, --steps or --epochs for your run)"))
+        rows.append(("example", f"{r['example']} (the default; give --noise-multiplier with --sampling-rate "
+                                "or --batch-size and --dataset-size, and --steps or --epochs for your run)"))
     return rows
+
+
+def _publish_text(r: dict, sb: dict) -> str:
+    """The shuffling report's first row: what to publish, what no analysis can beat, which bound binds."""
+    others = [c for c in sb["constructions"] if c["name"] != sb["binding"]]
+    text = (f"{round_up(sb['epsilon_upper'], 4)}, the certified upper end: no amplification by shuffling "
+            f"({sb['epochs']} Gaussian steps, exact closed form). No analysis can give less than "
+            f"{round_down(sb['epsilon_lower'], 4)}: {sb['binding']} binds")
+    if others:
+        text += " (" + "; ".join(f"{c['name']}: {round_down(c['epsilon_lower'], 4)}" for c in others) + ")"
+    return text
+
+
+def _instead_text(sb: dict) -> str:
+    """The one line on what a user can switch to, with the epsilon each gives for the same run."""
+    alt = sb.get("alternatives") or {}
+    parts = []
+    b = alt.get("balls_in_bins")
+    if b:
+        parts.append(f"a balls-in-bins loader ({b['steps_per_epoch']} batches per epoch, --sampling balls_in_bins) "
+                     f"gives {round_up(b['epsilon_upper'], 4)}")
+    p = alt.get("poisson")
+    if p:
+        parts.append(f"Poisson sampling at q = {p['sampling_rate']:.6g} (--sampling poisson) "
+                     f"{round_up(p['epsilon_upper'], 4)}")
+    text = "no tight analysis of shuffling is known"
+    if parts:
+        text += "; for this run " + " and ".join(parts) + ", both tight (pld.samplers runs either)"
+    return text
 
 
 def format_epochs(rows: list[dict], indent: str = "  ") -> list[str]:
@@ -174,7 +228,7 @@ def format_epochs(rows: list[dict], indent: str = "  ") -> list[str]:
 
 
 def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
-    """Human-readable DP-SGD report: warnings first, then the answer.
+    """Human-readable DP-SGD report: the answer first (warnings and notes: :func:`stderr_lines`).
 
     The short form (default) is the answer, what was accounted and the time;
     ``verbose`` adds every setting, the delta(epsilon) curve and the
@@ -212,9 +266,10 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
 def _verbose_rows(r: dict) -> list[str]:
     qtxt = _rate_text(r, eq="= ")
     ttxt = f"{r['steps']}"
+    m = r.get("steps_per_epoch")
     if r.get("epochs") is not None:
-        if r.get("batch_size") and r.get("dataset_size"):
-            ttxt += f" (= ceil({r['epochs']:g} epochs x {r['dataset_size']} / {r['batch_size']}))"
+        if m:
+            ttxt += f" (= ceil({r['epochs']:g} epochs x {m} steps per epoch))"
         else:
             ttxt += f" (= ceil({r['epochs']:g} epochs / q))"
     rows = [
@@ -229,10 +284,20 @@ def _verbose_rows(r: dict) -> list[str]:
         ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
                                   if r["runs"] > 1 else "")),
     ]
+    if r.get("loader"):
+        rows.insert(5, ("loader", r["loader"]))
     if r.get("example"):
         rows.insert(0, ("example", r["example"]))
     if r.get("dataset_size"):
         rows.insert(5 if r.get("example") else 4, ("dataset size", f"n = {r['dataset_size']}"))
+    sb = r.get("shuffle")
+    if sb:
+        rows.append(("publish", _publish_text(r, sb)))
+        rows.append(("upper end", sb["upper"]))
+        for c in sb["constructions"]:
+            rows.append(("lower end" if c["name"] == sb["binding"] else "also",
+                         f"{c['name']}: {round_down(c['epsilon_lower'], 6)} -- {c['pair']} ({c['reference']})"))
+        rows.append(("instead", _instead_text(sb)))
     return [""] + _table(rows)
 
 
@@ -266,27 +331,38 @@ def format_compose(r: dict) -> str:
 # ------------------------------------------------------------- calibrate
 def format_calibrate(r: dict) -> str:
     solved = r["solved_for"]
-    label = {"noise_multiplier": "noise multiplier sigma", "steps": "steps T",
-             "sampling_rate": "sampling rate q"}[solved]
-    goal = {"noise_multiplier": "smallest sigma", "steps": "largest T",
-            "sampling_rate": "largest q"}[solved]
+    label = {"noise_multiplier": "noise multiplier sigma", "steps": "steps T", "epochs": "epochs",
+             "sampling_rate": "sampling rate q", "batch_size": "batch size"}[solved]
+    goal = {"noise_multiplier": "smallest sigma", "steps": "largest T", "epochs": "most whole epochs",
+            "sampling_rate": "largest q", "batch_size": "largest batch"}[solved]
     val = r[solved]
-    vtxt = f"{val}" if solved == "steps" else f"{val:.6g}"
+    vtxt = f"{val}" if solved in ("steps", "epochs", "batch_size") else f"{val:.6g}"
+    if solved == "epochs":
+        vtxt += f" (T = {r['steps']} steps, {r['steps_per_epoch']} per epoch)"
+    elif solved == "batch_size":
+        vtxt += (f" of {r['dataset_size']} (q = {r['sampling_rate']:.6g}; {r['steps_per_epoch']} steps per epoch, "
+                 f"T = {r['steps']})")
     lines = [f"Calibrated {label} = {vtxt}",
              f"  ({goal} with epsilon <= {r['target_epsilon']:g} at delta = {r['delta']:g})"]
     if r.get("epsilon_upper") is not None:
         ok = r["epsilon_upper"] <= r["target_epsilon"]
         lines.append(f"  check: certified epsilon in {bracket(r['epsilon_lower'], r['epsilon_upper'])}"
                      f" {'<=' if ok else '>'} target {r['target_epsilon']:g}")
+    if r.get("next") is not None:
+        nxt = r["next"]
+        lines.append(f"  next:  {nxt['what']} has certified epsilon above {r['target_epsilon']:g} "
+                     f"(at least {round_down(nxt['epsilon_lower'], 4)})")
     lines.append("")
     rows = [("noise multiplier", f"sigma = {r['noise_multiplier']:.6g}"),
             ("sampling rate", f"q = {r['sampling_rate']:.6g}"),
-            ("steps", f"T = {r['steps']}"),
-            ("delta", f"{r['delta']:g}"),
-            ("sampling", _sampling_name(r["sampling"])),
-            ("neighbouring", r["neighbouring"]),
-            ("sensitivity", r["sensitivity_convention"]),
-            ("accountant", r["accountant"])]
+            ("steps", f"T = {r['steps']}")]
+    if r.get("loader"):
+        rows.append(("loader", r["loader"]))
+    rows += [("delta", f"{r['delta']:g}"),
+             ("sampling", _sampling_name(r["sampling"])),
+             ("neighbouring", r["neighbouring"]),
+             ("sensitivity", r["sensitivity_convention"]),
+             ("accountant", r["accountant"])]
     lines += _table(rows)
     lines.append("")
     evals = f", {r['evaluations']} engine accountings" if r.get("evaluations") else ""
@@ -295,10 +371,16 @@ def format_calibrate(r: dict) -> str:
 
 
 def _warnings_first(r: dict, lines: list[str]) -> str:
-    """Warnings go above the answer: read before the number is taken away."""
-    head = []
-    for w in r.get("warnings") or []:
-        head += _table([("warning:", w)], indent="")
-    return "\n".join(head + ([""] if head else []) + lines)
+    """The report text.  Warnings and notes are not in it: the command line writes them
+    to stderr (:func:`stderr_lines`) and the JSON carries them, so that the first line
+    of the output is the answer (``pld dpsgd ... | head -1``)."""
+    return "\n".join(lines)
 
 
+def stderr_lines(r: dict) -> list[str]:
+    """``pld: warning: ...`` and ``pld: note: ...`` lines of a result, for stderr."""
+    out = []
+    for kind, key in (("warning", "warnings"), ("note", "notes")):
+        for w in r.get(key) or []:
+            out += _table([(f"pld: {kind}:", w)], indent="")
+    return out
