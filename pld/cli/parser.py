@@ -16,6 +16,7 @@ from pld.cli.args import (
     _int,
     _Parser,
 )
+from pld.cli.bandmf import add_beyond_dpsgd
 from pld.cli.commands import (
     cmd_calibrate,
     cmd_compare,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lab(sub, fmt)
     _add_compare(sub, fmt)
     add_risk(sub, fmt)
+    add_beyond_dpsgd(sub, fmt)
     _add_tune_fft(sub, fmt)
     add_sweep(sub, fmt)
     _add_warm(sub, fmt)
