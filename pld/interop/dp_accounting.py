@@ -154,6 +154,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 # dp_accounting is an optional dependency: importing this adapter without it
 # fails in dp_accounting_events with a message saying what to install
 from pld import _validate as _v
@@ -361,6 +363,67 @@ class PLDAccountant(_pa.PrivacyAccountant):
     def get_delta(self, target_epsilon: float) -> float:
         """Certified delta at ``target_epsilon`` (upper end of :meth:`get_delta_bounds`)."""
         return self.get_delta_bounds(target_epsilon)[1]
+
+    # ------------------------------------------------- attack risk (dp_accounting head)
+    def get_true_positive_rate_bounds(self, false_positive_rates):
+        """Certified ``(lower, upper)`` on the best attack's TPR at each FPR (the larger
+        of the two neighbouring directions; :mod:`pld.report.risk`)."""
+        fpr, scalar = _v.real_array("false_positive_rates", false_positive_rates, low=0.0, high=1.0)
+        if self._non_private is not None:
+            ones = np.ones(fpr.shape)
+            return (1.0, 1.0) if scalar else (ones, ones.copy())
+        if self._core.empty:
+            return (float(fpr), float(fpr)) if scalar else (fpr.copy(), fpr.copy())
+        from pld.report.risk import TradeOff
+
+        r = TradeOff(self.pld()).tpr(fpr.ravel())
+        lo, hi = np.array(r.lower).reshape(fpr.shape), np.array(r.upper).reshape(fpr.shape)
+        return (float(lo), float(hi)) if scalar else (lo, hi)
+
+    def get_true_positive_rates(self, false_positive_rates, deltas=None):
+        """Certified upper bound on the TPR of any attack at each FPR (dp_accounting head's signature).
+
+        Unlike dp_accounting's, which takes the symmetric trade-off curve of the
+        epsilon(delta) curve over a grid of ``deltas`` (pessimistic for
+        asymmetric pairs such as add-or-remove Poisson sampling), pld reads the
+        trade-off curve of each neighbouring direction off its certified grids,
+        with the infimum over epsilon taken exactly at the grids' lattice points;
+        ``deltas`` is accepted for compatibility and not needed.  A scalar in
+        gives a float out, an array an array.  After a non-private event: 1.
+        """
+        if deltas is not None:
+            _v.real_array("deltas", deltas, low=0.0, high=1.0)
+        return self.get_true_positive_rate_bounds(false_positive_rates)[1]
+
+    def get_gdp_parameter_estimate(self, false_positive_rates=None, deltas=None) -> float:
+        """Certified upper end of dp_accounting's mu-GDP estimate (same signature).
+
+        dp_accounting's estimate is ``max_i Phi^-1(TPR(a_i)) - Phi^-1(a_i)`` over the
+        FPRs ``a_i <= 1/2`` (default ``logspace(-12, log10(1/2), 500)``) with its
+        TPR upper bounds; pld returns the certified upper end of that maximum
+        with both directions' TPR (:meth:`pld.report.risk.TradeOff.gdp`, whose
+        ``mu_range_upper`` also covers the FPRs between the grid points).  As in
+        dp_accounting, ``inf`` when the mass at infinite loss exceeds the
+        smallest FPR, and after a non-private event.
+        """
+        if deltas is not None:
+            _v.real_array("deltas", deltas, low=0.0, high=1.0)
+        if self._non_private is not None:
+            return math.inf
+        a = (np.logspace(-12, math.log10(0.5), 500) if false_positive_rates is None else
+             _v.real_array("false_positive_rates", false_positive_rates, low=0.0, high=1.0)[0].ravel())
+        a = np.sort(a[(a > 0) & (a <= 0.5)])
+        if a.size < 2:
+            raise ValueError("false_positive_rates must hold at least two rates in (0, 1/2]")
+        if self._core.empty:
+            return 0.0
+        from pld.report.risk import TradeOff
+
+        curve = TradeOff(self.pld())
+        # (mass at +inf: the TPR at FPR 0, certified from below)
+        if curve.tpr([0.0]).lower[0] > a[0]:
+            return math.inf
+        return curve.gdp(a).mu_upper
 
     def __repr__(self) -> str:
         components = len({m for m, _ in self._core.history})

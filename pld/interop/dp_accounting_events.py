@@ -307,7 +307,77 @@ _REFUSED = {
                    "least favourable of them, which it does not implement (use dp_accounting's RDP accountant)",
     _ev.SampledWithReplacementDpEvent: "pld has no proven dominating pair for sampling with replacement (a "
                                        "record may enter a batch several times)",
-    _ev.RepeatAndSelectDpEvent: "pld has no dominating pair for repeat-and-select (its analyses are Renyi bounds)",
+    _ev.RepeatAndSelectDpEvent: "pld has no dominating pair for repeat-and-select: Papernot & Steinke's bounds "
+                                "(ICLR 2022) are Renyi-DP bounds, which no single pair pld could compose attains",
+}
+
+
+def _epsilon_delta(event):
+    """``EpsilonDeltaDpEvent(epsilon, delta)``: any (epsilon, delta)-DP mechanism, through its
+    worst-case pair (Kairouz, Oh & Viswanath 2015; :class:`pld.ApproxDP`)."""
+    e = _number(event, "epsilon", event.epsilon)
+    d = _number(event, "delta", event.delta, high=1.0)
+    if d >= 1.0 or math.isinf(e):
+        return "nonprivate"
+    if e == 0.0 and d == 0.0:
+        return None  # the output does not depend on the input
+    try:
+        return _pld.ApproxDP(epsilon=e, delta=d)
+    except ValueError as exc:
+        raise InvalidEventError(event, str(exc)) from None
+
+
+def _discrete_gaussian(event):
+    """``DiscreteGaussianDpEvent(sigma, sensitivity, dimension)``: the univariate discrete
+    Gaussian's exact pair (Canonne, Kamath & Steinke 2020; ``pld.mechanisms.discrete_gaussian``)."""
+    s = _number(event, "sigma", event.sigma)
+    k = _number(event, "sensitivity", getattr(event, "sensitivity", 1.0))
+    dim = getattr(event, "dimension", None)
+    if dim != 1:
+        raise UnsupportedEventError(
+            event, f"dimension must be 1 (got {dim!r}): a multivariate (or unknown-dimension) discrete Gaussian's "
+                   "worst case depends on the direction of the difference vector, not only on its L2 norm, and "
+                   "pld has no dominating pair for it")
+    if k == 0 or math.isinf(s):
+        return None
+    if k != math.floor(k) or math.isinf(k):
+        raise UnsupportedEventError(event, f"sensitivity must be an integer for a univariate discrete Gaussian "
+                                           f"(an integer query moves by an integer), got {k!r}")
+    if s == 0:
+        return "nonprivate"
+    try:
+        from pld.mechanisms.discrete_gaussian import DiscreteGaussian
+    except ImportError:  # pragma: no cover - the mechanism ships with pld
+        raise UnsupportedEventError(event, "this pld has no discrete Gaussian mechanism") from None
+    try:
+        return DiscreteGaussian(sigma=s, sensitivity=int(k))
+    except ValueError as exc:
+        raise InvalidEventError(event, str(exc)) from None
+
+
+def _selection(event):
+    """``ExponentialMechanismDpEvent`` / ``PermuteAndFlipDpEvent``: epsilon-DP above, a
+    two-candidate instance below (:mod:`pld.interop.selection`)."""
+    from pld.interop.selection import ExponentialMechanism, PermuteAndFlip
+
+    e = _number(event, "epsilon", event.epsilon)
+    if e == 0.0:
+        return None  # infinite noise: the output ignores the data
+    if math.isinf(e):
+        return "nonprivate"
+    cls = ExponentialMechanism if type(event).__name__ == "ExponentialMechanismDpEvent" else PermuteAndFlip
+    try:
+        return cls(e)
+    except ValueError as exc:
+        raise InvalidEventError(event, str(exc)) from None
+
+
+#: events newer than the installed dp_accounting, matched by class name (their fields as at its head)
+_BY_NAME = {
+    "EpsilonDeltaDpEvent": lambda event, relation: _epsilon_delta(event),
+    "DiscreteGaussianDpEvent": lambda event, relation: _discrete_gaussian(event),
+    "ExponentialMechanismDpEvent": lambda event, relation: _selection(event),
+    "PermuteAndFlipDpEvent": lambda event, relation: _selection(event),
 }
 
 
@@ -335,7 +405,9 @@ def _random_allocation(event, relation) -> list:
     t_name, t = _field(event, _ALLOCATION_STEPS)
     k_name, k = _field(event, _ALLOCATION_SELECTED, default=1)
     t = _int(event, t_name, t, low=1)
-    k = _int(event, k_name, k, low=1, high=t)
+    k = _int(event, k_name, k, low=0, high=t)
+    if k == 0:
+        return [(None, 1)]  # in no step: nothing about the record is released (dp_accounting: no-op)
     inner = getattr(event, "event", None)
     if inner is not None:
         gauss = _folded_gaussian(inner, event)
@@ -410,6 +482,8 @@ def _walk(event, count: int, relation, plan: Plan) -> None:
             elif part is not None:
                 plan.add(part, k * count)
         return
+    elif type(event).__name__ in _BY_NAME:
+        mech = _BY_NAME[type(event).__name__](event, relation)
     else:
         raise UnsupportedEventError(event, _REFUSED.get(type(event)))
 
