@@ -200,11 +200,12 @@ def row_tails(c_row: np.ndarray, p_row: np.ndarray, h: float, size: int) -> np.n
     vals, probs = c_row[nz], p_row[nz]
     order = np.argsort(vals)[::-1]
     top, rest = order[:EXACT_TERMS], order[EXACT_TERMS:]
-    cells = np.ceil(vals[top] / h).astype(np.int64)
+    # (rounded up with a margin: a computed quotient k(1 - u) must not round a term down)
+    cells = np.ceil(vals[top] / h * (1.0 + 1e-12)).astype(np.int64)
     law = _exact_law(cells, probs[top], size)
     if rest.size:
         # the rest R: P(R~ >= (k+1) h) = U_R(k h) >= P(R > k h), so R~ >= R
-        ur = _chernoff_tails(vals[rest], probs[rest], h * np.arange(size))
+        ur = _chernoff_tails(vals[rest], probs[rest], h * np.arange(size) * (1.0 - 1e-12))
         rest_law = np.zeros(size)
         rest_law[0] = 0.0
         rest_law[1:] = -np.diff(ur)
