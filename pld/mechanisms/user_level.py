@@ -16,8 +16,8 @@
   ``q`` and the user's whole contribution is clipped to ``C``), the run is
   plain DP-SGD at the user level: ``pld.dpsgd(sigma, q, T)`` with ``q`` the
   user sampling rate.
-* :func:`group_privacy`: the guarantee for datasets that differ in at most
-  ``k`` records (added or removed), part by part of a composition.
+* :func:`group_privacy`: the guarantee for a group of at most ``k`` records
+  added or removed, part by part of a composition.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def example_level_user_step(noise_multiplier: float, sampling_rate: float, recor
 
 
 def group_mechanism(mechanism: Mechanism, k: int) -> Mechanism:
-    """``mechanism``'s pair for datasets that differ in at most ``k`` records.
+    """``mechanism``'s pair for a group of at most ``k`` records added or removed.
 
     Exact (tight) where the group pair is known in closed form:
 
@@ -156,7 +156,13 @@ def _bounded(mechanism: Mechanism, upper: Mechanism, k: int, note: str) -> Brack
 
 
 def group_privacy(pld_or_mechanism, k: int):
-    """Group privacy: the PLD for datasets that differ in at most ``k`` records.
+    """Group privacy: the PLD for a group of at most ``k`` records added or removed.
+
+    The neighbouring relation becomes ``D`` against ``D'`` = ``D`` plus (or
+    minus) a group of at most ``k`` records.  (Parts stated through a
+    sensitivity or a privacy parameter hold for any ``k`` steps of their
+    relation, substitutions included; the Poisson-subsampled Gaussian's
+    binomial mixture is for the group added or removed as a whole.)
 
     Parameters
     ----------
