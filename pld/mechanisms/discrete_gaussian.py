@@ -31,7 +31,7 @@ from pld.mechanisms.models import LossModel
 #: on the left-out mass is carried, not rounded to 0)
 TAIL_EXPONENT = 460.0
 #: largest sigma accepted: the support holds about 61 sigma + Delta atoms
-MAX_SIGMA = 1e5
+MAX_SIGMA = 1e4
 #: largest integer sensitivity
 MAX_SENSITIVITY = 10**6
 
@@ -129,7 +129,7 @@ class DiscreteGaussian(Mechanism):
     Parameters
     ----------
     sigma : float
-        Scale of the noise, in ``(0, 1e5]``: mass ``∝ e^{-x^2 / (2 sigma^2)}``
+        Scale of the noise, in ``(0, 1e4]``: mass ``∝ e^{-x^2 / (2 sigma^2)}``
         at every integer ``x`` (its variance is slightly below ``sigma^2``).
     sensitivity : int
         How far one record moves the integer query, an integer in ``[1, 1e6]``.
