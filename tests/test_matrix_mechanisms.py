@@ -181,3 +181,23 @@ def test_mmcc_above_monte_carlo(strategy):
                 lo, hi = bound.delta_bounds(eps)
                 assert hi >= est + 4 * se, (gradients, eps, hi, est, se)
                 assert lo <= hi
+
+
+def test_command_line(capsys, tmp_path):
+    """pld bandmf / mmcc / user-level print the bracket the Python calls give (JSON)."""
+    import json
+
+    from pld.cli import main
+
+    assert main(["bandmf", "-s", "1.0", "-q", "0.2", "-T", "200", "-b", "8", "--strategy", "1,0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = pld.bandmf(1.0, 0.2, 200, bands=8, strategy=[1.0, 0.5]).epsilon_bounds(1e-5)
+    assert (out["epsilon_lower"], out["epsilon_upper"], out["tight"]) == (lo, hi, True)
+    f = tmp_path / "c.txt"
+    np.savetxt(f, banded_toeplitz([1.0, 0.5], 8))
+    assert main(["mmcc", "-s", "3", "-q", "0.05", "-T", "8", "--strategy", str(f), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tight"] is False and "MMCC" in out["bounds"]["upper"][0]
+    assert main(["user-level", "-s", "1", "-q", "0.01", "-T", "100", "-k", "2"]) == 0
+    assert "certified epsilon in" in capsys.readouterr().out
+    assert main(["bandmf", "-s", "1", "-q", "0.1", "-T", "10", "-b", "2", "--strategy", "1,0.5,0.2"]) == 2
