@@ -202,7 +202,10 @@ class RunShape:
             else:
                 text = f"{m} steps per epoch = ceil({n} / {b})"
                 r = n - (m - 1) * b
-                text += f" (short last batch of {r})" if r < b else " (no short batch)"
+                if self.sampling in ("poisson", "balls_in_bins", "random_allocation"):
+                    text += " (the loader's length; its batches' sizes are random)"
+                else:
+                    text += f" (short last batch of {r})" if r < b else " (no short batch)"
             parts.append(text)
         elif m is not None and self.steps_per_epoch_source == "given":
             parts.append(f"{m} steps per epoch (given)")

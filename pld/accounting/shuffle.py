@@ -329,7 +329,8 @@ def shuffle_bounds(noise_multiplier: float, sampling_rate: float | None = None, 
                    delta: float, epochs: float | None = None, dataset_size: int | None = None,
                    batch_size: int | None = None, drop_last: bool = False, steps_per_epoch: int | None = None,
                    physical_batch_size: int | None = None, accumulation_steps: int | None = None,
-                   runs: int = 1, alternatives: bool = True, rtol: float | None = None) -> ShuffleBounds:
+                   runs: int = 1, alternatives: bool = True, random_allocation: bool = True,
+                   rtol: float | None = None) -> ShuffleBounds:
     """Certified bounds on epsilon of a shuffled DP-SGD run, the constructions and the alternatives.
 
     Parameters
@@ -347,6 +348,9 @@ def shuffle_bounds(noise_multiplier: float, sampling_rate: float | None = None, 
     alternatives : bool
         Also account the same run under Poisson sampling (rate ``b / N``, or
         ``1 / t``) and balls-in-bins (``t`` steps per epoch).
+    random_allocation : bool
+        Also the random-allocation construction (its pair's laws take a second
+        or more to build; the max-of-epoch construction alone is milliseconds).
     rtol : float, optional
         Bracket target of every query (default: the engine's).
 
@@ -404,7 +408,7 @@ def shuffle_bounds(noise_multiplier: float, sampling_rate: float | None = None, 
             continue
         lo, met = _certified_lower(d_max, delta, eta, rtol)
         found.append(Construction(name, lo, pair, ref, met))
-    if whole >= 1 and not shape.dropped:
+    if whole >= 1 and not shape.dropped and random_allocation:
         try:
             ra = PLD.from_mechanism(_allocation(sigma, t), count=whole)
             # (a first bracket at 1e-3, refined only where it could bind)

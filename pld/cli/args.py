@@ -11,14 +11,16 @@ from pld.accounting import sampling as sampling_registry
 
 EXAMPLES = """\
 examples:
-  pld dpsgd                                   # MNIST example: sigma=1.1, q=256/60000, T=14063, delta=1e-5
+  pld dpsgd                                   # MNIST example: sigma=1.1, batch 256 of 60000, 60 epochs, delta=1e-5
   pld dpsgd --noise-multiplier 1.0 --sampling-rate 0.01 --steps 10000 --delta 1e-5
-  pld dpsgd --noise-multiplier 1.1 --epochs 60 --dataset-size 60000 --batch-size 256 \\
-            --sampling without_replacement --json
+  pld dpsgd --noise-multiplier 1 -n 50000 -b 512 --epochs 100 --sampling shuffle   # a shuffling loader
+  pld dpsgd --noise-multiplier 1 -n 50000 -b 512 --epochs 100 --sampling balls_in_bins --drop-last
+  pld dpsgd --noise-multiplier 1 -n 50000 --batch-size 512 --physical-batch-size 128 --epochs 100  # accumulation
   pld dpsgd --per-epoch --plot epochs.png     # epsilon after every epoch, and its plot
   pld dpsgd --runs 5 --plot run.png --verbose # five training runs, report plot, full report
   pld calibrate --target-epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 10000   # solve for sigma
-  pld calibrate --target-epsilon 2 --delta 1e-5 --noise-multiplier 1.0 --sampling-rate 0.01  # steps
+  pld calibrate --target-epsilon 3 --noise-multiplier 1 -n 50000 -b 512               # epochs
+  pld calibrate --target-epsilon 3 --noise-multiplier 1 -n 50000 --epochs 10          # batch size
   pld calibrate --target-epsilon 2 --delta 1e-5 --noise-multiplier 1.0 --steps 10000  # rate
   pld compose spec.json --delta 1e-6 --json   # mechanisms from a JSON or TOML spec
   pld curve --noise-multiplier 1.0 --sampling-rate 0.01 --steps 1000 --csv --output curve.csv
@@ -27,10 +29,13 @@ examples:
   pld tune-fft                                # once per machine: measured FFT plans, faster queries
   pld sweep grid.toml --workers 2 --out rows.csv --resume   # many configurations, resumable
 
-Without --sampling-rate/--steps (or --epochs/--dataset-size/--batch-size) the DP-SGD
-commands use the MNIST example: sigma 1.1, q = 256/60000, T = ceil(60 * 60000 / 256) = 14063
-steps (60 epochs), delta 1e-5, Poisson sampling, add-or-remove neighbouring.
-sigma is the noise standard deviation divided by the L2 sensitivity (the clipping norm).
+A run is --sampling-rate or --batch-size with --dataset-size (the logical batch: the one noise is
+added to), and --steps or --epochs; an epoch is the loader's ceil(N / b) steps (floor with
+--drop-last), --steps-per-epoch, or m steps for a rate 1/m.  --noise-multiplier is required, but
+without any run flag the DP-SGD commands account the MNIST example: sigma 1.1, expected batch 256
+of 60000 (Poisson), 60 epochs of ceil(60000 / 256) = 235 steps, T = 14100, delta 1e-5.  sigma is the
+noise standard deviation divided by the L2 sensitivity (the clipping norm).  Warnings and notes go
+to stderr: the first line of the output is the answer.
 """
 
 COMPOSE_EPILOG = """\
@@ -227,21 +232,34 @@ def _float_list(kind: str):
 
 # -------------------------------------------------------------- parsers
 def _add_config(p: argparse.ArgumentParser, *, delta_default: float | None = 1e-5) -> None:
-    g = p.add_argument_group("DP-SGD run (defaults: the MNIST example)")
+    g = p.add_argument_group("DP-SGD run (without any run flag: the MNIST example)")
     g.add_argument("--noise-multiplier", "--sigma", type=_float("pos"), metavar="S",
-                   help="noise std / L2 sensitivity (clipping norm); default 1.1")
+                   help="noise std / L2 sensitivity (clipping norm); required with run flags")
     g.add_argument("--sampling-rate", "-q", type=_float("rate"), metavar="Q",
-                   help="probability a record is in a batch (Poisson) or batch/dataset size")
-    g.add_argument("--steps", "-T", type=_int, metavar="T", help="number of noisy steps")
+                   help="probability a record is in a batch (Poisson) or batch/dataset size; a rate within a few "
+                        "ulps of 1/m (1/len(loader)) is m steps per epoch")
+    g.add_argument("--steps", "-T", type=_int, metavar="T", help="number of noisy steps (logical batches)")
     g.add_argument("--delta", type=_float("open01"), metavar="D", default=delta_default,
                    help=f"target delta (default {delta_default:g})" if delta_default
                    else "target delta (default: the spec's first delta, else 1e-5)")
     g.add_argument("--epochs", type=_float("pos"), metavar="E",
-                   help="instead of --steps: T = ceil(E * dataset size / batch size) (or ceil(E / q))")
+                   help="instead of --steps: T = ceil(E x steps per epoch) (the loader's ceil(N / b), "
+                        "--steps-per-epoch, or m for q = 1/m; else ceil(E / q))")
     g.add_argument("--dataset-size", "-n", type=_int, metavar="N",
                    help="number of training examples (also checks delta < 1/N)")
-    g.add_argument("--batch-size", "-b", type=_int, metavar="B",
-                   help="instead of --sampling-rate: q = B / N (needs --dataset-size)")
+    g.add_argument("--batch-size", "--logical-batch-size", "-b", type=_int, metavar="B",
+                   help="instead of --sampling-rate: the logical batch (noise is added once per logical batch): "
+                        "q = B / N, ceil(N / B) steps per epoch (needs --dataset-size)")
+    g.add_argument("--drop-last", action="store_true",
+                   help="the loader drops its short last batch: floor(N / B) steps per epoch")
+    g.add_argument("--steps-per-epoch", type=_int, metavar="M",
+                   help="steps in one epoch, e.g. len(data_loader), when it is not ceil(N / B)")
+    g.add_argument("--physical-batch-size", type=_int, metavar="P",
+                   help="gradient accumulation: the micro-batch a logical batch is summed from (the run is "
+                        "accounted per logical batch)")
+    g.add_argument("--accumulation-steps", type=_int, metavar="K",
+                   help="gradient accumulation: micro-batches per logical batch (logical batch = K x "
+                        "--physical-batch-size)")
     g.add_argument("--sampling", type=_sampling, default="poisson",
                    metavar="{" + ",".join(sampling_registry.names()) + "}", help=_sampling_help())
     g.add_argument("--participations", "-k", type=_int, default=None, metavar="K",

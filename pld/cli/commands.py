@@ -18,6 +18,7 @@ from pld.cli.util import (
     _title,
     _write_outputs,
     _wrote,
+    flag_names,
 )
 
 
@@ -48,6 +49,7 @@ def cmd_dpsgd(args) -> int:
     _write_outputs(res, d, cfg.delta, plot=args.plot, save=args.save, title=_title(cfg, cfg.delta),
                    plot_bytes=plot_bytes, plot_what=plot_what)
     _timing(res)
+    _stderr(res)
     if args.json:
         _emit_json(res)
     else:
@@ -55,90 +57,156 @@ def cmd_dpsgd(args) -> int:
     return 0
 
 
-def _calibrate_target(args):
-    """``(what to solve for, the DPSGDConfig of the other two)`` from the flags."""
+def _stderr(res: dict) -> None:
+    """Warnings and notes on stderr (the JSON carries them too): stdout's first line is the answer."""
+    from pld.report.text import stderr_lines
+
+    lines = stderr_lines(res)
+    if lines:
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+
+
+def _calibrate_target(args) -> str:
+    """What to solve for, in the unit the flags speak: ``noise_multiplier``, ``epochs`` (the
+    loader defines an epoch), ``steps``, ``batch_size`` (at fixed epochs, with --dataset-size)
+    or ``sampling_rate``."""
     have = {"noise_multiplier": args.noise_multiplier is not None,
             "sampling_rate": args.sampling_rate is not None or args.batch_size is not None,
             "steps": args.steps is not None or args.epochs is not None}
     missing = [k for k, v in have.items() if not v]
     if len(missing) != 1:
-        raise CLIError("give exactly two of --noise-multiplier, --sampling-rate (or --batch-size), "
-                       "--steps (or --epochs); the third is solved for")
+        raise CLIError("give exactly two of --noise-multiplier, --sampling-rate (or --batch-size with "
+                       "--dataset-size), --steps (or --epochs); the third is solved for")
     solve = missing[0]
-    if solve == "steps" and args.epochs is not None:
-        raise CLIError("--epochs cannot be used when solving for steps")
-    cfg = _config(args, need_sigma=solve != "noise_multiplier", need_q=solve != "sampling_rate",
-                  need_t=solve != "steps")
-    return solve, cfg
+    loader = (args.dataset_size is not None and args.batch_size is not None) or args.steps_per_epoch is not None
+    if solve == "steps" and loader:
+        return "epochs"
+    if solve == "sampling_rate" and args.dataset_size is not None and args.epochs is not None:
+        return "batch_size"
+    return solve
 
 
-def _calibration_call(solve: str, cfg, info: dict):
+def cmd_calibrate(args) -> int:
+    import time
+    from dataclasses import replace
+
+    from pld import __version__
+    from pld.accounting import calibrate_loader
+    from pld.accounting.loaders import resolve_run
+    from pld.report import (
+        ACCOUNTANT,
+        DPSGDConfig,
+        dpsgd_pld,
+        dpsgd_warnings,
+        format_calibrate,
+        neighbouring,
+        sensitivity_convention,
+        shuffle_bounds_of,
+    )
+
+    solve = _calibrate_target(args)
+    if args.delta is None:
+        args.delta = 1e-5
+    sigma, target, delta = args.noise_multiplier, args.target_epsilon, args.delta
+    loader = dict(dataset_size=args.dataset_size, drop_last=bool(args.drop_last),
+                  participations=args.participations)
+    info: dict = {}
+    value: float
+    t0 = time.perf_counter()
+    try:
+        if solve == "epochs":
+            value = calibrate_loader.calibrate_epochs(target, delta, sigma, sampling=args.sampling,
+                                                      sampling_rate=args.sampling_rate, batch_size=args.batch_size,
+                                                      steps_per_epoch=args.steps_per_epoch, info=info, **loader)
+            shape = resolve_run(args.sampling, args.sampling_rate, batch_size=args.batch_size, epochs=value,
+                                steps_per_epoch=args.steps_per_epoch, **loader)
+        elif solve == "batch_size":
+            value = calibrate_loader.calibrate_batch_size(target, delta, sigma, sampling=args.sampling,
+                                                          epochs=args.epochs, info=info, **loader)
+            shape = resolve_run(args.sampling, batch_size=value, epochs=args.epochs, **loader)
+        else:
+            fn, kwargs = _calibration_call(solve, args.sampling, info)
+            if solve == "noise_multiplier":
+                shape = resolve_run(args.sampling, args.sampling_rate, args.steps, epochs=args.epochs,
+                                    batch_size=args.batch_size, steps_per_epoch=args.steps_per_epoch, **loader)
+                value = float(_solution(fn(target, delta, shape.sampling_rate, shape.steps, **kwargs), solve))
+                sigma = value
+            elif solve == "steps":
+                q = resolve_run(args.sampling, args.sampling_rate, 1, **loader).sampling_rate
+                value = int(_solution(fn(target, delta, sigma, q, **kwargs), solve))
+                shape = resolve_run(args.sampling, args.sampling_rate, value, **loader)
+            else:
+                T = args.steps if args.steps is not None else None
+                if T is None:
+                    raise CLIError("--epochs with an unknown rate: give --dataset-size to solve for the batch size, "
+                                   "or --steps to solve for the sampling rate")
+                value = float(_solution(fn(target, delta, sigma, T, **kwargs), solve))
+                shape = resolve_run(args.sampling, value, T, participations=args.participations)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(flag_names(str(exc))) from None
+    cfg = DPSGDConfig(noise_multiplier=sigma, sampling_rate=shape.sampling_rate, steps=shape.steps, delta=delta,
+                      sampling=shape.sampling, participations=args.participations, dataset_size=shape.dataset_size,
+                      batch_size=shape.batch_size, epochs=shape.epochs, shape=replace(shape))
+    if shape.sampling == "shuffle":  # (its lower end from the fast construction: only the upper end decides)
+        sb = shuffle_bounds_of(cfg, shape, alternatives=False, random_allocation=False)
+        lo, hi = sb.epsilon_lower, sb.epsilon_upper
+    else:
+        lo, hi = dpsgd_pld(cfg).epsilon_bounds(delta)  # certified check of the solution
+    nxt = info.get("next")
+    res = {
+        "command": "calibrate",
+        "solved_for": solve,
+        "target_epsilon": target,
+        "delta": delta,
+        "noise_multiplier": sigma,
+        "sampling_rate": shape.sampling_rate,
+        "steps": shape.steps,
+        "epochs": shape.epochs if solve != "steps" else None,
+        "steps_per_epoch": shape.steps_per_epoch,
+        "dataset_size": shape.dataset_size,
+        "batch_size": shape.batch_size,
+        "loader": shape.loader_text() or None,
+        "sampling": shape.sampling,
+        "neighbouring": neighbouring(shape.sampling),
+        "sensitivity_convention": sensitivity_convention(shape.sampling),
+        "accountant": ACCOUNTANT,
+        "epsilon_lower": lo,
+        "epsilon_upper": hi,
+        "next": None if not nxt or not math.isfinite(nxt[2]) else {
+            "what": f"{nxt[0]} epochs" if solve == "epochs" else f"batch size {nxt[0]}",
+            "value": nxt[0], "epsilon_lower": nxt[1], "epsilon_upper": nxt[2]},
+        "evaluations": info.get("evaluations"),
+        "warnings": dpsgd_warnings(cfg, hi),
+        "seconds": time.perf_counter() - t0,
+        "pld_version": __version__,
+    }
+    if solve == "epochs":
+        res["epochs"] = int(value)
+    res[solve] = value if solve != "epochs" else int(value)
+    _timing(res)
+    _stderr(res)
+    if args.json:
+        _emit_json(res)
+    else:
+        print(format_calibrate(res))
+    return 0
+
+
+def _calibration_call(solve: str, sampling: str, info: dict):
     """The calibration function for ``solve`` and its keyword arguments."""
     import inspect
 
     fname = {"noise_multiplier": "calibrate_noise", "steps": "calibrate_steps",
              "sampling_rate": "calibrate_sampling_rate"}[solve]
     (fn,) = _optional("pld.accounting.calibrate", (fname,), "calibration")
-    kwargs: dict = {"sampling": cfg.sampling}
+    kwargs: dict = {"sampling": sampling}
     try:
         if "info" in inspect.signature(fn).parameters:
             kwargs["info"] = info
     except (TypeError, ValueError):  # pragma: no cover
         pass
     return fn, kwargs
-
-
-def cmd_calibrate(args) -> int:
-    import time
-
-    from pld import __version__
-    from pld.report import ACCOUNTANT, dpsgd_pld, dpsgd_warnings, format_calibrate, neighbouring, sensitivity_convention
-
-    solve, cfg = _calibrate_target(args)
-    info: dict = {}
-    fn, kwargs = _calibration_call(solve, cfg, info)
-    t0 = time.perf_counter()
-    if solve == "noise_multiplier":
-        out = fn(args.target_epsilon, cfg.delta, cfg.sampling_rate, cfg.steps, **kwargs)
-    elif solve == "steps":
-        out = fn(args.target_epsilon, cfg.delta, cfg.noise_multiplier, cfg.sampling_rate, **kwargs)
-    else:
-        out = fn(args.target_epsilon, cfg.delta, cfg.noise_multiplier, cfg.steps, **kwargs)
-    value = _solution(out, solve)
-    if solve == "steps":
-        cfg.steps = int(value)
-    elif solve == "sampling_rate":
-        cfg.sampling_rate = float(value)
-    else:
-        cfg.noise_multiplier = float(value)
-    lo = hi = None
-    if cfg.steps >= 1 and 0 < cfg.sampling_rate <= 1 and cfg.noise_multiplier > 0:
-        lo, hi = dpsgd_pld(cfg).epsilon_bounds(cfg.delta)  # certified check of the solution
-    res = {
-        "command": "calibrate",
-        "solved_for": solve,
-        "target_epsilon": args.target_epsilon,
-        "delta": cfg.delta,
-        "noise_multiplier": cfg.noise_multiplier,
-        "sampling_rate": cfg.sampling_rate,
-        "steps": cfg.steps,
-        "sampling": cfg.sampling,
-        "neighbouring": neighbouring(cfg.sampling),
-        "sensitivity_convention": sensitivity_convention(cfg.sampling),
-        "accountant": ACCOUNTANT,
-        "epsilon_lower": lo,
-        "epsilon_upper": hi,
-        "evaluations": info.get("evaluations"),
-        "warnings": dpsgd_warnings(cfg, hi),
-        "seconds": time.perf_counter() - t0,
-        "pld_version": __version__,
-    }
-    _timing(res)
-    if args.json:
-        _emit_json(res)
-    else:
-        print(format_calibrate(res))
-    return 0
 
 
 def _solution(out, solve: str):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from pld import __version__
 
 # pld.report is not imported by pld/__init__, so the package (and __version__) is complete here
 from pld.accounting import sampling as sampling_registry
-from pld.accounting.dpsgd import dpsgd
+from pld.accounting.loaders import RunShape, resolve_run, run_pld
 from pld.baselines.curves import delta_curve
 from pld.engine.fft import fft_backend
 from pld.report.rounding import bracket, round_down, round_up  # noqa: F401  (re-exported: report's former API)
@@ -44,7 +43,8 @@ from pld.report.text import (  # the text of the reports; re-exported
 )
 
 __all__ = [
-    "ACCOUNTANT", "DPSGDConfig", "MNIST_EXAMPLE", "account_dpsgd", "dpsgd_pld", "dpsgd_warnings",
+    "ACCOUNTANT", "DPSGDConfig", "MNIST_EXAMPLE", "account_dpsgd", "dpsgd_pld", "dpsgd_warnings", "dpsgd_notes",
+    "shuffle_bounds_of",
     "format_dpsgd", "account_compose", "format_compose", "format_calibrate", "format_curve",
     "curve_rows", "curve_csv", "delta_profile", "nice_epsilons", "neighbouring", "sensitivity_convention", "jsonable",
     "footer", "headline", "format_epochs", "SAMPLING_NAMES",
@@ -73,17 +73,27 @@ class DPSGDConfig:
     batch_size_given: bool = False     # --batch-size was passed explicitly
     sampling_rate_given: bool = False  # --sampling-rate was passed explicitly
     example: str | None = None         # name of the built-in example, when defaults were used
+    shape: RunShape | None = None      # the run resolved from its loader (pld.accounting.loaders)
 
     @property
     def total_steps(self) -> int:
         return self.steps * self.runs
 
+    def run_shape(self) -> RunShape:
+        """The run as the accountant composes it (:func:`pld.accounting.loaders.resolve_run`)."""
+        if self.shape is not None:
+            return self.shape
+        loader = self.batch_size is not None and self.dataset_size is not None
+        return resolve_run(self.sampling, None if loader else self.sampling_rate, self.steps,
+                           dataset_size=self.dataset_size if loader else None,
+                           batch_size=self.batch_size if loader else None, participations=self.participations)
+
 
 #: the default ``pld dpsgd`` question: MNIST DP-SGD (Abadi et al. 2016 / TF Privacy tutorial
 #: setting): 60 000 examples, expected batch 256 (Poisson), 60 epochs, sigma 1.1, delta 1e-5.
-#: T = ceil(60 * 60000 / 256) = ceil(14062.5) = 14063 steps.
-MNIST_EXAMPLE = DPSGDConfig(noise_multiplier=1.1, sampling_rate=256 / 60000,
-                            steps=math.ceil(Fraction(60) * 60000 / 256), delta=1e-5,
+#: An epoch is the loader's ceil(60000 / 256) = 235 steps: T = 60 x 235 = 14100.
+_MNIST_SHAPE = resolve_run("poisson", dataset_size=60000, batch_size=256, epochs=60.0)
+MNIST_EXAMPLE = DPSGDConfig(noise_multiplier=1.1, sampling_rate=256 / 60000, steps=_MNIST_SHAPE.steps, delta=1e-5,
                             dataset_size=60000, batch_size=256, epochs=60.0,
                             example="MNIST DP-SGD: 60000 examples, expected batch 256, 60 epochs")
 
@@ -188,9 +198,8 @@ def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"
 
 # ----------------------------------------------------------------- dpsgd
 def dpsgd_pld(cfg: DPSGDConfig):
-    """The PLD of the configured run(s): ``pld.dpsgd`` composed ``runs`` times."""
-    d = dpsgd(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, sampling=cfg.sampling,
-              participations=cfg.participations)
+    """The PLD of the configured run(s): the run (:func:`pld.dpsgd`) composed ``runs`` times."""
+    d = run_pld(cfg.noise_multiplier, cfg.run_shape())
     if cfg.runs > 1:
         d = d.self_compose(cfg.runs)
     return d
@@ -211,6 +220,38 @@ def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
         w.append(f"epsilon = {epsilon_upper:.4g} > {LARGE_EPSILON:g}: a very weak guarantee "
                  f"(likelihood ratios up to e^epsilon = {_exp_text(epsilon_upper)}); check sigma, q and T")
     return w
+
+
+def dpsgd_notes(cfg: DPSGDConfig) -> list[str]:
+    """What the figure does not cover, for stderr and the JSON (the scheme's caveat)."""
+    scheme = sampling_registry.get(cfg.sampling)
+    if scheme.name == "shuffle":  # (its report says it in its own rows)
+        return []
+    if cfg.batch_size_given and scheme.batch_size_warning:  # (the warning says it)
+        return []
+    return [scheme.caveat] if scheme.caveat else []
+
+
+def shuffle_bounds_of(cfg: DPSGDConfig, shape: RunShape, **options):
+    """:func:`pld.accounting.shuffle.shuffle_bounds` of a configured shuffling run (``options``
+    passed on: ``alternatives``, ``random_allocation``, ``rtol``)."""
+    from pld.accounting.shuffle import shuffle_bounds
+
+    loader = shape.steps_per_epoch_source in ("ceil", "floor")
+    return shuffle_bounds(cfg.noise_multiplier, steps=shape.steps, delta=cfg.delta,
+                          dataset_size=shape.dataset_size if loader else None,
+                          batch_size=shape.batch_size if loader else None, drop_last=shape.drop_last,
+                          steps_per_epoch=None if loader else shape.steps_per_epoch, runs=cfg.runs, **options)
+
+
+def _shuffle_warnings(shuffled) -> list[str]:
+    if shuffled is None:
+        return []
+    binding = next((c for c in shuffled.constructions if c.name == shuffled.binding), None)
+    if binding is not None and not binding.target_met:
+        return [f"the lower end's own bracket ({binding.name}) is wider than its target; the lower end is still "
+                "certified"]
+    return []
 
 
 def _exp_text(eps: float) -> str:
@@ -244,14 +285,23 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
     """
     t0 = time.perf_counter()
     d = pld_obj if pld_obj is not None else dpsgd_pld(cfg)
-    explained = d.explain(cfg.delta)
+    shape = cfg.run_shape()
+    shuffled = None
+    if shape.sampling == "shuffle":
+        # (not tight by construction: the upper end from its closed form, the lower end the best
+        # published construction; pld.accounting.shuffle)
+        shuffled = shuffle_bounds_of(cfg, shape)
+        explained = {"epsilon_lower": shuffled.epsilon_lower, "epsilon_upper": shuffled.epsilon_upper,
+                     "directions": {}, "target_met": True}
+    else:
+        explained = d.explain(cfg.delta)
     lo, hi = float(explained["epsilon_lower"]), float(explained["epsilon_upper"])
     t_eps = time.perf_counter() - t0
     if curve_epsilons is None:
         curve_epsilons = nice_epsilons(hi, curve_points) if math.isfinite(hi) else []
     rows = []
     method = None
-    if len(curve_epsilons):
+    if len(curve_epsilons) and shuffled is None:
         dl, dh, method = delta_profile(d, curve_epsilons, cfg.delta, tuned=tuned_curve)
         rows = curve_rows(curve_epsilons, dl, dh)
     # delta at the reported epsilon, from explain (no extra work)
@@ -262,6 +312,7 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
                      "delta_upper": max(float(a[1]) for a in at)})
         rows.sort(key=lambda r: r["epsilon"])
     seconds = time.perf_counter() - t0
+    numerics = _numerics(explained)
     res = {
         "command": "dpsgd",
         "epsilon_lower": lo,
@@ -281,17 +332,29 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "dataset_size": cfg.dataset_size,
         "batch_size": cfg.batch_size,
         "epochs": cfg.epochs,
+        "steps_per_epoch": shape.steps_per_epoch,
+        "steps_per_epoch_source": shape.steps_per_epoch_source or None,
+        "drop_last": shape.drop_last,
+        "physical_batch_size": shape.physical_batch_size,
+        "accumulation_steps": shape.accumulation_steps,
+        "short_batch": shape.short_batch,
+        "loader": shape.loader_text() or None,
         "example": cfg.example,
         "curve": rows,
         "curve_method": method,
-        "numerics": _numerics(explained),
+        "numerics": numerics,
         "target_met": bool(explained.get("target_met", True)),
         "target_missed_because": explained.get("target_missed_because"),
-        "warnings": target_warning(explained) + dpsgd_warnings(cfg, hi),
+        "warnings": target_warning(explained) + dpsgd_warnings(cfg, hi) + _shuffle_warnings(shuffled),
+        "notes": dpsgd_notes(cfg),
         "seconds": seconds,
         "seconds_epsilon": t_eps,
         "pld_version": __version__,
     }
+    if shuffled is not None:
+        res["shuffle"] = shuffled.as_dict()
+        numerics["method"] = ("upper end: the Gaussian mechanism's closed form; lower end: each construction's "
+                                     "own certified query (its dominated side)")
     from pld.report.risk import report_summary  # (issue 40: the best attack's TPR at 1% FPR, same grids)
 
     res["attack"] = report_summary(d, cfg.delta)

@@ -242,7 +242,8 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
         lines += _verbose_rows(r)
     if r.get("per_epoch"):
         lines.append("")
-        lines.append(f"Epsilon at the end of each epoch (delta = {r['delta']:g}; every row its own certified query)")
+        lines.append(f"Epsilon at the end of each epoch (delta = {r['delta']:g}; every row its own certified query"
+                     + ("; shuffling: lower ends from the max-of-epoch construction)" if r.get("shuffle") else ")"))
         lines += format_epochs(r["per_epoch"])
     if verbose:
         if r.get("curve"):
@@ -350,8 +351,9 @@ def format_calibrate(r: dict) -> str:
                      f" {'<=' if ok else '>'} target {r['target_epsilon']:g}")
     if r.get("next") is not None:
         nxt = r["next"]
-        lines.append(f"  next:  {nxt['what']} has certified epsilon above {r['target_epsilon']:g} "
-                     f"(at least {round_down(nxt['epsilon_lower'], 4)})")
+        above = "> target" if nxt["epsilon_lower"] > r["target_epsilon"] else "(its upper end > target)"
+        lines.append(f"  next:  {nxt['what']}: certified epsilon in "
+                     f"{bracket(nxt['epsilon_lower'], nxt['epsilon_upper'])} {above}")
     lines.append("")
     rows = [("noise multiplier", f"sigma = {r['noise_multiplier']:.6g}"),
             ("sampling rate", f"q = {r['sampling_rate']:.6g}"),
@@ -382,5 +384,5 @@ def stderr_lines(r: dict) -> list[str]:
     out = []
     for kind, key in (("warning", "warnings"), ("note", "notes")):
         for w in r.get(key) or []:
-            out += _table([(f"pld: {kind}:", w)], indent="")
+            out += textwrap.wrap(f"pld: {kind}: {w}", width=100, subsequent_indent="    ", break_on_hyphens=False)
     return out
