@@ -74,15 +74,13 @@ from scipy.special import ndtr, ndtri
 
 from pld import _validate as v
 from pld.distribution import PLD, TargetMissedWarning
-from pld.engine import gaussian_exact
-from pld.engine.grid import GridPLD
+from pld.engine import budget as _budget
+from pld.engine.targets import EPS_RTOL, Query
+from pld.report.risk_lines import _SLACK, _Envelope, _GaussianSource, _GridSource, _lattice_lines
 
 __all__ = ["TPR_RTOL", "DEFAULT_FPRS", "TradeOff", "AttackRisk", "GDPFit", "tradeoff", "attack_risk",
            "tpr_bounds", "fpr_bounds", "advantage_bounds", "gdp_fit", "reconstruction_bounds"]
 
-_U = 2.0 ** -53
-#: relative rounding allowed on one line's value (exp within 2 ulps, a product, a sum, margin)
-_SLACK = 64 * _U
 #: relative target of a TPR bracket: ``upper - lower <= TPR_RTOL * upper + TPR_ATOL``
 TPR_RTOL = 1e-4
 TPR_ATOL = 1e-12
@@ -92,227 +90,6 @@ DEFAULT_FPRS = (1e-4, 1e-3, 1e-2, 0.1)
 DEFAULT_DELTA = 1e-5
 #: at most this many further epsilon queries, tuned at the delta of the optimal epsilon
 MAX_RETUNES = 2
-#: lattice points above this loss are replaced by one line (e^700 is near the float range)
-_MAX_EPS = 700.0
-
-
-# ------------------------------------------------------------- line families
-@dataclass(frozen=True)
-class _Lines:
-    """``TPR(alpha) <= min_j c_j + s_j alpha`` (``upper``) or ``>= max(alpha, min_j ...)``.
-
-    ``eps`` is the epsilon each line comes from (for tuning only; negative: the
-    swapped direction's ``-eps``); ``delta`` the delta it used there.
-    """
-
-    c: np.ndarray
-    s: np.ndarray
-    upper: bool
-    eps: np.ndarray
-    delta: np.ndarray
-
-    def at(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The bound at each alpha, and the index of the line that gives it."""
-        out = np.empty(alpha.size)
-        idx = np.empty(alpha.size, dtype=np.int64)
-        for i, a in enumerate(alpha.ravel()):
-            with np.errstate(over="ignore", invalid="ignore"):
-                vals = self.c + self.s * a
-            vals = np.where(np.isnan(vals), np.inf, vals)
-            j = int(np.argmin(vals))
-            idx[i] = j
-            out[i] = vals[j]
-        if self.upper:
-            out = np.minimum(out * (1.0 + _SLACK), 1.0)
-        else:
-            out = np.maximum(out * (1.0 - _SLACK), alpha.ravel())
-        return out.reshape(alpha.shape), idx.reshape(alpha.shape)
-
-    def inverse(self, beta: np.ndarray) -> np.ndarray:
-        """Upper lines: a lower bound on ``inf{alpha: TPR(alpha) >= beta}``; lower
-        lines: an upper bound on it (``TPR(alpha) >= beta`` holds there)."""
-        out = np.empty(beta.size)
-        for i, b in enumerate(beta.ravel()):
-            f = b / (1.0 + _SLACK) if self.upper else b / (1.0 - _SLACK)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                need = np.where(self.s > 0, (f - self.c) / self.s, np.where(self.c >= f, -np.inf, np.inf))
-            a = float(np.max(need)) if need.size else 0.0
-            if self.upper:
-                out[i] = min(max(a * (1.0 - 4 * _U) if a > 0 else a, 0.0), b)
-            else:
-                out[i] = min(max(a * (1.0 + 4 * _U), 0.0), b)
-        return out.reshape(beta.shape)
-
-
-def _points(grid: GridPLD) -> np.ndarray:
-    """0 and the grid's lattice points in ``(0, _MAX_EPS]``."""
-    pts = grid.losses()
-    return np.concatenate(([0.0], pts[(pts > 0) & (pts <= _MAX_EPS)]))
-
-
-def _lattice_lines(own: GridPLD, other: GridPLD, upper: bool) -> _Lines:
-    """Lines of one direction from its grid (``own``) and the swapped direction's
-    (``other``), both dominating (``upper``) or both dominated."""
-    e1 = _points(own)
-    d1 = own.delta(e1)
-    e2 = _points(other)
-    d2 = other.delta(e2)
-    g1 = np.exp(e1)
-    g2 = np.exp(-e2)
-    c1, s1 = d1.copy(), g1
-    c2, s2 = -np.expm1(-e2) + g2 * d2, g2
-    if not upper:
-        # the lattice point is the exact real (k0 + i) h, its float within
-        # u |l| of it; the lower function moves by at most its Lipschitz
-        # constant (e^eps (Q-mass + alpha), resp. 1 + alpha + 1) times that
-        m1 = 4.0 * _U * np.abs(e1) * g1
-        c1, s1 = c1 - m1, s1 * (1.0 - 4.0 * _U * np.abs(e1))
-        c2 = c2 - 8.0 * _U * np.abs(e2)
-        # beyond the last point on each side: the limits (delta* at +inf plus
-        # e^700 alpha; 1 on the converted side), where the cells end
-        inf_lo = float(own.delta(np.array([np.inf]))[0])
-        c1 = np.concatenate((c1, [inf_lo]))
-        s1 = np.concatenate((s1, [math.exp(_MAX_EPS)]))
-        e1 = np.concatenate((e1, [math.inf]))
-        d1 = np.concatenate((d1, [inf_lo]))
-        c2 = np.concatenate((c2, [1.0]))
-        s2 = np.concatenate((s2, [0.0]))
-        e2 = np.concatenate((e2, [math.inf]))
-        d2 = np.concatenate((d2, [0.0]))
-    return _Lines(np.concatenate((c1, c2)), np.concatenate((s1, s2)), upper,
-                  np.concatenate((e1, -e2)), np.concatenate((d1, d2)))
-
-
-# ------------------------------------------------------------- one direction
-class _GridSource:
-    """One direction's trade-off brackets from the certified grids of an epsilon query."""
-
-    def __init__(self, up: _Lines | None, lo: _Lines | None):
-        self.up, self.lo = up, lo
-
-    def tpr(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        hi = self.up.at(alpha)[0] if self.up is not None else np.ones(alpha.shape)
-        lo = self.lo.at(alpha)[0] if self.lo is not None else alpha.copy()
-        return lo, np.maximum(hi, lo)
-
-    def fpr(self, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lo = self.up.inverse(beta) if self.up is not None else np.zeros(beta.shape)
-        hi = self.lo.inverse(beta) if self.lo is not None else beta.copy()
-        return lo, np.maximum(hi, lo)
-
-    def tv(self) -> tuple[float, float]:
-        """Bracket on delta(0), the pair's total variation (the first point of each side is 0)."""
-        return (float(self.lo.delta[0]) if self.lo is not None else 0.0,
-                float(self.up.delta[0]) if self.up is not None else 1.0)
-
-    def optimal_delta(self, alpha: float) -> float | None:
-        """delta at the epsilon whose line gives the upper end at ``alpha`` (tuning only)."""
-        if self.up is None:
-            return None
-        j = int(self.up.at(np.array([alpha]))[1][0])
-        return float(self.up.delta[j])
-
-
-class _GaussianSource:
-    """A composition of Gaussian mechanisms: one pair ``N(mu, 1)`` vs ``N(0, 1)``, symmetric."""
-
-    #: points around the optimal epsilon, in units of mu
-    OFFSETS = 1e-3 * np.arange(-10.0, 11.0)
-
-    def __init__(self, mu: float):
-        self.mu = mu
-
-    def _one(self, a: float) -> tuple[float, float]:
-        if a <= 0.0:
-            return 0.0, 0.0  # no mass at infinite loss
-        if a >= 1.0:
-            return 1.0, 1.0
-        mu = self.mu
-        # the optimal epsilon of G_mu at alpha (only where the points go)
-        center = -mu * float(ndtri(a)) - mu * mu / 2.0
-        eps = center + mu * self.OFFSETS
-        dlo, dhi = gaussian_exact.delta_bounds(mu, eps)
-        gam = np.exp(eps)
-        ghi = (dhi + gam * a) * (1.0 + _SLACK)
-        glo = (dlo + gam * a) * (1.0 - _SLACK)
-        hi = min(1.0, float(np.min(ghi)))
-        lo = _convex_lower(gam, glo, ghi)
-        lo = max(a, lo - 1e-9 * abs(lo))
-        return min(lo, hi), hi
-
-    def tpr(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [self._one(float(a)) for a in alpha.ravel()]
-        lo = np.array([p[0] for p in pairs]).reshape(alpha.shape)
-        hi = np.array([p[1] for p in pairs]).reshape(alpha.shape)
-        return lo, hi
-
-    def fpr(self, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Around the closed form ``Phi(Phi^-1(beta) - mu)``, each end moved
-        outwards until the certified TPR bracket proves it."""
-        lo = np.empty(beta.size)
-        hi = np.empty(beta.size)
-        for i, b in enumerate(beta.ravel()):
-            if b <= 0.0 or b >= 1.0:
-                lo[i] = hi[i] = min(max(b, 0.0), 1.0)
-                continue
-            a0 = float(ndtr(ndtri(b) - self.mu))
-            lo[i], hi[i] = 0.0, b
-            for r in (1e-9, 1e-7, 1e-5, 1e-3, 1e-1):
-                if self._one(a0 * (1.0 - r))[1] < b:
-                    lo[i] = a0 * (1.0 - r)
-                    break
-            for r in (1e-9, 1e-7, 1e-5, 1e-3, 1e-1):
-                cand = min(a0 * (1.0 + r), b)
-                if self._one(cand)[0] >= b:
-                    hi[i] = cand
-                    break
-        return lo.reshape(beta.shape), hi.reshape(beta.shape)
-
-    def tv(self) -> tuple[float, float]:
-        lo, hi = gaussian_exact.delta_bounds(self.mu, np.array([0.0]))
-        return float(lo[0]), float(hi[0])
-
-    def optimal_delta(self, alpha: float) -> float | None:
-        return None  # (exact at every alpha: nothing to tune)
-
-
-def _convex_lower(gam: np.ndarray, glo: np.ndarray, ghi: np.ndarray) -> float:
-    """Lower bound on ``inf_{gamma > 0} g(gamma)`` for a convex ``g`` known to lie in
-    ``[glo_j, ghi_j]`` at the sorted points ``gam_j`` (at least 4).
-
-    Between ``gam_j`` and ``gam_{j+1}``, ``g`` lies above the secant through
-    ``j-1, j`` extended to the right and the one through ``j+1, j+2`` extended
-    to the left; beyond the ends, above the end secants extended.  Each secant
-    is taken through the safe ends (``glo`` where it is the anchor, ``ghi`` at
-    the far point), which lowers it.
-    """
-    n = gam.size
-    cands = []
-    # gamma in (0, gam_0]
-    s = glo[0] - ghi[1]  # (g0 - g1) lowered: the slope of the left extension, sign flipped
-    cands.append(glo[0] if s >= 0 else glo[0] + s * gam[0] / (gam[1] - gam[0]))
-    # gamma >= gam_{n-1}
-    s = glo[-1] - ghi[-2]
-    cands.append(glo[-1] if s >= 0 else -math.inf)
-    for j in range(n - 1):
-        w = gam[j + 1] - gam[j]
-        lines = []
-        if j >= 1:
-            # L1(t) = glo_j + (glo_j - ghi_{j-1}) * t w / (gam_j - gam_{j-1}), t in [0, 1]
-            lines.append((glo[j], (glo[j] - ghi[j - 1]) * w / (gam[j] - gam[j - 1])))
-        if j + 2 <= n - 1:
-            # L2(t) = glo_{j+1} + (glo_{j+1} - ghi_{j+2}) (1 - t) w / (gam_{j+2} - gam_{j+1})
-            k = (glo[j + 1] - ghi[j + 2]) * w / (gam[j + 2] - gam[j + 1])
-            lines.append((glo[j + 1] + k, -k))
-        if not lines:
-            return -math.inf
-        ts = [0.0, 1.0]
-        if len(lines) == 2 and lines[0][1] != lines[1][1]:
-            t = (lines[1][0] - lines[0][0]) / (lines[0][1] - lines[1][1])
-            if 0.0 < t < 1.0:
-                ts.append(t)
-        cands.append(min(max(a + b * t for a, b in lines) for t in ts))
-    return float(min(cands))
 
 
 # ------------------------------------------------------------- results
@@ -403,29 +180,42 @@ class TradeOff:
         self._views = pld_obj.bounds()
         self.directions = pld_obj.directions if self.tight else self._views[0].directions
         self._tunings: list[dict] = []
-        self._tuned: set[float] = set()
+        self._tuned: set[tuple] = set()
+        self._envelopes: dict = {}
         self._add_tuning(self.delta)
 
-    def _add_tuning(self, delta: float) -> None:
+    def _add_tuning(self, delta: float, rtol: float | None = None, tilt: float | None = None) -> None:
         upper_view, lower_view = self._views
-        ups = _sources(upper_view, delta, upper=True)
-        los = _sources(lower_view, delta, upper=False) if lower_view is not None else None
+        ups = _sources(upper_view, delta, upper=True, rtol=rtol, tilt=tilt)
+        los = _sources(lower_view, delta, upper=False, rtol=rtol, tilt=tilt) if lower_view is not None else None
         tuning = {}
         for d in self.directions:
             up = ups.get(d, ups.get("remove"))
             lo = None if los is None else los.get(d, los.get("remove"))
             tuning[d] = (up, lo)
         self._tunings.append(tuning)
-        self._tuned.add(delta)
 
-    def _direction_tpr(self, d: str, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _direction_tpr(self, d: str, alpha: np.ndarray, envelope: bool = True) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = alpha.copy(), np.ones(alpha.shape)
         for tuning in self._tunings:
             up, low = tuning[d]
             hi = np.minimum(hi, up.tpr(alpha)[1])
             if low is not None:
                 lo = np.maximum(lo, low.tpr(alpha)[0])
+        env = self._envelope(d) if envelope else None
+        if env is not None:
+            lo = np.maximum(lo, env.at(alpha))
         return np.minimum(lo, hi), hi
+
+    def _envelope(self, d: str) -> _Envelope | None:
+        """The joint lower end of every tuning's dominated grids (two or more), cached."""
+        pairs = [t[d][1].grids for t in self._tunings if t[d][1] is not None and getattr(t[d][1], "grids", None)]
+        if len(pairs) < 2:
+            return None
+        key = (d, len(pairs))
+        if key not in self._envelopes:
+            self._envelopes[key] = _Envelope(pairs)
+        return self._envelopes[key]
 
     def tpr(self, fpr) -> AttackRisk:
         """Certified TPR brackets at ``fpr`` (scalar or sequence, each in [0, 1])."""
@@ -457,16 +247,28 @@ class TradeOff:
 
     def _retune(self, j: int, alpha: np.ndarray, per: dict) -> bool:
         """Add grids tuned at the delta of the optimal epsilon at ``alpha[j]`` (a missed one)."""
-        if len(self._tunings) > MAX_RETUNES:
+        if len(self._tunings) > MAX_RETUNES + 1:
             return False
         best = max(self.directions, key=lambda d: float(per[d][1][j]))
-        target = self._tunings[-1][best][0].optimal_delta(float(alpha[j]))
-        if target is None or not math.isfinite(target) or target <= 0.0:
+        found = self._tunings[-1][best][0].optimal_delta(float(alpha[j]))
+        if found is None:
+            return False
+        target, eps = found
+        if not math.isfinite(target) or target <= 0.0:
             return False
         target = min(max(target, 10.0 * v.MIN_DELTA), 0.5)
-        if any(abs(math.log(target / t)) < 0.05 for t in self._tuned):
+        # an epsilon bracket of rtol * eps leaves a delta bracket of about e^eps alpha rtol eps
+        # at the optimum (delta'(eps) = -e^eps alpha there): relative to TPR >= e^eps alpha, rtol eps
+        rtol = min(EPS_RTOL, max(1e-7, 0.5 * TPR_RTOL / max(1.0, abs(eps) if math.isfinite(eps) else 1.0)))
+        key = (round(math.log(target), 1), rtol)
+        if key in self._tuned:
             return False
-        self._add_tuning(target)
+        self._tuned.add(key)
+        if len(self._tunings) == 1 and isinstance(self._tunings[0][best][0], _GridSource):
+            # the first grids untilted too: a tilt tuned for the tail leaves the bulk to the
+            # round-off bound, and the lower end needs every cell (_Envelope)
+            self._add_tuning(self.delta, tilt=0.0)
+        self._add_tuning(target, rtol)
         return True
 
     def advantage(self) -> tuple[float, float]:
@@ -527,7 +329,8 @@ class TradeOff:
             v.real_array("fprs", fprs, low=0.0, high=0.5, low_open=True)[0]).ravel())
         if a.size < 2:
             raise ValueError(f"fprs must hold at least two false-positive rates, got {a.size}")
-        per = {d: self._direction_tpr(d, a) for d in self.directions}
+        # (each tuning's own lower lines: the joint envelope costs its whole lattice per FPR)
+        per = {d: self._direction_tpr(d, a, envelope=False) for d in self.directions}
         za = ndtri(a)
         pad = 1e-12
         mu_lo, mu_hi = -math.inf, -math.inf
@@ -549,19 +352,40 @@ class TradeOff:
         return GDPFit(mu_lo, mu_hi, max(mu_range, 0.0), float(a[0]), float(a[-1]), min(max(gap, 0.0), 1.0))
 
 
-def _sources(view: PLD, delta: float, *, upper: bool) -> dict:
+def _grids(view: PLD, delta: float, rtol: float | None, tilt: float | None = None) -> dict:
+    """``{direction: (dominating, dominated)}`` for an epsilon query at ``delta``.
+
+    ``rtol`` None: the query's own grids (:meth:`pld.PLD.grids`, cached: what a
+    report has already computed), in which a direction that cannot move the
+    epsilon bracket is settled on a coarse grid.  Otherwise every direction is
+    refined to ``rtol`` on its own (the engine's planner and composer, read, not
+    changed): each direction's trade-off curve is an answer here.
+    """
+    if rtol is None:
+        return {d: (g.dominating, g.dominated) for d, g in view.grids(delta, tilt=tilt).items()}
+    engine = view._engine()
+    out = {}
+    with _budget.query():
+        for d in engine.directions:
+            s = engine.planner.settings(d, Query("delta", delta, rtol))
+            out[d] = engine.composer.materialize(d, *s)
+    return out
+
+
+def _sources(view: PLD, delta: float, *, upper: bool, rtol: float | None = None,
+             tilt: float | None = None) -> dict:
     """``{direction: source}`` of one view (a tight composition) from the grids at ``delta``."""
     mu = view._closed_form_mu()
     if mu is not None:
         return {"remove": _GaussianSource(mu)}
-    grids = view.grids(delta)
+    grids = _grids(view, delta, rtol, tilt)
     out = {}
-    for d, pair in grids.items():
-        other = grids.get("add" if d == "remove" else "remove", pair)
+    for d, (pess, opt) in grids.items():
+        o_pess, o_opt = grids.get("add" if d == "remove" else "remove", (pess, opt))
         if upper:
-            out[d] = _GridSource(_lattice_lines(pair.dominating, other.dominating, True), None)
+            out[d] = _GridSource(_lattice_lines(pess, o_pess, True), None)
         else:
-            out[d] = _GridSource(None, _lattice_lines(pair.dominated, other.dominated, False))
+            out[d] = _GridSource(None, _lattice_lines(opt, o_opt, False), (opt, o_opt))
     return out
 
 
