@@ -72,6 +72,7 @@ _LAZY_NAMES = {
     "mmcc": "pld.accounting.matrix",
     "group_privacy": "pld.mechanisms.user_level",
     "sweep": "pld.accounting.sweeps",
+    "shuffle_bounds": "pld.accounting.shuffle",
 }
 
 if TYPE_CHECKING:  # (what static tools see: the same names, imported)
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # (what static tools see: the same names, imported)
     from pld.accounting.epochs import EpsilonTable, epsilon_over_steps, epsilon_per_epoch
     from pld.accounting.matrix import bandmf, mmcc
     from pld.accounting.search import search_cost
+    from pld.accounting.shuffle import shuffle_bounds
     from pld.accounting.sweeps import iter_sweep, sweep
     from pld.engine.fft_plans import tune_fft
     from pld.engine.warm import warm
@@ -98,6 +100,8 @@ _LAZY_SUBMODULES = {name: name for name in ("interop", "report", "cli", "io", "e
 _LAZY_SUBMODULES.update({old[len("pld."):]: new[len("pld."):] for old, new in _moved.MOVED.items()})
 #: ``pld.risk``: attack risk read off the trade-off curve (pld.report.risk)
 _LAZY_SUBMODULES["risk"] = "report.risk"
+#: ``pld.samplers``: batch samplers that run what pld accounts (pld.accounting.samplers)
+_LAZY_SUBMODULES["samplers"] = "accounting.samplers"
 
 __all__ = [
     "PLD",
@@ -128,6 +132,8 @@ __all__ = [
     "group_privacy",
     "epsilon_per_epoch",
     "epsilon_over_steps",
+    "shuffle_bounds",
+    "samplers",
     "EpsilonTable",
     "Accountant",
     "calibrate_noise",

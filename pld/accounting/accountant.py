@@ -51,6 +51,14 @@ class Accountant:
     value_discretization_interval : float, optional
         Fixed grid spacing of the composed PLD, for experts (see
         :class:`pld.PLD`); by default the engine picks it per query.
+    sampling_rate : float, optional
+        The rate :meth:`step` records when it is given none (e.g. the
+        sampler's, :meth:`pld.samplers.PoissonSampler.accountant`).
+    steps_per_epoch : int, optional
+        The steps of an epoch (``len(data_loader)``): a run-level scheme's
+        epochs are this long, whatever rate a step is recorded with (its rate
+        is then ``participations / steps_per_epoch``); without it, ``1 / q``
+        (a rate within a few ulps of ``1/m``).
 
     Raises
     ------
@@ -66,8 +74,13 @@ class Accountant:
     True
     """
 
-    def __init__(self, *, sampling: str = "poisson", value_discretization_interval: float | None = None):
+    def __init__(self, *, sampling: str = "poisson", value_discretization_interval: float | None = None,
+                 sampling_rate: float | None = None, steps_per_epoch: int | None = None):
         self._sampling = sampling_scheme(sampling)
+        self._rate = (None if sampling_rate is None else
+                      v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True))
+        self._epoch_steps = (None if steps_per_epoch is None else
+                             v.integer("steps_per_epoch", steps_per_epoch, low=1, high=10**7))
         if value_discretization_interval is not None:
             value_discretization_interval = v.real(
                 "value_discretization_interval", value_discretization_interval, low=0.0, low_open=True)
@@ -87,24 +100,32 @@ class Accountant:
     def sampling(self) -> str:
         return self._sampling
 
-    def step(self, *, noise_multiplier: float, sampling_rate: float, count: int = 1) -> None:
+    def step(self, *, noise_multiplier: float, sampling_rate: float | None = None, count: int = 1) -> None:
         """Record ``count`` DP-SGD steps (Gaussian noise, subsampled as ``sampling``).
 
         Parameters
         ----------
         noise_multiplier : float
             Noise standard deviation over the clipping norm, in ``(0, inf)``.
-        sampling_rate : float
-            In ``(0, 1]``.
+        sampling_rate : float, optional
+            In ``(0, 1]``; default: the accountant's ``sampling_rate`` (or, for
+            a run-level scheme with ``steps_per_epoch``, ``1 / steps_per_epoch``).
         count : int, default 1
             Number of identical steps, in ``[1, 1e12]``.
 
         Raises
         ------
         TypeError, ValueError
-            For an invalid parameter (named in the message).
+            For an invalid parameter (named in the message), or no rate at all.
         """
         scheme = sampling_registry.get(self._sampling)
+        if sampling_rate is None:
+            sampling_rate = self._rate
+        if sampling_rate is None and not scheme.per_step and self._epoch_steps is not None:
+            sampling_rate = 1.0 / self._epoch_steps
+        if sampling_rate is None:
+            raise ValueError("step() needs a sampling_rate (or an Accountant made with sampling_rate=, or "
+                             "steps_per_epoch= for a run-level scheme)")
         if scheme.per_step:
             self.record(dpsgd_mechanism(noise_multiplier, sampling_rate, sampling=self._sampling), count)
             return
@@ -117,10 +138,12 @@ class Accountant:
         noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
         sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
         count = v.integer("count", count, low=1, high=10**12)
-        assert scheme.epoch_steps is not None
-        per_epoch = scheme.epoch_steps(sampling_rate)
-        epoch = scheme.pld(noise_multiplier, sampling_rate, per_epoch)
-        key = (noise_multiplier, sampling_rate)
+        per_epoch = self._per_epoch(scheme, sampling_rate)
+        # (the epoch's rate: k of its steps, whatever rate the step was recorded with)
+        k = max(1, round(sampling_rate * per_epoch))
+        rate = k / per_epoch
+        epoch = scheme.pld(noise_multiplier, rate, per_epoch, **self._options(scheme, k))
+        key = (noise_multiplier, rate)
         with self._lock:
             done, rest = divmod(self._pending.get(key, 0) + count, per_epoch)
             for mechanism, k in epoch.components if done else ():
@@ -131,6 +154,16 @@ class Accountant:
                 self._pending.pop(key, None)
             self._steps += count
             self._changed()
+
+    def _per_epoch(self, scheme, sampling_rate: float) -> int:
+        if self._epoch_steps is not None:
+            return self._epoch_steps
+        assert scheme.epoch_steps is not None
+        return scheme.epoch_steps(sampling_rate)
+
+    @staticmethod
+    def _options(scheme, k: int) -> dict:
+        return {"participations": k} if "participations" in scheme.options else {}
 
     def record(self, mechanism: Mechanism, count: int = 1) -> None:
         """Record ``count`` runs of ``mechanism`` on the same data.
@@ -199,8 +232,8 @@ class Accountant:
                 parts = list(self._history)
                 scheme = sampling_registry.get(self._sampling)
                 for (sigma, q), _ in self._pending.items():  # (an epoch still running: a whole one)
-                    assert scheme.epoch_steps is not None
-                    parts += scheme.pld(sigma, q, scheme.epoch_steps(q)).components
+                    m = self._per_epoch(scheme, q)
+                    parts += scheme.pld(sigma, q, m, **self._options(scheme, max(1, round(q * m)))).components
                 self._pld = PLD(tuple(parts), value_discretization_interval=self._interval)
             return self._pld
 
@@ -336,6 +369,8 @@ class Accountant:
                                 for (s, q), k in self._pending.items()]} if self._pending else {}),
                 # written only when set, so that default states read as before
                 **({} if self._interval is None else {"value_discretization_interval": self._interval}),
+                **({} if self._rate is None else {"sampling_rate": self._rate}),
+                **({} if self._epoch_steps is None else {"steps_per_epoch": self._epoch_steps}),
             }
 
     @classmethod
@@ -364,7 +399,8 @@ class Accountant:
         if version != STATE_VERSION:
             raise ValueError(f"state['version'] {version!r} is not supported (this pld reads version {STATE_VERSION})")
         acc = cls(sampling=state.get("sampling", "poisson"),
-                  value_discretization_interval=state.get("value_discretization_interval"))
+                  value_discretization_interval=state.get("value_discretization_interval"),
+                  sampling_rate=state.get("sampling_rate"), steps_per_epoch=state.get("steps_per_epoch"))
         history = state.get("history")
         if not isinstance(history, list):
             raise TypeError("state['history'] must be a list of {'mechanism': ..., 'count': ...} entries")

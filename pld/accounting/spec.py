@@ -51,6 +51,9 @@ a spec composes, spelled as in :func:`pld.dpsgd`):
 ``pmfs``               ``p``, ``q``: probability vectors of equal length
 ``dpsgd``              ``noise_multiplier`` > 0, ``sampling_rate`` in (0, 1],
                        ``steps`` integer >= 1 (Poisson-sampled Gaussian steps);
+                       or the loader: ``dataset_size``, ``batch_size``, ``epochs``,
+                       ``drop_last``, ``steps_per_epoch``, ``physical_batch_size``,
+                       ``accumulation_steps`` (:mod:`pld.accounting.loaders`);
                        ``records_per_user`` integer >= 1 (default 1: user-level,
                        example-level sampling, :func:`pld.dpsgd`)
 ``discrete_gaussian``  ``sigma`` > 0, ``sensitivity`` integer >= 1 (default 1)
@@ -99,8 +102,12 @@ MECHANISM_TYPES: dict[str, dict[str, tuple[str, object]]] = {
     "pure_dp": {"epsilon": ("pos", _REQUIRED)},
     "approx_dp": {"epsilon": ("nonneg", _REQUIRED), "delta": ("prob", _REQUIRED)},
     "pmfs": {"p": ("pmf", _REQUIRED), "q": ("pmf", _REQUIRED)},
-    "dpsgd": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", _REQUIRED),
-              "steps": ("int", _REQUIRED), "records_per_user": ("int", 1)},
+    "dpsgd": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", None),
+              "steps": ("int", None), "records_per_user": ("int", 1),
+              # (the run's loader instead of sampling_rate / steps: pld.accounting.loaders)
+              "dataset_size": ("int", None), "batch_size": ("int", None), "epochs": ("pos", None),
+              "drop_last": ("bool", False), "steps_per_epoch": ("int", None),
+              "physical_batch_size": ("int", None), "accumulation_steps": ("int", None)},
     "discrete_gaussian": {"sigma": ("pos", _REQUIRED), "sensitivity": ("int", 1)},
     "bandmf": {"noise_multiplier": ("pos", _REQUIRED), "sampling_rate": ("rate", _REQUIRED),
                "steps": ("int", _REQUIRED), "bands": ("int", 1), "strategy": ("reals", None)},
@@ -216,6 +223,8 @@ def _mechanism(path: str, obj, base_dir: str | None):
     if "sampling" in obj:
         _check_sampling(path, obj["sampling"])
     try:
+        if kind == "dpsgd":
+            _dpsgd_run(vals)
         if kind == "dpsgd" and vals["records_per_user"] == 1:
             mech = M.PoissonSampled(M.Gaussian(vals["noise_multiplier"]), vals["sampling_rate"])
             desc = (f"DP-SGD step (Gaussian sigma={vals['noise_multiplier']:g}, "
@@ -254,6 +263,10 @@ def _fields(path: str, obj: dict, kind: str, schema: dict) -> dict:
             vals[name] = _numbers(p, x, "nonneg")
         elif fk == "pmf":
             vals[name] = _pmf(p, x)
+        elif fk == "bool":
+            if not isinstance(x, bool):
+                raise SpecError(f"{p}: must be true or false, got {_fmt(x)}")
+            vals[name] = x
         elif fk == "str":
             if not isinstance(x, str) or not x:
                 raise SpecError(f"{p}: must be a non-empty string, got {_fmt(x)}")
@@ -261,6 +274,19 @@ def _fields(path: str, obj: dict, kind: str, schema: dict) -> dict:
         else:
             vals[name] = _number(p, x, fk)
     return vals
+
+
+def _dpsgd_run(vals: dict) -> None:
+    """A ``dpsgd`` entry's rate and steps from whatever describes its run (the loader's shape:
+    :func:`pld.accounting.loaders.resolve_run`, Poisson sampling); in place."""
+    from pld.accounting.loaders import resolve_run
+
+    shape = resolve_run("poisson", vals["sampling_rate"], vals["steps"], epochs=vals["epochs"],
+                        dataset_size=vals["dataset_size"], batch_size=vals["batch_size"],
+                        drop_last=vals["drop_last"], steps_per_epoch=vals["steps_per_epoch"],
+                        physical_batch_size=vals["physical_batch_size"],
+                        accumulation_steps=vals["accumulation_steps"])
+    vals["sampling_rate"], vals["steps"] = shape.sampling_rate, shape.steps
 
 
 def _check_sampling(path: str, value) -> None:
