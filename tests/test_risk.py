@@ -206,5 +206,5 @@ def test_bad_input_names_the_parameter():
     with pytest.raises(ValueError, match="target_tpr"):
         pld.calibrate_noise(target_tpr=0.01, at_fpr=0.01, sampling_rate=0.01, steps=10)
     with pytest.raises(TypeError, match="pld.PLD"):
-        risk.tradeoff("not a pld")  # type: ignore[arg-type]
+        risk.tradeoff("not a pld")
     assert pld.risk is risk
