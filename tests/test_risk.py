@@ -208,3 +208,24 @@ def test_bad_input_names_the_parameter():
     with pytest.raises(TypeError, match="pld.PLD"):
         risk.tradeoff("not a pld")
     assert pld.risk is risk
+
+
+def test_pld_risk_command_json(capsys):
+    from pld import cli
+
+    args = ["risk", "--noise-multiplier", "2", "--sampling-rate", "0.05", "--steps", "50", "--candidates", "10",
+            "--tpr", "0.5", "--json"]
+    assert cli.main(args) == 0
+    import json
+
+    res = json.loads(capsys.readouterr().out)
+    p = pld.dpsgd(2.0, 0.05, 50)
+    lo, hi = risk.tpr_bounds(p, 0.01)
+    i = res["attack"]["fpr"].index(0.01)
+    assert res["attack"]["tpr_lower"][i] == pytest.approx(lo, rel=1e-12)
+    assert res["attack"]["tpr_upper"][i] == pytest.approx(hi, rel=1e-12)
+    assert res["reconstruction"]["upper"] >= res["reconstruction"]["lower"] > 0.1
+    assert res["fpr_at_tpr"]["fpr_lower"][0] <= res["fpr_at_tpr"]["fpr_upper"][0] < 0.5
+    assert cli.main(["risk", "--noise-multiplier", "2", "--sampling-rate", "0.05", "--steps", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "TPR at most" in out and "membership" in out
