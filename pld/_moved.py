@@ -31,6 +31,8 @@ MOVED = {f"pld.{old}": f"pld.{new}" for old, new in {
     "curves": "baselines.curves", "curves_grids": "baselines.curves_grids", "curves_tail": "baselines.curves_tail",
     "lab": "baselines.lab", "peers": "baselines.peers",
     "report_text": "report.text", "plots": "report.plots",
+    # (not moved: short public paths of modules that live in a stage package)
+    "risk": "report.risk", "samplers": "accounting.samplers",
 }.items()}
 
 
