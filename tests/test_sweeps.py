@@ -286,3 +286,70 @@ def test_grid_file_rows_specs_and_calibrations(tmp_path, capsys):
     grid.write_text('[grid]\nnoise_multiplier = [1.0, -2.0]\nsampling_rate = 0.01\nsteps = 100\n')
     assert cli.main(["sweep", str(grid), "--out", str(tmp_path / "x.csv")]) == 2
     assert "grid.toml: grid.noise_multiplier must be" in capsys.readouterr().err  # before any work
+
+
+def test_a_completed_sweep_file_is_in_input_order(tmp_path, capsys):
+    """Rows are written as they finish (most expensive first), and the file is rewritten in
+    input order when the sweep completes: line i is row i."""
+    from pld import cli
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('delta = 1e-5\n[grid]\nnoise_multiplier = [2.0, 0.8]\nsampling_rate = [0.01, 0.001]\n'
+                    'steps = [100, 1000]\n')
+    for name in ("rows.csv", "rows.jsonl"):
+        out = tmp_path / name
+        assert cli.main(["sweep", str(grid), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+        lines = out.read_text().splitlines()
+        body = lines[1:] if name.endswith(".csv") else lines
+        indices = [int(line.split(",", 1)[0]) if name.endswith(".csv") else json.loads(line)["index"]
+                   for line in body]
+        assert indices == list(range(8))
+    capsys.readouterr()
+
+
+def test_grid_files_take_every_run_field(tmp_path, capsys):
+    from pld import cli
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('noise_multiplier = 1.0\ndataset_size = 50000\nbatch_size = 512\n'
+                    '[grid]\nepochs = [1, 2]\nsampling = ["poisson", "balls_in_bins"]\n'
+                    '[[rows]]\ntarget_epsilon = 3.0\n'
+                    '[[rows]]\nepochs = 2\ndrop_last = true\nphysical_batch_size = 128\n')
+    out = tmp_path / "rows.jsonl"
+    assert cli.main(["sweep", str(grid), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    rows = _rows(out)
+    assert [r["index"] for r in rows] == list(range(6))
+    assert [(r["steps"], r["steps_per_epoch"]) for r in rows[:4]] == [(98, 98), (98, 98), (196, 98), (196, 98)]
+    ref = pld.dpsgd(1.0, dataset_size=50000, batch_size=512, epochs=2, sampling="balls_in_bins").epsilon(1e-5)
+    assert rows[3]["epsilon_upper"] == pytest.approx(ref, rel=1e-12)
+    assert rows[4]["solved_for"] == "epochs" and rows[4]["epsilon_upper"] <= 3.0
+    assert rows[4]["steps"] == 98 * rows[4]["epochs"]
+    assert (rows[5]["steps"], rows[5]["steps_per_epoch"], rows[5]["drop_last"]) == (194, 97, True)
+    capsys.readouterr()
+
+
+_UNGUARDED = """
+import pld.accounting.sweeps as sweeps
+print(sweeps.unguarded_main_call())
+def f():
+    return sweeps.unguarded_main_call()
+print(f())
+if __name__ == "__main__":
+    print(f())
+pool = sweeps.process_pool(2)
+"""
+
+
+def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
+    """A pool started at a script's top level would be started again by every worker, which
+    imports the script: one clear line says to add the guard, before any process starts."""
+    script = tmp_path / "train.py"
+    script.write_text(_UNGUARDED)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    out = p.stdout.splitlines()
+    assert out == ["train.py, line 3", "train.py, line 6", "None"]
+    assert p.returncode == 1
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: pld.sweep runs its configurations in worker processes")
+    assert 'put it under `if __name__ == "__main__":`' in last and "(train.py, line 9)" in last
+    assert "BrokenProcessPool" not in p.stderr and p.stderr.count("Traceback") == 1

@@ -135,8 +135,8 @@ def _run_config(run, where: str) -> dict:
     if "kind" in run and "index" in run:  # a sweep row: its configuration, solved values included
         if run.get("error") is not None:
             raise ValueError(f"{where}: this row failed ({run['error']}); its run cannot be accounted")
-        keep = ("noise_multiplier", "sampling_rate", "steps", "sampling", "runs", "delta") \
-            if run["kind"] != "spec" else ("spec", "delta")
+        keep = ("kind", "noise_multiplier", "sampling_rate", "steps", "epochs", "steps_per_epoch", "dataset_size",
+                "batch_size", "drop_last", "sampling", "runs", "delta") if run["kind"] != "spec" else ("spec", "delta")
         run = {k: run[k] for k in keep if k in COLUMNS and run.get(k) is not None}
         if "spec" in run and isinstance(run["spec"], str) and run["spec"].lstrip().startswith("{"):
             import json
@@ -162,8 +162,9 @@ def _run_pld(run, where: str):
         spec = load_spec(c["spec"]) if isinstance(c["spec"], str) else parse_spec(c["spec"], base_dir=os.getcwd())
         return spec.pld, c
     import pld
+    from pld.accounting.sweep_work import run_kwargs
 
-    d = pld.dpsgd(c["noise_multiplier"], c["sampling_rate"], c["steps"], sampling=c["sampling"])
+    d = pld.dpsgd(c["noise_multiplier"], **run_kwargs(c))
     return (d.self_compose(c["runs"]) if c["runs"] > 1 else d), c
 
 

@@ -3,12 +3,19 @@
 A configuration is a mapping in one of three kinds, told apart by its keys:
 
 * **dpsgd**: ``noise_multiplier`` (alias ``sigma``), ``sampling_rate`` (``q``),
-  ``steps`` (``T``); optional ``delta`` (default 1e-5), ``sampling``
-  (``"poisson"`` or ``"without_replacement"``), ``runs`` (training runs on the
-  same data, composed; default 1), ``name``.
-* **calibrate**: ``target_epsilon`` and two of the three DP-SGD parameters; the
+  ``steps`` (``T``), or instead of the last two every run field the command
+  line takes: ``dataset_size``, ``batch_size`` (the logical batch),
+  ``epochs``, ``drop_last``, ``steps_per_epoch``, ``physical_batch_size``,
+  ``accumulation_steps``, ``participations`` (resolved as :func:`pld.dpsgd`
+  does: :mod:`pld.accounting.loaders`); optional ``delta`` (default 1e-5),
+  ``sampling`` (any scheme), ``runs`` (training runs on the same data,
+  composed; default 1), ``name``.
+* **calibrate**: ``target_epsilon`` and two of the three DP-SGD parameters (the
+  rate as ``batch_size`` with ``dataset_size``, the length as ``epochs``); the
   missing one is solved for with :func:`pld.calibrate_noise`,
-  :func:`pld.calibrate_steps` or :func:`pld.calibrate_sampling_rate`.
+  :func:`pld.calibrate_steps` or :func:`pld.calibrate_sampling_rate`, or in a
+  loader's units (``epochs`` when the loader defines an epoch, ``batch_size``
+  at fixed epochs with ``dataset_size``: :mod:`pld.accounting.calibrate_loader`).
 * **spec**: ``spec``, a path to a spec file or an inline spec mapping (see
   :mod:`pld.accounting.spec`); optional ``delta`` (default: the spec's first delta).
 
@@ -32,9 +39,12 @@ from pld import _validate as v
 ALIASES = {"sigma": "noise_multiplier", "q": "sampling_rate", "T": "steps"}
 DPSGD_PARAMS = ("noise_multiplier", "sampling_rate", "steps")
 _OPTIONAL = ("delta", "sampling", "runs", "name")
+#: the run's loader (pld.accounting.loaders), instead of sampling_rate / steps
+LOADER_PARAMS = ("dataset_size", "batch_size", "epochs", "drop_last", "steps_per_epoch", "physical_batch_size",
+                 "accumulation_steps", "participations")
 _ALLOWED = {
-    "dpsgd": set(DPSGD_PARAMS) | set(_OPTIONAL),
-    "calibrate": set(DPSGD_PARAMS) | set(_OPTIONAL) | {"target_epsilon"},
+    "dpsgd": set(DPSGD_PARAMS) | set(_OPTIONAL) | set(LOADER_PARAMS),
+    "calibrate": set(DPSGD_PARAMS) | set(_OPTIONAL) | set(LOADER_PARAMS) | {"target_epsilon"},
     "spec": {"spec", "delta", "name"},
 }
 DEFAULT_DELTA = 1e-5
@@ -42,9 +52,9 @@ DEFAULT_DELTA = 1e-5
 _DERIVED = ("kind", "solved_for")
 
 #: the columns of a row, in order (a row of one kind leaves the others' fields None)
-COLUMNS = ("index", "kind", "name", "noise_multiplier", "sampling_rate", "steps", "runs", "sampling",
-           "delta", "target_epsilon", "solved_for", "spec", "epsilon_lower", "epsilon_upper",
-           "target_met", "note", "settings", "seconds", "error")
+COLUMNS = ("index", "kind", "name", "noise_multiplier", "sampling_rate", "steps", "epochs", "steps_per_epoch",
+           "dataset_size", "batch_size", "drop_last", "runs", "sampling", "delta", "target_epsilon", "solved_for",
+           "spec", "epsilon_lower", "epsilon_upper", "target_met", "note", "settings", "seconds", "error")
 #: fields that depend on the machine's speed, not on the configuration
 TIMING_FIELDS = ("seconds",)
 
@@ -79,6 +89,13 @@ def normalize(config: Mapping[str, Any], where: str = "config") -> dict:
         if canon in c:
             raise ValueError(f"{where}: {key!r} repeats {canon!r}")
         c[canon] = value
+    if "kind" in config:
+        # (a normalized configuration or a sweep row, read again: its rate and steps were derived
+        # from its loader and epochs, which say them again)
+        if c.get("dataset_size") is not None and c.get("batch_size") is not None:
+            c.pop("sampling_rate", None)
+        if c.get("epochs") is not None:
+            c.pop("steps", None)
     if "spec" in c:
         kind = "spec"
     elif "target_epsilon" in c:
@@ -106,33 +123,88 @@ def _normalize_spec(c: dict, out: dict, where: str) -> dict:
 
 
 def _normalize_dpsgd(c: dict, out: dict, kind: str, where: str) -> dict:
-    from pld.accounting.dpsgd import MAX_STEPS, sampling_scheme
+    from pld.accounting.dpsgd import sampling_scheme
+    from pld.accounting.loaders import resolve_run
 
-    missing = [p for p in DPSGD_PARAMS if c.get(p) is None]
-    if kind == "dpsgd" and missing:
-        raise ValueError(f"{where}: missing {', '.join(missing)} (give noise_multiplier, sampling_rate and "
-                         f"steps; or target_epsilon and two of them to solve for the third)")
-    if kind == "calibrate":
-        if len(missing) != 1:
-            raise ValueError(f"{where}: with target_epsilon give exactly two of noise_multiplier, "
-                             f"sampling_rate, steps (the third is solved for), got {3 - len(missing)}")
-        out["solved_for"] = missing[0]
-        out["target_epsilon"] = v.real(f"{where}.target_epsilon", c["target_epsilon"], low=0.0, low_open=True)
-    if c.get("noise_multiplier") is not None:
-        out["noise_multiplier"] = v.real(f"{where}.noise_multiplier", c["noise_multiplier"],
-                                         low=0.0, low_open=True)
-    if c.get("sampling_rate") is not None:
-        out["sampling_rate"] = v.real(f"{where}.sampling_rate", c["sampling_rate"],
-                                      low=0.0, high=1.0, low_open=True)
-    if c.get("steps") is not None:
-        out["steps"] = v.integer(f"{where}.steps", c["steps"], low=1, high=MAX_STEPS)
     out["delta"] = v.real(f"{where}.delta", c.get("delta", DEFAULT_DELTA), low=0.0, high=1.0,
                           low_open=True, high_open=True)
     out["sampling"] = sampling_scheme(c.get("sampling", "poisson"), f"{where}.sampling")
     out["runs"] = v.integer(f"{where}.runs", c.get("runs", 1), low=1, high=10**6)
-    if kind == "calibrate" and out["runs"] != 1:
-        raise ValueError(f"{where}.runs: calibration solves for one run; got runs={out['runs']}")
+    have = {"noise_multiplier": c.get("noise_multiplier") is not None,
+            "sampling_rate": c.get("sampling_rate") is not None or c.get("batch_size") is not None
+            or c.get("physical_batch_size") is not None,
+            "steps": c.get("steps") is not None or c.get("epochs") is not None}
+    missing = [p for p, ok in have.items() if not ok]
+    if kind == "dpsgd" and missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)} (give noise_multiplier, sampling_rate (or "
+                         "dataset_size and batch_size) and steps (or epochs); or target_epsilon and two of them "
+                         "to solve for the third)")
+    if kind == "calibrate":
+        if len(missing) != 1:
+            raise ValueError(f"{where}: with target_epsilon give exactly two of noise_multiplier, "
+                             f"sampling_rate, steps (the third is solved for), got {3 - len(missing)}")
+        solve = missing[0]
+        loader = (c.get("dataset_size") is not None and c.get("batch_size") is not None) \
+            or c.get("steps_per_epoch") is not None
+        if solve == "steps" and loader:
+            solve = "epochs"
+        elif solve == "sampling_rate" and c.get("dataset_size") is not None and c.get("epochs") is not None:
+            solve = "batch_size"
+        out["solved_for"] = solve
+        out["target_epsilon"] = v.real(f"{where}.target_epsilon", c["target_epsilon"], low=0.0, low_open=True)
+        if out["runs"] != 1:
+            raise ValueError(f"{where}.runs: calibration solves for one run; got runs={out['runs']}")
+    if c.get("noise_multiplier") is not None:
+        out["noise_multiplier"] = v.real(f"{where}.noise_multiplier", c["noise_multiplier"],
+                                         low=0.0, low_open=True)
+    loader_kw = {k: c[k] for k in LOADER_PARAMS if c.get(k) is not None}
+    rate, steps, solved = c.get("sampling_rate"), c.get("steps"), out.get("solved_for")
+    # what is known of the run, resolved as pld.dpsgd would; a calibration leaves open what it solves for
+    keep: tuple = ("sampling_rate", "steps", "epochs", "steps_per_epoch", "dataset_size", "batch_size", "drop_last")
+    try:
+        if solved in ("steps", "epochs"):
+            loader_kw.pop("epochs", None)
+            shape = resolve_run(out["sampling"], rate, 1, **loader_kw)
+            keep = ("sampling_rate", "steps_per_epoch", "dataset_size", "batch_size", "drop_last")
+        elif solved == "batch_size":
+            shape = resolve_run(out["sampling"], None, None, **{**loader_kw, "batch_size": 1})
+            keep = ("epochs", "dataset_size", "drop_last")
+        elif solved == "sampling_rate":
+            shape = resolve_run(out["sampling"], 1.0, steps, **loader_kw)
+            keep = ("steps",)
+        else:
+            shape = resolve_run(out["sampling"], rate, steps, **loader_kw)
+    except (TypeError, ValueError) as exc:
+        text = str(exc)  # ("sampling_rate must be ..." -> "configs[1].sampling_rate must be ...")
+        first = text.split(" ", 1)[0]
+        raise type(exc)(f"{where}.{text}" if first in _ALLOWED["calibrate"] else f"{where}: {text}") from None
+    for key in keep:
+        val = getattr(shape, key)
+        if val is not None and val is not False:
+            out[key] = val
+    if shape.participations != 1:
+        out["participations"] = shape.participations
+    for key in ("physical_batch_size", "accumulation_steps"):
+        if c.get(key) is not None:
+            out[key] = v.integer(f"{where}.{key}", c[key], low=1)
     return out
+
+
+def run_kwargs(c: dict) -> dict:
+    """:func:`pld.dpsgd` keyword arguments of a normalized DP-SGD configuration (its loader when
+    it has one, so that a short last batch or whole epochs count as they ran)."""
+    kw: dict = {"sampling": c["sampling"], "steps": c["steps"]}
+    if c.get("dataset_size") is not None and c.get("batch_size") is not None:
+        kw.update(dataset_size=c["dataset_size"], batch_size=c["batch_size"], drop_last=bool(c.get("drop_last")))
+        if c.get("steps_per_epoch") is not None and c["sampling"] == "poisson":
+            kw["steps_per_epoch"] = c["steps_per_epoch"]
+    else:
+        kw["sampling_rate"] = c["sampling_rate"]
+        if c.get("steps_per_epoch") is not None:
+            kw["steps_per_epoch"] = c["steps_per_epoch"]
+    if c.get("participations") is not None:
+        kw["participations"] = c["participations"]
+    return kw
 
 
 # ------------------------------------------------------------------- cost
@@ -250,7 +322,7 @@ def settings_summary(pld_obj, delta: float) -> dict:
 def _account_dpsgd(c: dict, row: dict) -> None:
     import pld
 
-    d = pld.dpsgd(c["noise_multiplier"], c["sampling_rate"], c["steps"], sampling=c["sampling"])
+    d = pld.dpsgd(c["noise_multiplier"], **run_kwargs(c))
     if c["runs"] > 1:
         d = d.self_compose(c["runs"])
     _bracket(d, c["delta"], row)
@@ -258,19 +330,34 @@ def _account_dpsgd(c: dict, row: dict) -> None:
 
 def _account_calibrate(c: dict, row: dict) -> None:
     import pld
+    from pld.accounting import calibrate_loader
 
     solve, eps, delta, s = c["solved_for"], c["target_epsilon"], c["delta"], c["sampling"]
     info: dict = {}
+    loader = {k: c[k] for k in ("dataset_size", "drop_last", "participations") if c.get(k) is not None}
     if solve == "noise_multiplier":
         value = pld.calibrate_noise(eps, delta, c["sampling_rate"], c["steps"], sampling=s, info=info)
     elif solve == "steps":
         value = pld.calibrate_steps(eps, delta, c["noise_multiplier"], c["sampling_rate"], sampling=s, info=info)
+    elif solve == "epochs":
+        value = calibrate_loader.calibrate_epochs(
+            eps, delta, c["noise_multiplier"], sampling=s, batch_size=c.get("batch_size"),
+            sampling_rate=None if c.get("batch_size") else c.get("sampling_rate"),
+            steps_per_epoch=c.get("steps_per_epoch"), info=info, **loader)
+        row["steps"] = int(value) * c["steps_per_epoch"]
+    elif solve == "batch_size":
+        value = calibrate_loader.calibrate_batch_size(eps, delta, c["noise_multiplier"], sampling=s,
+                                                      epochs=c["epochs"], info=info, **loader)
+        shape = pld.accounting.loaders.resolve_run(s, batch_size=value, epochs=c["epochs"], **loader)
+        row.update(sampling_rate=shape.sampling_rate, steps=shape.steps, steps_per_epoch=shape.steps_per_epoch)
     else:
         value = pld.calibrate_sampling_rate(eps, delta, c["noise_multiplier"], c["steps"], sampling=s, info=info)
-    row[solve] = int(value) if solve == "steps" else float(value)
+    row[solve] = int(value) if solve in ("steps", "epochs", "batch_size") else float(value)
     # the certified bracket of the solution, evaluated anew: what the row states is
     # checked by the engine, not taken from the search's bookkeeping
-    _bracket(pld.dpsgd(row["noise_multiplier"], row["sampling_rate"], row["steps"], sampling=s), delta, row)
+    d = pld.dpsgd(row["noise_multiplier"], **run_kwargs({**c, **{k: row[k] for k in (
+        "sampling_rate", "steps", "batch_size", "steps_per_epoch") if row.get(k) is not None}}))
+    _bracket(d if d.tight else d.bounds()[0], delta, row)  # (shuffling: its upper end decides)
     row["target_met"] = bool(row["epsilon_upper"] <= eps)
     if not row["target_met"]:
         row["note"] = f"certified epsilon {row['epsilon_upper']:.6g} above the target {eps:g}"

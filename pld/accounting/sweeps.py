@@ -31,6 +31,7 @@ import itertools
 import os
 import sys
 import time
+import types
 import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -169,14 +170,74 @@ def _worker_init() -> None:
     os.environ.setdefault("PLD_THREADS", "1")
 
 
+#: what a script that starts a pool outside its ``__main__`` guard is told (one line)
+GUARD_MESSAGE = ("pld.sweep runs its configurations in worker processes, which import {where} again and would "
+                 "run this call again: put it under `if __name__ == \"__main__\":` (or pass executor=\"serial\")")
+
+
+def unguarded_main_call() -> str | None:
+    """``"script.py, line 12"`` when the current call runs at the top level of the main
+    script outside an ``if __name__ == "__main__":`` block, else None.
+
+    Worker processes started by spawn or forkserver import the main script again
+    (as ``__mp_main__``) to find what the parent pickled; a call to start a pool
+    at its top level then starts pools from every worker while it bootstraps,
+    and the pool dies (``BrokenProcessPool``, after a traceback from each worker).
+    The line being run in the script's module frame is looked up in the script's
+    syntax tree: inside a guard, or not.
+    """
+    import ast
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or not os.path.isfile(path):
+        return None  # (an interactive session or a notebook: workers import nothing of it)
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+
+    def is_guard(node: ast.stmt) -> bool:
+        test = getattr(node, "test", None)
+        if not isinstance(node, ast.If) or not isinstance(test, ast.Compare) or len(test.comparators) != 1:
+            return False
+        sides = [test.left, test.comparators[0]]
+        names = [x for x in sides if isinstance(x, ast.Name) and x.id == "__name__"]
+        mains = [x for x in sides if isinstance(x, ast.Constant) and x.value == "__main__"]
+        return isinstance(test.ops[0], ast.Eq) and len(names) == 1 and len(mains) == 1
+
+    for node in tree.body:
+        if is_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return None
+    return f"{os.path.basename(path)}, line {line}"
+
+
+def _check_guard() -> None:
+    where = unguarded_main_call()
+    if where is not None:
+        raise RuntimeError(GUARD_MESSAGE.format(where=where.split(",")[0]) + f" ({where})")
+
+
 def process_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
     """The default engine: a pool of ``workers`` processes (default: the cores).
 
     Workers start from a forkserver that has imported pld and loaded its kernels
     once (POSIX, :mod:`pld.accounting.sweep_worker`), so each starts in milliseconds
-    without inheriting this process's threads.
+    without inheriting this process's threads.  A script that calls this (or
+    :func:`sweep`) at its top level, outside ``if __name__ == "__main__":``, gets
+    a ``RuntimeError`` saying so before any process starts (its workers would
+    import the script again and start pools of their own).
     """
     import multiprocessing as mp
+
+    _check_guard()
 
     n = local_workers() if workers is None else _positive_int("workers", workers)
     ctx: Any
@@ -389,7 +450,14 @@ class SweepRun:
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for f in finished:
                     del pending[f]
-                    self._receive(f.result(), buffer, bar)
+                    try:
+                        rows = f.result()
+                    except cf.process.BrokenProcessPool:
+                        raise RuntimeError(
+                            "pld.sweep: a worker process died (killed, out of memory, or a script that starts the "
+                            "sweep outside `if __name__ == \"__main__\":`, which its workers import again); "
+                            "executor=\"serial\" runs it in this process") from None
+                    self._receive(rows, buffer, bar)
                 if not self._ordered:  # as they finish: nothing waits behind a slow chunk
                     for index in sorted(buffer):
                         self.done += 1
@@ -494,6 +562,8 @@ def iter_sweep(configs, *, executor=None, chunksize: int | None = None, progress
     >>> [row["index"] for row in run]
     [0, 1]
     """
+    if executor is None and local_workers() > 1:
+        _check_guard()
     return SweepRun(configs, executor=executor, chunksize=chunksize, progress=progress, work=work,
                     ordered=ordered, indices=indices, total=total, balance=balance)
 
@@ -567,6 +637,8 @@ def sweep(configs, *, executor=None, chunksize: int | None = None, progress=None
     >>> rows[0]["epsilon_upper"] > rows[1]["epsilon_upper"]     # more noise, less epsilon
     True
     """
+    if executor is None and local_workers() > 1:
+        _check_guard()  # (here: the script's line, one frame down, in the traceback)
     run = iter_sweep(configs, executor=executor, chunksize=chunksize, progress=progress, work=work,
                      balance=balance)
     out = SweepResult(run)

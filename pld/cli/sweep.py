@@ -11,11 +11,13 @@ Each configuration is what :func:`pld.sweep` takes (DP-SGD, a calibration when
 ``target_epsilon`` is given with two of sigma, q, T, or ``spec``: a spec file,
 relative to the grid file).  Row ``i`` of the output is configuration ``i``.
 
-Rows are appended to the output as they finish, one write each (the file is
-in completion order; sort by ``index``), so a killed run loses no finished
-row; ``--resume`` skips the indices already in the file (after checking that
-they were written for the same configurations) and drops a trailing partial
-line a kill may leave.  Each index is written exactly once.
+Rows are appended to the output as they finish, one write each, so a killed
+run loses no finished row; when the sweep completes, the file is rewritten in
+input order (row ``i`` is line ``i``; atomically: a kill during the rewrite
+leaves the unsorted file).  ``--resume`` skips the indices already in the
+file (after checking that they were written for the same configurations),
+drops a trailing partial line a kill may leave, and sorts the whole file when
+it completes.  Each index is written exactly once.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from pld.cli.args import CLIError, _count
 _GRID_KEYS = ("grid", "rows")
 _FORMATS = (".csv", ".jsonl")
 #: fields compared on --resume: a file written for another grid is refused
-_IDENTITY = ("kind", "noise_multiplier", "sampling_rate", "steps", "delta", "target_epsilon", "sampling", "runs")
+_IDENTITY = ("kind", "noise_multiplier", "sampling_rate", "steps", "epochs", "dataset_size", "batch_size",
+             "steps_per_epoch", "delta", "target_epsilon", "sampling", "runs")
 
 SWEEP_EPILOG = """\
 grid file example (TOML; JSON with the same structure works the same):
@@ -47,9 +50,16 @@ grid file example (TOML; JSON with the same structure works the same):
   target_epsilon = 2.0                  # calibration: sigma for this target
   sampling_rate = 0.01
   steps = 10000
+  [[rows]]                              # every run field of the command line:
+  noise_multiplier = 1.0                # dataset_size, batch_size, epochs, drop_last,
+  dataset_size = 50000                  # steps_per_epoch, physical_batch_size,
+  batch_size = 512                      # accumulation_steps, participations, sampling
+  epochs = 100
+  sampling = "balls_in_bins"
 
-rows go to --out as they finish (CSV or JSON lines, by extension); --resume
-continues a run that was stopped or killed, writing every row exactly once.
+rows go to --out as they finish (CSV or JSON lines, by extension) and the file is
+put in input order when the sweep completes; --resume continues a run that was
+stopped or killed, writing every row exactly once.
 --search-cost adds what the whole search cost (every row run on the same data,
 composed), --chosen I the cost of row I alone, --trials the Papernot & Steinke
 (ICLR 2022) bound for the best of a random number of trials.
@@ -330,11 +340,32 @@ def cmd_sweep(args) -> int:
         os.close(fd)
         if hasattr(engine, "shutdown"):  # our pool: what has not started is not waited for
             engine.shutdown(wait=False, cancel_futures=True)
+    if not interrupted and before + stats["rows"] == len(grid):
+        _sort_output(args.out, fmt)
     res = _summary(args, stats, len(grid), before, time.perf_counter() - t0, interrupted)
     if not interrupted and (args.search_cost or args.chosen is not None or trials is not None):
         res["search_cost"] = _search_cost(args, grid, fmt, trials)
     _print(args, res)
     return 130 if interrupted else 0
+
+
+def _sort_output(path: str, fmt: str) -> None:
+    """Rewrite a complete output file in input order (row ``i`` on line ``i``), atomically;
+    the rows' bytes are kept as written."""
+    from pld.io import write_atomic
+
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    head = lines[:1] if fmt == ".csv" else []
+    body = [line for line in lines[len(head):] if line.strip()]
+
+    def index(line: bytes) -> int:
+        if fmt == ".jsonl":
+            return int(json.loads(line)["index"])
+        return int(line.split(b",", 1)[0])
+
+    body.sort(key=index)
+    write_atomic(path, b"".join(head + body))
 
 
 def _count_row(stats: dict, row: dict) -> None:
@@ -372,10 +403,11 @@ def _search_cost(args, grid: Grid, fmt: str, trials) -> dict:
             raise CLIError(f"row {r['index']} failed ({r['error']}): the search cost needs every run accounted")
         config = configs[int(r["index"])]
         c = {k: v for k, v in config.items() if v is not None and k not in
-             ("kind", "name", "solved_for", "target_epsilon")}
+             ("name", "solved_for", "target_epsilon")}
         if config.get("solved_for"):
             key = config["solved_for"]
-            c[key] = int(r[key]) if key == "steps" else float(r[key])
+            c[key] = int(r[key]) if key in ("steps", "epochs", "batch_size") else float(r[key])
+            c["kind"] = "dpsgd"  # (a run now; its rate and steps follow from its loader again)
         runs.append(c)
     deltas = {float(r["delta"]) for r in rows}  # what each row was accounted at
     if len(deltas) > 1:
