@@ -170,7 +170,9 @@ class PoissonSampler(_Sampler):
     A step's batch has ``Binomial(N, q)`` records, uniformly chosen given their
     number: the law of independent inclusions.  Empty batches are yielded: the
     step still adds noise (to a zero sum), and skipping it would change the
-    accounting.
+    accounting.  PyTorch's default ``collate_fn`` fails on an empty list: give
+    a ``DataLoader`` one that returns an empty batch (Opacus' ``DPDataLoader``
+    does the same).
     """
 
     sampling = "poisson"
