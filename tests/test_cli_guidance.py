@@ -7,12 +7,14 @@ Most cases run the installed ``pld`` entry point in a subprocess, as a user woul
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pld
@@ -198,34 +200,64 @@ def test_compare_shows_installed_peers_and_names_missing_ones(tmp_path):
     p = run("compare", *SMALL, env=env)
     assert p.returncode == 0, p.stderr
     out = p.stdout
-    assert "dp_accounting PLDAccountant" in out and "dp_accounting RdpAccountant" in out
+    assert "dp_accounting: PLDAccountant" in out and "dp_accounting (RDP): RdpAccountant" in out
+    assert "Opacus (RDP): RDPAccountant" in out  # (computed from Opacus' formulas: shown without it)
     assert "not installed: prv_accountant (eps_error 0.01) (pip install prv-accountant)" in out
 
-def test_compare_json_lists_every_peer(capsys, monkeypatch):
-    pytest.importorskip("dp_accounting")
-    monkeypatch.setitem(sys.modules, "prv_accountant", None)  # not installed, for this test
-    assert cli.main(["compare", *SMALL, "--json"]) == 0
+
+def test_compare_names_the_rows_as_users_know_them_and_keeps_peer_warnings_out(capsys, monkeypatch):
+    """The rows say which number Opacus' accountants and dp_accounting print; a peer's
+    warning (scipy's IntegrationWarning from a quadrature, here raised on purpose) is one
+    line on stderr, not a traceback in the table."""
+    import warnings
+
+    from scipy.integrate import IntegrationWarning
+
+    import pld.baselines.lab
+
+    real = pld.baselines.lab.compare
+
+    def noisy(*args, **kwargs):
+        warnings.warn("The maximum number of subdivisions (50) has been achieved.", IntegrationWarning, stacklevel=2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pld.baselines.lab, "compare", noisy)
+    assert cli.main(["compare", *SMALL, "--no-peers"]) == 0
+    out, err = capsys.readouterr()
+    assert "Opacus (RDP): RDPAccountant, 150 orders" in out and "publish its upper end" in out
+    assert "IntegrationWarning" not in out and "subdivisions" not in out
+    assert err.startswith("pld: note: the peers raised 1 kind(s) of warning") and len(err.splitlines()) == 1
+    assert cli.main(["compare", *SMALL, "--no-peers", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    peers = {p["key"]: p for p in res["peers"]}
-    assert peers["prv_accountant"]["installed"] is False and peers["prv_accountant"]["epsilon"] is None
-    dpa = peers["dp_accounting.pld"]
-    assert dpa["installed"] and dpa["version"]
-    # dp_accounting's pessimistic PLD estimate sits at or above pld's lower end
-    assert dpa["epsilon"] >= res["pld_epsilon_lower"] * (1 - 1e-3)
-    assert peers["dp_accounting.rdp"]["epsilon"] >= res["pld_epsilon_upper"]  # RDP is looser
+    assert res["peer_warnings"] == ["IntegrationWarning: The maximum number of subdivisions (50) has been achieved."]
 
 
-def test_compare_without_replacement_peers(capsys):
-    pytest.importorskip("dp_accounting")
-    pytest.importorskip("prv_accountant")
-    assert cli.main(["compare", *SMALL, "--sampling", "without_replacement", "--json"]) == 0
-    res = json.loads(capsys.readouterr().out)
-    peers = {p["key"]: p for p in res["peers"]}
-    assert peers["prv_accountant"]["note"] == "accounts Poisson sampling only"
-    assert peers["dp_accounting.pld"]["note"] == "does not account sampling without replacement"
-    rdp = peers["dp_accounting.rdp"]
-    # its RDP bound (sensitivity 2C, see pld.baselines.peers) is an upper bound on the certified epsilon
-    assert rdp["epsilon"] >= res["pld_epsilon_upper"] and "sigma / 2" in rdp["note"]
+@pytest.mark.parametrize("sigma, q", [(1.0, 0.01), (1.1, 256 / 60000), (0.8, 0.02), (2.0, 0.1)])
+def test_the_opacus_rdp_row_is_the_subsampled_gaussians_rdp_at_opacus_orders(sigma, q):
+    """Opacus' RDPAccountant: the RDP of the Poisson-subsampled Gaussian at its 150 default
+    orders (Mironov, Talwar & Zhang's series, exact), Balle et al.'s conversion.  The series
+    against A_alpha = E_{N(0, s^2)}[(1 - q + q e^((2z - 1) / 2s^2))^alpha] by quadrature."""
+    from scipy import integrate, stats
+
+    from pld.report.compare import OPACUS_ALPHAS, _rdp, opacus_rdp_epsilon
+
+    def quad_rdp(alpha):
+        def f(z):  # (in logs: the tilted integrand peaks near z = alpha, far out for large orders)
+            return math.exp(stats.norm.logpdf(z, scale=sigma)
+                            + alpha * np.logaddexp(math.log1p(-q), math.log(q) + (2 * z - 1) / (2 * sigma**2)))
+        a = integrate.quad(f, -20 * sigma, alpha + 20 * sigma, points=[0.0, 0.5, 1.0, alpha], epsabs=0,
+                           epsrel=1e-13, limit=500)[0]
+        return math.log(a) / (alpha - 1)
+
+    for alpha in (1.5, 2.0, 2.5, 7.8, 12.0, 33.0):
+        assert alpha in OPACUS_ALPHAS
+        assert _rdp(q, sigma, alpha) == pytest.approx(quad_rdp(alpha), rel=1e-7), alpha
+    eps, order = opacus_rdp_epsilon(sigma, q, 1000, 1e-5)
+    alphas = np.array(OPACUS_ALPHAS)
+    rdp = np.array([_rdp(q, sigma, x) for x in alphas]) * 1000
+    conv = rdp - (math.log(1e-5) + np.log(alphas)) / (alphas - 1) + np.log((alphas - 1) / alphas)
+    assert eps == np.nanmin(conv) and order == alphas[np.nanargmin(conv)]
+    assert eps >= pld.dpsgd(sigma, q, 1000).epsilon(1e-5)  # an RDP bound: above the certified epsilon
 
 
 # ------------------------------------------------------------ pld curve: no flat upper bounds

@@ -369,12 +369,18 @@ def cmd_lab(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    compare, format_compare = _optional("pld.baselines.lab", ("compare", "format_compare"), "pld compare")
+    (compare,) = _optional("pld.baselines.lab", ("compare",), "pld compare")
+    from pld.report.compare import compare_quietly, format_compare
+
     cfg = _config(args)
     kwargs: dict = {"sampling": cfg.sampling}
     if args.no_peers:
         kwargs["peers"] = False
-    result = compare(cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, cfg.delta, **kwargs)
+    # (the peers' own warnings, e.g. scipy's IntegrationWarning, stay out of the table: one line on stderr)
+    result = compare_quietly(compare, cfg.noise_multiplier, cfg.sampling_rate, cfg.steps, cfg.delta, **kwargs)
+    if result["peer_warnings"]:
+        sys.stderr.write(f"pld: note: the peers raised {len(result['peer_warnings'])} kind(s) of warning, kept out "
+                         f"of the table (--json: peer_warnings): {result['peer_warnings'][0]}\n")
     if args.json:
         _emit_json(result)
     else:
