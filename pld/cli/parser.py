@@ -78,10 +78,13 @@ def _add_dpsgd(sub, fmt) -> None:
 
 
 def _add_calibrate(sub, fmt) -> None:
-    p = sub.add_parser("calibrate", help="solve for sigma, steps or sampling rate",
+    p = sub.add_parser("calibrate", help="solve for sigma, epochs (or steps) or batch size (or rate)",
                        description="Give --target-epsilon, --delta and exactly two of --noise-multiplier, "
-                                   "--sampling-rate, --steps; the third is solved for (smallest sigma, "
-                                   "largest T or largest q meeting the target).",
+                                   "--sampling-rate (or --batch-size with --dataset-size), --steps (or "
+                                   "--epochs); the third is solved for in the unit the flags speak: the "
+                                   "smallest sigma; the most epochs when the loader defines one (--dataset-size "
+                                   "and --batch-size, or --steps-per-epoch), else the most steps; the largest "
+                                   "batch size at fixed --epochs with --dataset-size, else the largest rate.",
                        epilog=EXAMPLES, formatter_class=fmt)
     p.add_argument("--target-epsilon", "--epsilon", type=_float("pos"), required=True, metavar="E")
     _add_config(p)
