@@ -78,7 +78,7 @@ _MAX_SLICES = 20_000
 #: log-mass the slicing leaves in each end slice (under either law): the tails are lumped, not lost
 _LOG_TAIL = -45.0
 
-#: bracket target of the first random-allocation bracket and of the alternatives (comparisons)
+#: bracket target of a first random-allocation bracket (refined only where it could bind)
 ALTERNATIVE_RTOL = 1e-3
 #: the line every shuffling report prints
 ALTERNATIVES_NOTE = ("no tight analysis of shuffling is known: the upper end assumes no amplification; a "
@@ -411,12 +411,14 @@ def shuffle_bounds(noise_multiplier: float, sampling_rate: float | None = None, 
     if whole >= 1 and not shape.dropped and random_allocation:
         try:
             ra = PLD.from_mechanism(_allocation(sigma, t), count=whole)
-            # (a first bracket at 1e-3, refined only where it could bind)
-            lo_ra, hi_ra, met = _query(ra, delta, max(ALTERNATIVE_RTOL, rtol or 0.0))
-            if (rtol is None or rtol < ALTERNATIVE_RTOL) and hi_ra > max((c.epsilon_lower for c in found),
-                                                                         default=0.0):
-                lo_fine, _, met = _query(ra, delta, rtol)
-                lo_ra = max(lo_ra, lo_fine)
+            if alternatives and whole == rounds:  # (its upper end is the balls-in-bins alternative: full target)
+                lo_ra, hi_ra, met = _query(ra, delta, rtol)
+            else:  # (a first bracket at 1e-3, refined only where it could bind)
+                lo_ra, hi_ra, met = _query(ra, delta, max(ALTERNATIVE_RTOL, rtol or 0.0))
+                if (rtol is None or rtol < ALTERNATIVE_RTOL) and hi_ra > max((c.epsilon_lower for c in found),
+                                                                             default=0.0):
+                    lo_fine, hi_fine, met = _query(ra, delta, rtol)
+                    lo_ra, hi_ra = max(lo_ra, lo_fine), min(hi_ra, hi_fine)
         except ValueError:  # (a noise multiplier random allocation refuses: the other bounds stand)
             pass
         else:
@@ -427,17 +429,17 @@ def shuffle_bounds(noise_multiplier: float, sampling_rate: float | None = None, 
                 "Feldman & Shenfeld 2025; Chua et al., AISTATS 2025", met))
             if alternatives and whole == rounds:
                 alt["balls_in_bins"] = {"epsilon_lower": lo_ra, "epsilon_upper": hi_ra, "steps_per_epoch": t,
-                                        "epochs": rounds, "rtol": ALTERNATIVE_RTOL}
+                                        "epochs": rounds}
     if alternatives:
         if "balls_in_bins" not in alt:
-            lo_b, hi_b, _ = _query(PLD.from_mechanism(_allocation(sigma, t), count=rounds), delta, ALTERNATIVE_RTOL)
+            lo_b, hi_b, _ = _query(PLD.from_mechanism(_allocation(sigma, t), count=rounds), delta, rtol)
             alt["balls_in_bins"] = {"epsilon_lower": lo_b, "epsilon_upper": hi_b, "steps_per_epoch": t,
-                                    "epochs": rounds, "rtol": ALTERNATIVE_RTOL}
+                                    "epochs": rounds}
         q = shape.batch_size / shape.dataset_size if shape.batch_size and shape.dataset_size else 1.0 / t
         lo_p, hi_p, _ = _query(PoissonSampled(Gaussian(sigma), q).pld().self_compose(shape.steps * runs), delta,
-                               ALTERNATIVE_RTOL)
+                               rtol)
         alt["poisson"] = {"epsilon_lower": lo_p, "epsilon_upper": hi_p, "sampling_rate": q,
-                          "steps": shape.steps * runs, "rtol": ALTERNATIVE_RTOL}
+                          "steps": shape.steps * runs}
     best = max(found, key=lambda c: c.epsilon_lower, default=None)
     return ShuffleBounds(epsilon_upper=hi, epsilon_lower=0.0 if best is None else best.epsilon_lower,
                          binding="none (no whole epoch)" if best is None else best.name,
