@@ -94,7 +94,7 @@ __version__ = "0.2.0"
 #: use (module ``__getattr__``, PEP 562) so that ``import pld`` stays as fast as
 #: the engine alone: rdp, lab and the curves pull in more of scipy, interop
 #: pulls in nothing until one of its adapters is imported.  Their 0.1.0 paths
-#: (``pld.baselines.rdp``, ``pld.dpsgd``, ...) import as before (:mod:`pld._moved`).
+#: (``pld.rdp``, ``pld.dpsgd``, ...) import as before (:mod:`pld._moved`).
 _LAZY_SUBMODULES = {name: name for name in ("interop", "report", "cli", "io", "engine", "mechanisms",
                                              "accounting", "baselines")}
 _LAZY_SUBMODULES.update({old[len("pld."):]: new[len("pld."):] for old, new in _moved.MOVED.items()})

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import integrate, optimize, stats
+from scipy import optimize, stats
 
 import pld
 from pld.accounting.shuffle import max_of_epoch_pair, shuffle_bounds
@@ -85,7 +85,7 @@ def _max_pair_epsilon(sigma: float, t: int, delta: float, hi: float = 2.0, lo: f
         top = 1.0
         while direction(top) > delta:
             top *= 2
-        out = max(out, optimize.brentq(lambda e: direction(e) - delta, 0.0, top, xtol=1e-12))
+        out = max(out, optimize.brentq(lambda e, f=direction: f(e) - delta, 0.0, top, xtol=1e-12))
     return out
 
 

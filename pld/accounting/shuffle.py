@@ -204,9 +204,11 @@ def _log_sf_max(c: np.ndarray, sigma: float, bins: int, mu: float, lam: float) -
 
     def sf(x: np.ndarray, gx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # log(-expm1(x)), x <= 0: d/dx = 1 / (e^(-x) - 1)
-        with np.errstate(divide="ignore", over="ignore"):
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             out = np.log(-np.expm1(x))
-            return out, gx / np.expm1(-x) + 4 * _U * (1.0 + np.abs(out))
+            err = gx / np.expm1(-x) + 4 * _U * (1.0 + np.abs(out))
+        # at x = 0 the slope is unbounded: the error is unknown (0/0 would be NaN)
+        return out, np.where(np.isnan(err), np.inf, err)
 
     spike, gs = sf(l1a + (bins - 1) * l1b, ga + (bins - 1) * gb + 4 * _U * (np.abs(l1a) + bins * np.abs(l1b)))
     if lam >= 1.0:
