@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import pld
+from oracles import gaussian_delta
 from pld.mechanisms.discrete_gaussian import DiscreteGaussianPair, cut, tail_mass_bound
-from tests.oracles import gaussian_delta
 
 mpmath.mp.dps = 60
 

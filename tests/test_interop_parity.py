@@ -24,6 +24,7 @@ from scipy.stats import norm
 
 import oracles
 import pld
+from peer_pmfs import epsilons_of_pld
 from pld.interop.dp_accounting import PLDAccountant, UnsupportedEventError, from_dp_event
 
 
@@ -106,8 +107,11 @@ def test_true_positive_rates_certified_and_shaped_like_dp_accountings():
     dpa = dp_accounting.pld.PLDAccountant()
     dpa.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 1000)
     sym = 1.0
-    for delta in np.concatenate(([0.0], np.logspace(-13, 0, 600))):
-        eps = dpa.get_epsilon(delta)
+    deltas = np.concatenate(([0.0], np.logspace(-13, 0, 600)))
+    epsilons = epsilons_of_pld(dpa._pld, deltas)
+    for i in (0, 150, 300, 450, 600):
+        assert epsilons[i] == dpa.get_epsilon(deltas[i]) or abs(epsilons[i] - dpa.get_epsilon(deltas[i])) <= 1e-9
+    for delta, eps in zip(deltas, epsilons):
         sym = min(sym, math.exp(eps) * 0.01 + delta, 1.0 + (0.01 + delta - 1.0) * math.exp(-eps))
     assert lo <= sym and one <= sym * (1 + 1e-4)
 

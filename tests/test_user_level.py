@@ -11,8 +11,8 @@ import scipy.optimize
 import scipy.stats as st
 
 import pld
+from oracles import gaussian_epsilon
 from pld.mechanisms.user_level import binomial_weights, example_level_user_step, group_mechanism
-from tests.oracles import gaussian_epsilon
 
 
 def _mog_delta(eps: float, sigma: float, sens: np.ndarray, w: np.ndarray, direction: str) -> float:

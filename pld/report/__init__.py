@@ -25,6 +25,7 @@ from pld import __version__
 # pld.report is not imported by pld/__init__, so the package (and __version__) is complete here
 from pld.accounting import sampling as sampling_registry
 from pld.accounting.loaders import RunShape, resolve_run, run_pld
+from pld.accounting.sampling import SamplingScheme
 from pld.baselines.curves import delta_curve
 from pld.engine.fft import fft_backend
 from pld.report.rounding import bracket, round_down, round_up  # noqa: F401  (re-exported: report's former API)
@@ -98,17 +99,22 @@ MNIST_EXAMPLE = DPSGDConfig(noise_multiplier=1.1, sampling_rate=256 / 60000, ste
                             example="MNIST DP-SGD: 60000 examples, expected batch 256, 60 epochs")
 
 
-def neighbouring(sampling: str) -> str:
+def neighbouring(sampling: str | SamplingScheme) -> str:
     """The report's neighbouring line for a sampling scheme (:mod:`pld.accounting.sampling`)."""
     return sampling_registry.get(sampling).neighbouring
 
 
-def sensitivity_convention(sampling: str) -> str:
+def _sensitivity_text(scheme: SamplingScheme) -> str:
     text = ("noise multiplier sigma = noise standard deviation / L2 sensitivity; in DP-SGD the "
             "L2 sensitivity is the per-example clipping norm C (noise std = sigma * C on the sum "
             "of clipped gradients); C itself is not a privacy parameter")
-    note = sampling_registry.get(sampling).sensitivity_note
+    note = scheme.sensitivity_note
     return text + ("; " + note if note else "")
+
+
+def sensitivity_convention(sampling: str | SamplingScheme) -> str:
+    """The report's line on what sigma is relative to, for a sampling scheme."""
+    return _sensitivity_text(sampling_registry.get(sampling))
 
 
 # ------------------------------------------------------------------ JSON
@@ -197,15 +203,19 @@ def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"
 
 
 # ----------------------------------------------------------------- dpsgd
-def dpsgd_pld(cfg: DPSGDConfig):
-    """The PLD of the configured run(s): the run (:func:`pld.dpsgd`) composed ``runs`` times."""
-    d = run_pld(cfg.noise_multiplier, cfg.run_shape())
+def dpsgd_pld(cfg: DPSGDConfig, shape: RunShape | None = None):
+    """The PLD of the configured run(s): the run (:func:`pld.dpsgd`) composed ``runs`` times
+    (``shape``: the run as :meth:`DPSGDConfig.run_shape` resolves it, when already known)."""
+    d = run_pld(cfg.noise_multiplier, cfg.run_shape() if shape is None else shape)
     if cfg.runs > 1:
         d = d.self_compose(cfg.runs)
     return d
 
 
-def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
+def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None,
+                   scheme: SamplingScheme | None = None) -> list[str]:
+    """The run's warnings (``scheme``: ``cfg.sampling`` resolved, when already known)."""
+    scheme = sampling_registry.get(cfg.sampling) if scheme is None else scheme
     w = []
     if cfg.dataset_size and cfg.delta >= 1.0 / cfg.dataset_size:
         w.append(f"delta = {cfg.delta:g} is not below 1/dataset size = 1/{cfg.dataset_size} = "
@@ -214,17 +224,17 @@ def dpsgd_warnings(cfg: DPSGDConfig, epsilon_upper: float | None) -> list[str]:
     if cfg.sampling_rate_given and cfg.sampling_rate == 1.0:
         w.append("q = 1 is full-batch training (every record in every step); if you meant 1%, "
                  "give --sampling-rate 0.01")
-    if cfg.batch_size_given and sampling_registry.get(cfg.sampling).batch_size_warning:
-        w.append(sampling_registry.get(cfg.sampling).batch_size_warning)
+    if cfg.batch_size_given and scheme.batch_size_warning:
+        w.append(scheme.batch_size_warning)
     if epsilon_upper is not None and (epsilon_upper > LARGE_EPSILON or not math.isfinite(epsilon_upper)):
         w.append(f"epsilon = {epsilon_upper:.4g} > {LARGE_EPSILON:g}: a very weak guarantee "
                  f"(likelihood ratios up to e^epsilon = {_exp_text(epsilon_upper)}); check sigma, q and T")
     return w
 
 
-def dpsgd_notes(cfg: DPSGDConfig) -> list[str]:
+def dpsgd_notes(cfg: DPSGDConfig, scheme: SamplingScheme | None = None) -> list[str]:
     """What the figure does not cover, for stderr and the JSON (the scheme's caveat)."""
-    scheme = sampling_registry.get(cfg.sampling)
+    scheme = sampling_registry.get(cfg.sampling) if scheme is None else scheme
     if scheme.name == "shuffle":  # (its report says it in its own rows)
         return []
     if cfg.batch_size_given and scheme.batch_size_warning:  # (the warning says it)
@@ -284,8 +294,10 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
     accountant's curve (0: none); ``curve_epsilons`` gives them explicitly.
     """
     t0 = time.perf_counter()
-    d = pld_obj if pld_obj is not None else dpsgd_pld(cfg)
+    # (the scheme and the run resolved once, and handed to everything below)
+    scheme = sampling_registry.get(cfg.sampling)
     shape = cfg.run_shape()
+    d = pld_obj if pld_obj is not None else dpsgd_pld(cfg, shape)
     shuffled = None
     if shape.sampling == "shuffle":
         # (not tight by construction: the upper end from its closed form, the lower end the best
@@ -326,8 +338,8 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "total_steps": cfg.total_steps,
         "covers": "one training run" if cfg.runs == 1 else f"{cfg.runs} training runs (composed)",
         "sampling": cfg.sampling,
-        "neighbouring": neighbouring(cfg.sampling),
-        "sensitivity_convention": sensitivity_convention(cfg.sampling),
+        "neighbouring": scheme.neighbouring,
+        "sensitivity_convention": _sensitivity_text(scheme),
         "accountant": ACCOUNTANT,
         "dataset_size": cfg.dataset_size,
         "batch_size": cfg.batch_size,
@@ -345,8 +357,8 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         "numerics": numerics,
         "target_met": bool(explained.get("target_met", True)),
         "target_missed_because": explained.get("target_missed_because"),
-        "warnings": target_warning(explained) + dpsgd_warnings(cfg, hi) + _shuffle_warnings(shuffled),
-        "notes": dpsgd_notes(cfg),
+        "warnings": target_warning(explained) + dpsgd_warnings(cfg, hi, scheme) + _shuffle_warnings(shuffled),
+        "notes": dpsgd_notes(cfg, scheme),
         "seconds": seconds,
         "seconds_epsilon": t_eps,
         "pld_version": __version__,
