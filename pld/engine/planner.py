@@ -51,6 +51,12 @@ TILT_FRACTION = 0.7
 #: trusted to 1e7 and not used beyond (a Gaussian composed 1e9 times has more
 #: round-off at the stronger tilt it would pick)
 TILT_MODEL_STEPS = 10**7
+#: a run longer than this starts in extended precision (``_extend``): there
+#: the power's round-off is a third of the first double grid's width or more
+#: (sigma 1, q 1e-3: 34% at T = 1e8, 87% at 1e9), so that grid is only built
+#: to be redone; at 2e7 the double grid meets its target and extended costs
+#: a quarter more
+EXTENDED_FIRST_STEPS = 5 * 10**7
 #: a direction that should not bind is first tried on a grid this much coarser
 #: (the bias grows like h^2: 16x the bias, a fraction of the cost)
 PROBE_COARSENING = 4.0
@@ -373,6 +379,11 @@ class Planner:
             if isinstance(early, Settings):
                 return early
             h, lam = early
+            if self.laws.exploration(direction).steps() > EXTENDED_FIRST_STEPS and _fft.extended_available():
+                # the power's forward transform, its error multiplied by the
+                # steps it composes, would take a third of a double grid's
+                # width or more, and a stronger tilt does not reduce it
+                precision = "extended"
             if first_cap is not None:
                 while self.composer.grid_points(direction, h, lam, log_eta) > first_cap:
                     h = self.align(direction, round_spacing(2.0 * h))
@@ -564,7 +575,9 @@ class Planner:
         then, and only where a power was used and the platform has a wider
         type.
         """
-        if not (err_part > 0.3 * width and err_part >= 0.5 * target) or not _fft.extended_available():
+        long_run = self.laws.exploration(direction).steps() > TILT_MODEL_STEPS
+        if (not (err_part > 0.3 * width and (err_part >= 0.5 * target or long_run))
+                or not _fft.extended_available()):
             return False
         return any(k > 1 for k in self.composer.power_steps(direction, *settings))
 
@@ -572,10 +585,13 @@ class Planner:
                    width: float, target: float, err_part: float,
                    weakened: bool) -> tuple[float, float, bool] | None:
         """The next ``(h, lam, weakened)`` to try, or None to stop refining."""
-        if err_part > 0.3 * width and lam < lam_star:
+        lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
+        if err_part > 0.3 * width and lam < lam_star and lam_new > lam:
             # a stronger tilt, unless it widens the tilted law too much
-            # (heavy tails: the grid would explode for little gain)
-            lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
+            # (heavy tails: the grid would explode for little gain).  (A
+            # Chernoff tilt within one rung of the ladder of this one rounds
+            # back to it: the same settings again would only stall the
+            # refinement, so the spacing is refined below instead.)
             comp = self.laws.sizing(direction, log_eta)
             lo0, hi0 = w.window(comp, lam, log_eta)
             lo1, hi1 = w.window(comp, lam_new, log_eta)
