@@ -51,11 +51,11 @@ TILT_FRACTION = 0.7
 #: trusted to 1e7 and not used beyond (a Gaussian composed 1e9 times has more
 #: round-off at the stronger tilt it would pick)
 TILT_MODEL_STEPS = 10**7
-#: a run longer than this starts in extended precision (``_extend``): there
-#: the power's round-off is a third of the first double grid's width or more
-#: (sigma 1, q 1e-3: 34% at T = 1e8, 87% at 1e9), so that grid is only built
-#: to be redone; at 2e7 the double grid meets its target and extended costs
-#: a quarter more
+#: a run longer than this starts in extended precision (``_extend``): the
+#: power's round-off, about the number of steps times one transform's, is then
+#: a large part of the first double grid's width, so that grid would only be
+#: built to be redone; shorter runs usually meet their target in double,
+#: where the long double transform would cost more than it saves
 EXTENDED_FIRST_STEPS = 5 * 10**7
 #: a direction that should not bind is first tried on a grid this much coarser
 #: (the bias grows like h^2: 16x the bias, a fraction of the cost)
@@ -573,7 +573,9 @@ class Planner:
         steps, the round-off part of the bracket fell 3-70x, median 40x).  It
         costs 1.5-3x a materialisation (the long double transform), so only
         then, and only where a power was used and the platform has a wider
-        type.
+        type.  Beyond ``TILT_MODEL_STEPS`` steps the 30% alone suffices: a
+        stronger tilt does not reduce the round-off of such a run, and the
+        finer spacing it would otherwise come to keeps the round-off too.
         """
         long_run = self.laws.exploration(direction).steps() > TILT_MODEL_STEPS
         if (not (err_part > 0.3 * width and (err_part >= 0.5 * target or long_run))
