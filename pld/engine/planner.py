@@ -590,13 +590,9 @@ class Planner:
         steps, the round-off part of the bracket fell 3-70x, median 40x).  It
         costs 1.5-3x a materialisation (the long double transform), so only
         then, and only where a power was used and the platform has a wider
-        type.  Beyond ``TILT_MODEL_STEPS`` steps the 30% alone suffices: a
-        stronger tilt does not reduce the round-off of such a run, and the
-        finer spacing it would otherwise come to keeps the round-off too.
+        type.
         """
-        long_run = self.laws.exploration(direction).steps() > TILT_MODEL_STEPS
-        if (not (err_part > 0.3 * width and (err_part >= 0.5 * target or long_run))
-                or not _fft.extended_available()):
+        if not (err_part > 0.3 * width and err_part >= 0.5 * target) or not _fft.extended_available():
             return False
         return any(k > 1 for k in self.composer.power_steps(direction, *settings))
 
@@ -604,13 +600,10 @@ class Planner:
                    width: float, target: float, err_part: float,
                    weakened: bool) -> tuple[float, float, bool] | None:
         """The next ``(h, lam, weakened)`` to try, or None to stop refining."""
-        lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
-        if err_part > 0.3 * width and lam < lam_star and lam_new > lam:
+        if err_part > 0.3 * width and lam < lam_star:
             # a stronger tilt, unless it widens the tilted law too much
-            # (heavy tails: the grid would explode for little gain).  (A
-            # Chernoff tilt within one rung of the ladder of this one rounds
-            # back to it: the same settings again would only stall the
-            # refinement, so the spacing is refined below instead.)
+            # (heavy tails: the grid would explode for little gain)
+            lam_new = w.quantize_tilt(min(lam_star, 2.5 * lam))
             comp = self.laws.sizing(direction, log_eta)
             lo0, hi0 = w.window(comp, lam, log_eta)
             lo1, hi1 = w.window(comp, lam_new, log_eta)
