@@ -12,12 +12,36 @@ is bounded and moved to the safe side).
 from __future__ import annotations
 
 import math
+import threading
 
 from pld.engine import windows as w
-from pld.engine.cache import EngineCache
+from pld.engine.cache import SMALL_ENTRIES, EngineCache, LRUStore
 from pld.engine.outward import sum_bounds
 
 DIRECTIONS = ("remove", "add")
+
+#: explored laws shared by every PLD of this process, per (mechanism,
+#: direction): a mechanism is an immutable description, and exploring it gives
+#: the same law for every composition it is part of (an epoch table, a
+#: calibration, a sweep over T), along with what the Exploration memoises
+#: (psi values, truncated sizing laws, added variances)
+_SHARED = LRUStore(SMALL_ENTRIES)
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(key, make):
+    """``make()``, remembered process-wide under ``key`` (a key that cannot be
+    hashed, a mechanism holding arrays, is not remembered)."""
+    try:
+        with _SHARED_LOCK:
+            hit = _SHARED.get(key)
+    except TypeError:
+        return make()
+    if hit is None:
+        hit = make()  # (outside the lock: two threads may both explore; either result is the same)
+        with _SHARED_LOCK:
+            _SHARED.put(key, hit)
+    return hit
 
 
 class Laws:
@@ -35,7 +59,8 @@ class Laws:
         with self.cache.lock:
             c = self.cache.laws.get(direction)
             if c is None:
-                c = w.Composite([(w.explore(m.loss_model(direction)), k) for m, k in self.components])
+                c = w.Composite([(_shared((type(m), m, direction), lambda m=m: w.explore(m.loss_model(direction))), k)
+                                 for m, k in self.components])
                 self.cache.laws.put(direction, c)
             return c
 

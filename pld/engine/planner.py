@@ -51,6 +51,16 @@ TILT_FRACTION = 0.7
 #: trusted to 1e7 and not used beyond (a Gaussian composed 1e9 times has more
 #: round-off at the stronger tilt it would pick)
 TILT_MODEL_STEPS = 10**7
+#: a run longer than this may start in extended precision (``_extend``,
+#: :meth:`Planner._extended_first`): shorter runs usually meet their target in
+#: double, where the long double transform costs more than it saves
+EXTENDED_FIRST_STEPS = 5 * 10**7
+#: ... when the round-off model of :meth:`Planner.initial_tilt` (without its
+#: factor 5) predicts at least this share of the target: beyond the steps it
+#: was fitted on it falls short of the round-off, so a small predicted share
+#: already means a large one, and where the round-off is a large part of the
+#: first double grid's width that grid would only be built to be redone
+EXTENDED_FIRST_SHARE = 0.08
 #: a direction that should not bind is first tried on a grid this much coarser
 #: (the bias grows like h^2: 16x the bias, a fraction of the cost)
 PROBE_COARSENING = 4.0
@@ -165,6 +175,22 @@ class Planner:
         while lam < top and too_rough(lam, eps_guess):
             lam = w.quantize_tilt(1.25 * lam)
         return lam
+
+    def _extended_first(self, direction: str, query: Query, lam: float, lam_star: float) -> bool:
+        """Whether a long run's first grid should use the FFT power in
+        extended precision (sizing only, as the tilt: see :meth:`initial_tilt`
+        for the round-off model and ``EXTENDED_FIRST_SHARE``)."""
+        comp = self.laws.sizing(direction, self.log_eta(direction, query))
+        if (query.kind != "delta" or comp.steps() <= EXTENDED_FIRST_STEPS or not lam_star > 0
+                or not _fft.extended_available()):
+            return False
+        eps = w.saddle_epsilon(comp, query.value)
+        if eps is None or not (eps > 0 and math.isfinite(eps)):
+            return False
+        x = float(comp.psi(lam)[0]) - lam * eps - math.log(query.value)
+        log_share = (x + math.log(comp.steps() * 10.0 ** -12.5 / lam_star)
+                     - math.log(query.rtol * eps + EPS_ATOL))
+        return log_share > math.log(EXTENDED_FIRST_SHARE)
 
     # ---------------------------------------------------------- budgets
     def log_eta(self, direction: str, query: Query) -> LogEta:
@@ -373,6 +399,8 @@ class Planner:
             if isinstance(early, Settings):
                 return early
             h, lam = early
+            if self._extended_first(direction, query, lam, lam_star):
+                precision = "extended"
             if first_cap is not None:
                 while self.composer.grid_points(direction, h, lam, log_eta) > first_cap:
                     h = self.align(direction, round_spacing(2.0 * h))

@@ -56,6 +56,7 @@ class Exploration:
         cache = self.__dict__.setdefault("_psi_cache", {})
         hit = cache.get(lam)
         if hit is None:
+            _bounded(cache)
             vals = self.psi(np.concatenate(([lam], lam + _WIN_THETAS, lam - _WIN_THETAS)))
             k = _WIN_THETAS.size
             hit = (float(vals[0]), vals[1:k + 1], vals[k + 1:])
@@ -105,6 +106,7 @@ class Exploration:
         cache = self.__dict__.setdefault("_added_variance", {})
         hit = cache.get(h)
         if hit is None:
+            _bounded(cache)
             u = np.mod(self.loss, h)
             hit = cache[h] = float(np.dot(self._weights(), u * (h - u)))
         return hit
@@ -117,6 +119,19 @@ class Exploration:
                 hit = np.exp(self.log_p)
             self.__dict__["_w"] = hit
         return hit
+
+
+#: entries an Exploration memoises per kind (tilts, spacings, budgets): one
+#: exploration serves every PLD of its mechanism (pld.engine.laws), so a long
+#: sweep over T must not grow its memos without end
+_MEMO_ENTRIES = 128
+
+
+def _bounded(memo: dict) -> None:
+    """Make room in a memo of an Exploration (all of it goes: it is rebuilt
+    from the same immutable law by the same code)."""
+    if len(memo) >= _MEMO_ENTRIES:
+        memo.clear()
 
 
 def continuous_pieces(model: LossModelProtocol, cells: int = 1000) -> tuple[np.ndarray, np.ndarray]:
@@ -157,6 +172,7 @@ def truncated_above(ex: Exploration, log_budget: float) -> Exploration:
     memo = ex.__dict__.setdefault("_truncated", {})
     hit = memo.get(log_budget)
     if hit is None:
+        _bounded(memo)
         hit = memo[log_budget] = _truncated_above(ex, log_budget)
     return hit
 
