@@ -206,6 +206,11 @@ def test_bad_input():
     g = pld.Gaussian(1.0)
     with pytest.raises(TypeError, match="mechanism"):
         RandomAllocation(pld.Laplace(1.0), 10)
+    # an unsupported base is a ValueError naming the supported ones (issue 39)
+    for base in (pld.Laplace(1.0), pld.RandomizedResponse(1.0)):
+        for cls in (RandomAllocation, pld.Shuffling):
+            with pytest.raises(ValueError, match=r"supported: pld\.Gaussian\).*got (Laplace|RandomizedResponse)"):
+                cls(base, 10)
     with pytest.raises(ValueError, match="steps"):
         RandomAllocation(g, 0)
     with pytest.raises(ValueError, match="participations"):

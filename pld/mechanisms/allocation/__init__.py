@@ -74,7 +74,7 @@ from pld.mechanisms.allocation.coordinate import atoms as _atoms
 from pld.mechanisms.allocation.sums import sum_laws
 from pld.mechanisms.models import _PairInBase
 
-__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
+__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
 #: default first-grid spacing, in standard deviations of one log-normal
 #: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
@@ -163,12 +163,29 @@ def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
 _COARSEST_SD = 0.3
 
 
+class UnsupportedBaseError(ValueError, TypeError):
+    """The base mechanism of a round is not one random allocation (or shuffling) is implemented for.
+
+    A ``ValueError`` (the argument has the right kind, a mechanism, but an unsupported value)
+    and, for code written against earlier versions, a ``TypeError``.
+    """
+
+
+#: base mechanisms a round accepts (the pair is built from the log-normal law of one Gaussian
+#: coordinate's likelihood ratio; see :mod:`pld.mechanisms.allocation.sums`)
+SUPPORTED_BASES = ("Gaussian",)
+
+
 def _check_round(round_, what: str) -> None:
     """The arguments every round (epoch) description shares: a Gaussian base, the
     steps of the round, the first grid's spacing (normalised in place)."""
     if not isinstance(round_.mechanism, Gaussian):
-        raise TypeError(f"mechanism must be a pld.Gaussian ({what} is implemented for the Gaussian base only), "
-                        f"got {type(round_.mechanism).__name__}")
+        got = type(round_.mechanism).__name__
+        raise UnsupportedBaseError(
+            f"mechanism must be a pld.Gaussian: {what} is implemented for the Gaussian base only (supported: "
+            f"{', '.join('pld.' + b for b in SUPPORTED_BASES)}), got {got}.  Laplace, discrete Laplace, randomized "
+            f"response and other bases are not supported; a certified (not amplified) bound for them is the base "
+            f"mechanism composed k times per epoch: PLD((mechanism, k * epochs))")
     object.__setattr__(round_, "steps", v.integer("steps", round_.steps, low=1, high=MAX_STEPS))
     object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
 
@@ -251,8 +268,11 @@ class RandomAllocation(Mechanism):
 
     Raises
     ------
+    UnsupportedBaseError
+        (a ``ValueError`` and a ``TypeError``) ``mechanism`` is not a :class:`pld.Gaussian`:
+        the message names the supported bases (``SUPPORTED_BASES``).
     TypeError
-        ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
+        A count is not an integer.
     ValueError
         ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
         ``spacing`` outside [1e-4, 1]; one step per round at ``sigma`` below
