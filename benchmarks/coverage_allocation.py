@@ -344,7 +344,7 @@ def classify(rec: dict) -> str:
         return "contradicted"
     width = p["upper"] - p["lower"]
     p["ratio"] = width / target_width(p["upper"]) if math.isfinite(width) else math.inf
-    if width <= target_width(p["upper"]):
+    if math.isfinite(p["upper"]) and width <= target_width(p["upper"]):
         return "within"
     return "warned" if p.get("warnings") else "silent"
 

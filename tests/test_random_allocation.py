@@ -287,3 +287,16 @@ def test_overlaps_pld_accounting():
     lo, hi = _alloc(1.0, 10).pld().self_compose(10).epsilon_bounds(1e-5, rtol=1e-3)
     assert lo <= up and hi >= low, (lo, hi, low, up)
     assert hi - lo < 0.1 * (up - low)  # narrower than the peer's by an order of magnitude
+
+
+def test_an_infinite_upper_end_is_never_silent():
+    # the upper pairs' mass at +inf, composed over many rounds, exceeds a strict delta: the
+    # upper end is inf and that misses every target (inf - lower <= rtol * inf must not pass;
+    # the allocation coverage benchmark found these silent, issue 39)
+    for mech, rounds in ((RandomAllocation(pld.Gaussian(1.85), 20), 100),
+                         (RandomAllocation(pld.Gaussian(1.85), 40, participations=2), 50)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lo, hi = mech.pld().self_compose(rounds).epsilon_bounds(1e-12)
+        assert math.isinf(hi) and 0 < lo < math.inf
+        assert any(issubclass(w.category, (pld.TargetMissedWarning, pld.NotTightWarning)) for w in caught)
