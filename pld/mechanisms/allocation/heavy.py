@@ -115,13 +115,14 @@ _TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 _TOP_TAIL = 1e-18
 
 
-def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
-    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``): ``spacing`` standard
-    deviations of one coordinate, or finer where that gives fewer than ``MIN_LIGHT_CELLS``."""
+def light_cut(sigma: float, t: int, spacing: float, kappa: float = KAPPA) -> tuple[float, int]:
+    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``, where ``t Q(Y > B) = kappa``):
+    ``spacing`` standard deviations of one coordinate, or finer where that gives fewer than
+    ``MIN_LIGHT_CELLS``."""
     a = 1.0 / sigma
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     d = spacing * sd1
-    z = float(-_special.ndtri(KAPPA / t))
+    z = float(-_special.ndtri(kappa / t))
     want = math.exp(-0.5 * a * a + a * z)
     if want / d < MIN_LIGHT_CELLS:
         # (few steps: the cut is low, and a finer grid resolves the bulk of a coordinate,
@@ -248,8 +249,11 @@ def _gaussian_add_atoms(mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _with_inf(loss[ok], lp, lp - loss[ok], float(sf[-1]) * (1 + 1e-12) + 1e-300)
 
 
-def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
-    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
+def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module.
+
+    ``kappa``: ``t Q(Y > B)`` at the light cut ``B`` (a smaller one puts fewer rounds in the
+    stochastic bounds of ``{N >= 2}`` and more of each coordinate on the light grid)."""
     from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
 
     if t < 2:
@@ -257,7 +261,7 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     a = 1.0 / sigma
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    d, n_l = light_cut(sigma, t, spacing)
+    d, n_l = light_cut(sigma, t, spacing, kappa)
     big_b = n_l * d
     coarse = _COARSE_RATIO * spacing
     z_b = (math.log(big_b) - mu) / a
@@ -456,8 +460,8 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                np.concatenate((low0.add[2], lq)))
     lower = SideAtoms(rem, add)
 
-    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
-            "light_cut": big_b, "heavy_points": int(hv.size), "ratio": RATIO,
+    info = {"construction": "split", "spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
+            "light_cut": big_b, "kappa": kappa, "heavy_points": int(hv.size), "ratio": RATIO,
             "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
             "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
             "lower_cells": rows,
