@@ -408,3 +408,20 @@ def test_strict_delta_one_of_1000_within_target_against_importance_sampling():
     est, se = _is_remove_delta(1.0, 1000, [lo, hi], 40_000, 1, 1000 * math.expm1(0.534) + 1)
     assert np.all(se < 0.03 * est)
     assert np.all(np.abs(est - 1e-10) <= 5 * se), (lo, hi, est, se)
+
+
+def test_k_of_t_explain_states_the_structural_part_of_the_width():
+    """Issue 39: explain() says how much of a k-of-t bracket is the block argument against the
+    statistic (structural) and how much each construction's grid (numerical)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        e = RandomAllocation(pld.Gaussian(1.0), 12, participations=2).explain(1e-5)
+    parts = e["width_parts"]
+    u_lo, u_hi = e["block_bracket"]
+    l_lo, l_hi = e["statistic_bracket"]
+    assert e["epsilon_upper"] == u_hi and e["epsilon_lower"] == l_lo
+    assert l_lo <= l_hi <= u_lo <= u_hi
+    assert parts["structural"] == pytest.approx(u_lo - l_hi) and parts["structural"] > 0
+    assert sum(parts.values()) == pytest.approx(e["gap"], rel=1e-12)
+    assert 0.5 < e["structural_share"] <= 1.0
+    assert "block argument" in e["loose"] and f"{parts['structural']:.4g}" in e["loose"]

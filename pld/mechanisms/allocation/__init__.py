@@ -443,7 +443,12 @@ class RandomAllocation(Mechanism):
         dict
             ``upper`` and ``lower`` (the constructions in words), and with
             ``delta``: ``epsilon_lower``, ``epsilon_upper``, ``gap`` and
-            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`).
+            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`);
+            for ``k > 1`` also ``width_parts`` (``upper_grid``, ``lower_grid``:
+            numerical, ``structural``: between the block argument and the
+            statistic), ``structural_share``, ``block_bracket``,
+            ``statistic_bracket`` and ``loose`` (the same in words; see
+            :meth:`_width_parts`).
         """
         out: dict = {"steps": self.steps, "participations": self.participations,
                      "noise_multiplier": self.noise_multiplier}
@@ -474,7 +479,37 @@ class RandomAllocation(Mechanism):
             lo, hi = d.epsilon_bounds(delta)
             out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
                         "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
+            if self.participations > 1:
+                out.update(self._width_parts(d, delta, lo, hi))
         return out
+
+    @staticmethod
+    def _width_parts(d: PLD, delta: float, lo: float, hi: float) -> dict:
+        """How the width of a ``k``-of-``t`` bracket splits (:meth:`explain`).
+
+        Each end is its own construction's bracket: the block rounds' ``[u_lo, u_hi]``
+        (``u_hi`` is the reported upper end) and the statistic's ``[l_lo, l_hi]``
+        (``l_lo`` the reported lower end).  ``u_hi - u_lo`` and ``l_hi - l_lo`` are
+        numerical (grids); what lies between, ``u_lo - l_hi``, is structural: the
+        block argument's epsilon (at least ``u_lo``) is above the truth by some
+        amount and the statistic's (at most ``l_hi``) below it by the rest.  Nothing
+        certified splits that part further, so it is stated, not attributed."""
+        upper, lower = d.bounds()
+        u_lo, u_hi = upper.epsilon_bounds(delta)
+        l_lo, l_hi = lower.epsilon_bounds(delta) if lower is not None else (0.0, 0.0)
+        width = hi - lo
+        structural = max(0.0, u_lo - l_hi)
+        parts = {"upper_grid": u_hi - u_lo, "lower_grid": l_hi - l_lo, "structural": structural}
+        share = structural / width if width > 0 and math.isfinite(width) else 0.0
+        loose = (f"the true epsilon lies in [{lo:.6g}, {hi:.6g}]: {parts['upper_grid']:.3g} of the width is the "
+                 f"block rounds' own grid, {parts['lower_grid']:.3g} the lower statistic's grid and "
+                 f"{structural:.4g} ({100 * share:.1f}%) the structural gap between the block argument (the upper "
+                 f"end, a dominating pair that is not tight: its epsilon is at least {u_lo:.6g}) and the lower "
+                 f"statistic (a post-processing that is not sufficient: its epsilon is at most {l_hi:.6g}); "
+                 "that gap is the price of the block argument and of the statistic together, and no certified "
+                 "bound known here says how it splits between the two ends")
+        return {"width_parts": parts, "structural_share": share, "loose": loose,
+                "block_bracket": (u_lo, u_hi), "statistic_bracket": (l_lo, l_hi)}
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
