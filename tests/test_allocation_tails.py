@@ -425,3 +425,23 @@ def test_k_of_t_explain_states_the_structural_part_of_the_width():
     assert sum(parts.values()) == pytest.approx(e["gap"], rel=1e-12)
     assert 0.5 < e["structural_share"] <= 1.0
     assert "block argument" in e["loose"] and f"{parts['structural']:.4g}" in e["loose"]
+
+
+def test_short_round_small_sigma_add_direction_without_gaussian_fallback():
+    """Issue 39: sigma = 0.45, 1-of-10, delta = 1e-5 was [9.09, 11.39] (the add direction's upper
+    end one Gaussian step: the light grid, in standard deviations of a coordinate, spread whole
+    rounds to Lambda = 0).  The refinement chain's light grid in medians ("split_fine") resolves
+    it; the true delta at both ends is 1e-5 to the importance-sampling error."""
+    mech = RandomAllocation(pld.Gaussian(0.45), 10)
+    assert mech.grid_info()["gaussian_add"] and mech.refined().construction == "split_fine"
+    info = RandomAllocation(pld.Gaussian(0.45), 10, construction="split_fine").grid_info()
+    assert not info["gaussian_add"] and info["inf_mass_upper_add"] < 1e-9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AllocationAccuracyWarning)  # (the first, coarse round says so)
+        lo, hi = mech.pld().epsilon_bounds(1e-5)
+    assert hi - lo <= 1e-4 * hi + 1e-6, (lo, hi)
+    a = 1.0 / 0.45
+    shift = (math.log(10 * math.exp(hi)) - a * a / 2) / a  # (the marked coordinate's normal at e^eps t)
+    for eps in (lo, hi):
+        est, se = _other_tests()._mc_delta(0.45, 10, eps, "remove", n=100_000, seed=7, shift=shift)
+        assert se < 0.03 * est and abs(est - 1e-5) <= 5 * se, (eps, est, se)

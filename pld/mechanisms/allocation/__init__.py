@@ -101,6 +101,8 @@ _REFINE_CELLS = 1 << 20
 _FINEST_KAPPA = 1e-6
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
+#: the split's light cut is refined (kappa / 100) from this noise multiplier on only
+_KAPPA_REFINE_SIGMA = 0.7
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
@@ -190,10 +192,12 @@ class RandomAllocation(Mechanism):
         tail of a small ``sigma`` would need more than ``2^20`` cells, the first
         grid holds only the light part of a coordinate and the heavy part is on
         a geometric grid (:mod:`pld.mechanisms.allocation.heavy`).
-    construction : {"auto", "linear", "split"}, optional
-        The pair's construction (see the module); ``"auto"`` (default) picks by
-        regime and, when a bracket misses its target, intersects it with the
-        other's.  An explicit one is built alone (no refinement chain).
+    construction : {"auto", "linear", "split", "split_fine"}, optional
+        The pair's construction (see the module; ``"split_fine"``: the split on
+        a light grid in medians of a coordinate, for short rounds at small
+        sigma); ``"auto"`` (default) picks by regime and, when a bracket misses
+        its target, intersects it with the others'.  An explicit one is built
+        alone (no refinement chain).
     kappa : float, optional
         The split's light cut ``B``: ``t Q(Y > B) = kappa`` (default ``1e-4``).
     refine_next : tuple, optional
@@ -255,7 +259,8 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
         if self.construction not in ("auto",) + CONSTRUCTIONS:
-            raise ValueError(f"construction must be 'auto', 'linear' or 'split', got {self.construction!r}")
+            raise ValueError(f"construction must be 'auto', 'linear', 'split' or 'split_fine', got "
+                             f"{self.construction!r}")
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
         _check_tail(self.noise_multiplier, self.steps, self.participations)
 
@@ -268,7 +273,7 @@ class RandomAllocation(Mechanism):
         """The next finer variant of one construction, or None: the single grid at half the
         spacing (down to ``FINEST_SPACING``, within ``_REFINE_CELLS`` cells); the split with a
         light cut a hundred times further out (``kappa / 100``, down to ``_FINEST_KAPPA``, while
-        the light grid stays within ``_REFINE_LIGHT_CELLS`` cells)."""
+        the light grid stays within ``_REFINE_LIGHT_CELLS`` cells, from ``sigma = 0.7`` on)."""
         from pld.mechanisms.allocation.heavy import light_cut
         from pld.mechanisms.allocation.levels import window
 
@@ -280,6 +285,8 @@ class RandomAllocation(Mechanism):
             if 2 * window(a, 1, t) / (spacing * math.sqrt(math.expm1(min(a * a, 700.0)))) > _REFINE_CELLS:
                 return None  # (a heavy tail's grid: twice the cells would cost minutes)
             return ("linear", spacing / 2, kappa)
+        if construction == "split_fine" or s < _KAPPA_REFINE_SIGMA:
+            return None  # (below, the light grid of a further cut costs tens of seconds and its gain was nil)
         if kappa / 100 < _FINEST_KAPPA * (1 - 1e-9) or light_cut(s, t, spacing, kappa / 100)[1] > _REFINE_LIGHT_CELLS:
             return None
         return ("split", spacing, kappa / 100)
@@ -312,6 +319,11 @@ class RandomAllocation(Mechanism):
             s, t = self.noise_multiplier, self.steps
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
+            if first == "split" and self.grid_info().get("gaussian_add"):
+                # (a short round at small sigma: the add direction fell back to one Gaussian
+                # step; only a light grid in medians resolves it, and a further light cut does not)
+                pending.insert(0, ("split_fine", self.spacing, self.kappa))
+                first = "split_fine"
             pending.append(self._finer(first, self.spacing, self.kappa))
             if can_other:
                 pending.append(self._finer(other, self.spacing, self.kappa))

@@ -99,7 +99,7 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_runs,
     coordinate_spread,
 )
-from pld.mechanisms.allocation.heavy import heavy_laws
+from pld.mechanisms.allocation.heavy import KAPPA, heavy_laws
 from pld.mechanisms.allocation.levels import (
     _COARSE_RATIO,
     _TAIL,
@@ -126,7 +126,7 @@ _TILT_DEPTH = 30.0
 #: constructions of one round: one linear grid for the whole coordinate ("linear", below), or
 #: the light/heavy split by the number of heavy coordinates ("split",
 #: :func:`pld.mechanisms.allocation.heavy.heavy_laws`)
-CONSTRUCTIONS = ("linear", "split")
+CONSTRUCTIONS = ("linear", "split", "split_fine")
 #: "auto" takes the split at or below this noise multiplier, or from this many steps on
 _SPLIT_SIGMA = 1.35
 _SPLIT_STEPS = 1000
@@ -152,9 +152,11 @@ def choose_construction(sigma: float, t: int, spacing: float, construction: str 
     (:meth:`pld.mechanisms.allocation.RandomAllocation.refined`)."""
     if t < 2:
         return "linear"
+    if construction in CONSTRUCTIONS and construction != "linear":
+        return construction
     if not linear_fits(sigma, t, spacing):
         return "split"
-    if construction in CONSTRUCTIONS:
+    if construction == "linear":
         return construction
     return "split" if (sigma <= _SPLIT_SIGMA or t >= _SPLIT_STEPS) else "linear"
 
@@ -165,7 +167,8 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
 
     ``construction``: ``"linear"`` (this function's single grid), ``"split"`` (the light/heavy
-    split, with ``kappa``) or ``"auto"`` (:func:`choose_construction`).
+    split, with ``kappa``), ``"split_fine"`` (the same on a light grid in medians of a
+    coordinate) or ``"auto"`` (:func:`choose_construction`).
 
     ``spacing``: the first grid's spacing in standard deviations of one
     coordinate (raised if the first window would need more than ``MAX_CELLS``
@@ -190,10 +193,12 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     w1 = window(a, 1, t)
-    if choose_construction(sigma, t, spacing, construction) == "split":
+    chosen = choose_construction(sigma, t, spacing, construction)
+    if chosen != "linear":
         # a light part on a linear grid, the heavy part on a geometric one (needed where
-        # one grid cannot hold both the bulk and the heavy tail of a coordinate)
-        return heavy_laws(sigma, t, spacing) if kappa is None else heavy_laws(sigma, t, spacing, kappa)
+        # one grid cannot hold both the bulk and the heavy tail of a coordinate); "split_fine":
+        # its light grid in medians of a coordinate (heavy_laws' fine)
+        return heavy_laws(sigma, t, spacing, KAPPA if kappa is None else kappa, chosen == "split_fine")
     d = max(spacing * sd1, w1 / MAX_CELLS)
     n = int(math.ceil(w1 / d))
     coarse = _COARSE_RATIO * spacing
