@@ -427,6 +427,7 @@ def test_k_of_t_explain_states_the_structural_part_of_the_width():
     assert "block argument" in e["loose"] and f"{parts['structural']:.4g}" in e["loose"]
 
 
+@pytest.mark.slow  # (~15 s: the fine light grid of 2^18 cells, and the coarse round before it)
 def test_short_round_small_sigma_add_direction_without_gaussian_fallback():
     """Issue 39: sigma = 0.45, 1-of-10, delta = 1e-5 was [9.09, 11.39] (the add direction's upper
     end one Gaussian step: the light grid, in standard deviations of a coordinate, spread whole
