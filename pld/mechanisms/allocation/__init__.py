@@ -79,7 +79,7 @@ from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
-from pld.mechanisms.allocation.heavy import KAPPA
+from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.pairs import _LabelSum, _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
@@ -319,7 +319,8 @@ class RandomAllocation(Mechanism):
             s, t = self.noise_multiplier, self.steps
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
-            if first == "split" and self.grid_info().get("gaussian_add"):
+            if (first == "split" and self.grid_info().get("gaussian_add")
+                    and fine_resolves(s, t, self.spacing, self.kappa)):
                 # (a short round at small sigma: the add direction fell back to one Gaussian
                 # step; only a light grid in medians resolves it, and a further light cut does not)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))

@@ -140,6 +140,16 @@ def light_cut(sigma: float, t: int, spacing: float, kappa: float = KAPPA, fine: 
     return d, int(min(LIGHT_CELLS, max(64, math.ceil(want / d))))
 
 
+def fine_resolves(sigma: float, t: int, spacing: float, kappa: float = KAPPA) -> bool:
+    """Whether the ``fine`` light grid is worth building for a round whose add direction fell back
+    to one Gaussian step: every coordinate in its first cell (spread to ``Lambda = 0``) has
+    probability at most ``1e-6`` there (sizing only; a short round at a very small sigma would
+    need a geometric light grid instead, which is not built)."""
+    a = 1.0 / sigma
+    d, _ = light_cut(sigma, t, spacing, kappa, fine=True)
+    return t * math.log(max(float(ndtr((math.log(d) + 0.5 * a * a) / a)), 1e-300)) <= math.log(1e-6)
+
+
 def fine_coarse_factor(sigma: float) -> float:
     """The re-grid scale of the ``fine`` variant, relative to standard deviations: a coordinate's
     robust spread ``e^{-a^2/2}(e^a - 1)`` (median to its 84% quantile) over its standard deviation."""
