@@ -193,7 +193,10 @@ class PLD:
     def _say_not_tight(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, rtol: float) -> None:
         """Never silent: a bracket wider than its target because a part is not
         tight is said once per PLD (:class:`NotTightWarning`)."""
-        wide = np.flatnonzero((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
+        # (an infinite upper end is wide unless the lower end is infinite too: inf > inf is False)
+        with np.errstate(invalid="ignore"):
+            wide = np.flatnonzero(((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
+                                  | (np.isinf(hi) & np.isfinite(lo)).ravel())
         if wide.size == 0 or self.__dict__.get("_said_not_tight"):
             return
         self.__dict__["_said_not_tight"] = True
@@ -539,7 +542,10 @@ class PLD:
             return lo, hi, miss
         lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol)
         lo, hi = max(lo, lo2), min(hi, hi2)
-        return lo, hi, (None if hi - lo <= rtol * hi + EPS_ATOL else miss2)
+        # (an infinite upper end misses any target unless epsilon is infinite exactly:
+        # inf - lo <= rtol * inf would call it met)
+        met = (math.isinf(lo) or math.isfinite(hi)) and hi - lo <= rtol * hi + EPS_ATOL
+        return lo, hi, (None if met else (miss2 or miss))
 
     def _tv_upper(self) -> float:
         """Upper bound on delta(0), the composition's total variation (1 if unknown)."""

@@ -206,6 +206,11 @@ def test_bad_input():
     g = pld.Gaussian(1.0)
     with pytest.raises(TypeError, match="mechanism"):
         RandomAllocation(pld.Laplace(1.0), 10)
+    # an unsupported base is a ValueError naming the supported ones (issue 39)
+    for base in (pld.Laplace(1.0), pld.RandomizedResponse(1.0)):
+        for cls in (RandomAllocation, pld.Shuffling):
+            with pytest.raises(ValueError, match=r"supported: pld\.Gaussian\).*got (Laplace|RandomizedResponse)"):
+                cls(base, 10)
     with pytest.raises(ValueError, match="steps"):
         RandomAllocation(g, 0)
     with pytest.raises(ValueError, match="participations"):
@@ -282,3 +287,17 @@ def test_overlaps_pld_accounting():
     lo, hi = _alloc(1.0, 10).pld().self_compose(10).epsilon_bounds(1e-5, rtol=1e-3)
     assert lo <= up and hi >= low, (lo, hi, low, up)
     assert hi - lo < 0.1 * (up - low)  # narrower than the peer's by an order of magnitude
+
+
+def test_an_infinite_upper_end_is_never_silent():
+    # the upper pairs' mass at +inf, composed over many rounds, exceeds a strict delta: the
+    # upper end is inf and that misses every target (inf - lower <= rtol * inf must not pass;
+    # the allocation coverage benchmark found these silent, issue 39)
+    # (the single-grid construction alone: "auto" intersects it with the split, which bounds these)
+    for mech, rounds in ((RandomAllocation(pld.Gaussian(1.85), 20, construction="linear"), 100),
+                         (RandomAllocation(pld.Gaussian(1.85), 40, participations=2, construction="linear"), 50)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lo, hi = mech.pld().self_compose(rounds).epsilon_bounds(1e-12)
+        assert math.isinf(hi) and 0 < lo < math.inf
+        assert any(issubclass(w.category, (pld.TargetMissedWarning, pld.NotTightWarning)) for w in caught)

@@ -21,9 +21,20 @@ and the partial sums are re-gridded as they widen (evolving discretisation),
 so every FFT stays short.  That is why a linear grid works where the peers
 convolve on geometric grids in O(n^2).
 
+Two constructions of the pair, both certified (``construction``): one linear
+grid for the whole coordinate ("linear", :mod:`pld.mechanisms.allocation.sums`)
+or the light/heavy split by the number of heavy coordinates ("split",
+:mod:`pld.mechanisms.allocation.heavy`).  The split resolves the heavy upper
+tail of one large coordinate, which decides the remove direction at a strict
+delta and which the single grid can only lump (sigma = 1, 1-of-1000,
+delta = 1e-10: [0.2174, 1.4999] on the single grid, [0.534145, 0.534197] split);
+``"auto"`` picks one by regime
+(:func:`pld.mechanisms.allocation.sums.choose_construction`).
+
 Accuracy follows the target: when a bracket misses it, :class:`pld.PLD`
-rebuilds the composition with :meth:`RandomAllocation.refined` rounds (a
-first grid twice as fine, down to ``FINEST_SPACING``) and intersects the two
+rebuilds the composition with :meth:`RandomAllocation.refined` rounds (the
+other construction, then a finer variant of each: a first grid twice as fine
+down to ``FINEST_SPACING``, a light cut further out) and intersects the
 certified brackets.
 
 Small noise: the window of one coordinate must reach its heavy log-normal
@@ -62,19 +73,17 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from pld import _validate as v
 from pld import mechanisms as pld_mechanisms
 from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
-from pld.mechanisms.allocation.coordinate import atoms as _atoms
-from pld.mechanisms.allocation.sums import sum_laws
-from pld.mechanisms.models import _PairInBase
+from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
+from pld.mechanisms.allocation.pairs import _LabelSum, _model, _SidedModel
+from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
-__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning"]
+__all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
 #: default first-grid spacing, in standard deviations of one log-normal
 #: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
@@ -88,87 +97,45 @@ MAX_STEPS = 10**7
 FINEST_SPACING = 0.01
 #: most first-grid cells a refinement may ask for
 _REFINE_CELLS = 1 << 20
+#: smallest light-cut share a refinement of the split asks for (``t Q(Y > B)``)
+_FINEST_KAPPA = 1e-6
+#: most light-grid cells a refinement of the split may ask for
+_REFINE_LIGHT_CELLS = 1 << 18
+#: the split's light cut is refined (kappa / 100) from this noise multiplier on only
+_KAPPA_REFINE_SIGMA = 0.7
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
     """The certified construction is valid but its grid is coarse: the bracket will be wide."""
 
 
-@dataclass(frozen=True, eq=False)
-class _AtomsModel(_PairInBase):
-    """One direction of a discrete pair, in the engine's loss-model interface
-    (:class:`pld.mechanisms.models.LossModelProtocol`; atoms only, no continuous part)."""
-
-    loss: np.ndarray
-    log_p: np.ndarray
-    log_q: np.ndarray
-    base: None = None
-    sampling_rate: float = 1.0
-    direction: str = "remove"
-
-    def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.loss, self.log_p, self.log_q
-
-    def loss_of_x(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, float).copy()  # (no continuous part: the identity, never asked for)
-
-    def x_of_loss(self, loss: np.ndarray) -> np.ndarray:
-        return np.asarray(loss, float).copy()
-
-    def cells(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        empty = np.full(len(grid) + 1, -np.inf)
-        return empty, empty.copy()
-
-    def loss_range(self) -> tuple[float, float]:
-        fin = np.isfinite(self.loss) & (self.log_p > -np.inf)
-        if not np.any(fin):
-            return 0.0, 0.0
-        return float(self.loss[fin].min()), float(self.loss[fin].max())
-
-    def inf_log_mass(self) -> float:
-        sel = self.loss == np.inf
-        return float(np.logaddexp.reduce(self.log_p[sel])) if np.any(sel) else -np.inf
-
-    def sup_loss(self) -> float:
-        # the true pair's loss is unbounded in both directions (a Gaussian
-        # coordinate can make S/t as large or as small as one likes)
-        return math.inf
-
-    def sup_loss_bounds(self) -> tuple[float, float]:
-        return math.inf, math.inf
-
-
-@dataclass(frozen=True, eq=False)
-class _SidedModel(_AtomsModel):
-    """The dominating pair, with the dominated pair the engine's lower side uses.
-
-    :func:`pld.engine.discretize.discretize` asks ``side_model(pessimistic)``: the
-    dominating side discretises ``upper`` (this model's own atoms) and the
-    dominated side ``lower``.
-    """
-
-    lower: _AtomsModel | None = None
-
-    def side_model(self, pessimistic: bool) -> _AtomsModel:
-        return self if pessimistic or self.lower is None else self.lower
-
-
-def _model(sigma: float, t: int, spacing: float, direction: str) -> _SidedModel:
-    upper, lower, _ = sum_laws(sigma, t, spacing)
-    lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
-    return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
-
-
 #: coarsest first grid (standard deviations of one coordinate) worth computing
 _COARSEST_SD = 0.3
+
+
+class UnsupportedBaseError(ValueError, TypeError):
+    """The base mechanism of a round is not one random allocation (or shuffling) is implemented for.
+
+    A ``ValueError`` (the argument has the right kind, a mechanism, but an unsupported value)
+    and, for code written against earlier versions, a ``TypeError``.
+    """
+
+
+#: base mechanisms a round accepts (the pair is built from the log-normal law of one Gaussian
+#: coordinate's likelihood ratio; see :mod:`pld.mechanisms.allocation.sums`)
+SUPPORTED_BASES = ("Gaussian",)
 
 
 def _check_round(round_, what: str) -> None:
     """The arguments every round (epoch) description shares: a Gaussian base, the
     steps of the round, the first grid's spacing (normalised in place)."""
     if not isinstance(round_.mechanism, Gaussian):
-        raise TypeError(f"mechanism must be a pld.Gaussian ({what} is implemented for the Gaussian base only), "
-                        f"got {type(round_.mechanism).__name__}")
+        got = type(round_.mechanism).__name__
+        raise UnsupportedBaseError(
+            f"mechanism must be a pld.Gaussian: {what} is implemented for the Gaussian base only (supported: "
+            f"{', '.join('pld.' + b for b in SUPPORTED_BASES)}), got {got}.  Laplace, discrete Laplace, randomized "
+            f"response and other bases are not supported; a certified (not amplified) bound for them is the base "
+            f"mechanism composed k times per epoch: PLD((mechanism, k * epochs))")
     object.__setattr__(round_, "steps", v.integer("steps", round_.steps, low=1, high=MAX_STEPS))
     object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
 
@@ -192,29 +159,6 @@ def _check_tail(sigma: float, t: int, k: int) -> None:
             f"one step per round here, got {sigma:g}: the log-normal tail of its likelihood ratio reaches "
             f"{window(a, 1, steps):.3g}, which a linear grid of at most {MAX_CELLS} cells cannot resolve "
             f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
-
-
-@dataclass(frozen=True)
-class _LabelSum(Mechanism):
-    """The lower pair of ``k``-of-``t`` allocation from the sum of the cell labels of
-    the per-step likelihood ratios (:func:`pld.mechanisms.allocation.sums.label_sum_pair`);
-    internal, used as a lower-only part."""
-
-    adjacency = adj.ADD_OR_REMOVE
-
-    sigma: float
-    steps: int
-    participations: int
-    spacing: float
-    symmetric: bool = field(default=False, init=False)
-
-    def loss_model(self, direction: str = "remove") -> _SidedModel:
-        self._check_direction(direction)
-        from pld.mechanisms.allocation.sums import label_sum_pair
-
-        side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
-        lo = _AtomsModel(*_atoms(side, direction), direction=direction)
-        return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
 
 
 #: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
@@ -248,11 +192,24 @@ class RandomAllocation(Mechanism):
         tail of a small ``sigma`` would need more than ``2^20`` cells, the first
         grid holds only the light part of a coordinate and the heavy part is on
         a geometric grid (:mod:`pld.mechanisms.allocation.heavy`).
+    construction : {"auto", "linear", "split", "split_fine"}, optional
+        The pair's construction (see the module; ``"split_fine"``: the split on
+        a light grid in medians of a coordinate, for short rounds at small
+        sigma); ``"auto"`` (default) picks by regime and, when a bracket misses
+        its target, intersects it with the others'.  An explicit one is built
+        alone (no refinement chain).
+    kappa : float, optional
+        The split's light cut ``B``: ``t Q(Y > B) = kappa`` (default ``1e-4``).
+    refine_next : tuple, optional
+        Internal: the variants :meth:`refined` returns next.
 
     Raises
     ------
+    UnsupportedBaseError
+        (a ``ValueError`` and a ``TypeError``) ``mechanism`` is not a :class:`pld.Gaussian`:
+        the message names the supported bases (``SUPPORTED_BASES``).
     TypeError
-        ``mechanism`` is not a :class:`pld.Gaussian`, or a count is not an integer.
+        A count is not an integer.
     ValueError
         ``steps`` outside 1 .. 1e7, ``participations`` outside 1 .. ``steps``,
         ``spacing`` outside [1e-4, 1]; one step per round at ``sigma`` below
@@ -291,40 +248,97 @@ class RandomAllocation(Mechanism):
     steps: int
     participations: int = 1
     spacing: float = SPACING_PER_SD
+    construction: str = "auto"
+    kappa: float = KAPPA
+    #: the variants :meth:`refined` returns next (internal: ``(construction, spacing, kappa)``)
+    refine_next: tuple = field(default=(), repr=False)
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         _check_round(self, "random allocation")
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
+        if self.construction not in ("auto",) + CONSTRUCTIONS:
+            raise ValueError(f"construction must be 'auto', 'linear', 'split' or 'split_fine', got "
+                             f"{self.construction!r}")
+        object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
         _check_tail(self.noise_multiplier, self.steps, self.participations)
+
+    def _construction(self) -> str:
+        """The construction of this round's pair (``"auto"`` resolved; see
+        :func:`pld.mechanisms.allocation.sums.choose_construction`)."""
+        return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
+
+    def _finer(self, construction: str, spacing: float, kappa: float) -> tuple | None:
+        """The next finer variant of one construction, or None: the single grid at half the
+        spacing (down to ``FINEST_SPACING``, within ``_REFINE_CELLS`` cells); the split with a
+        light cut a hundred times further out (``kappa / 100``, down to ``_FINEST_KAPPA``, while
+        the light grid stays within ``_REFINE_LIGHT_CELLS`` cells, from ``sigma = 0.7`` on)."""
+        from pld.mechanisms.allocation.heavy import light_cut
+        from pld.mechanisms.allocation.levels import window
+
+        s, t = self.noise_multiplier, self.steps
+        if construction == "linear":
+            if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not linear_fits(s, t, spacing / 2):
+                return None
+            a = 1.0 / s
+            if 2 * window(a, 1, t) / (spacing * math.sqrt(math.expm1(min(a * a, 700.0)))) > _REFINE_CELLS:
+                return None  # (a heavy tail's grid: twice the cells would cost minutes)
+            return ("linear", spacing / 2, kappa)
+        if construction == "split_fine" or s < _KAPPA_REFINE_SIGMA:
+            return None  # (below, the light grid of a further cut costs tens of seconds and its gain was nil)
+        if kappa / 100 < _FINEST_KAPPA * (1 - 1e-9) or light_cut(s, t, spacing, kappa / 100)[1] > _REFINE_LIGHT_CELLS:
+            return None
+        return ("split", spacing, kappa / 100)
 
     @property
     def noise_multiplier(self) -> float:
         return self.mechanism.sigma / self.mechanism.sensitivity
 
     def refined(self) -> RandomAllocation | None:
-        """The same round on a first grid twice as fine (down to ``FINEST_SPACING``),
-        or None.  :class:`pld.PLD` asks for it when a bracket misses its target:
-        the grid of the allocation laws is then the part of the bias the
-        engine's own refinement does not control."""
-        if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
+        """Another certified construction of the same round, or None.
+
+        :class:`pld.PLD` asks for it when a bracket misses its target and
+        intersects the two brackets (both are certified), then asks the new
+        round again.  From ``construction="auto"`` the chain is: the other
+        construction (the single linear grid or the light/heavy split, where
+        it can be built), then the finer variant of the first
+        (:meth:`_finer`), then that of the other.  For ``participations > 1``
+        (the block rounds are refined as rounds of their own): a first grid
+        twice as fine, down to ``FINEST_SPACING``.
+        """
+        if self.participations > 1:
+            if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
+                return None
+            return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2,
+                                    self.construction, self.kappa)
+        pending = list(self.refine_next)
+        if self.construction == "auto":
+            first = self._construction()
+            other = "split" if first == "linear" else "linear"
+            s, t = self.noise_multiplier, self.steps
+            can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
+            pending = [(other, self.spacing, self.kappa)] if can_other else []
+            if (first == "split" and self.grid_info().get("gaussian_add")
+                    and fine_resolves(s, t, self.spacing, self.kappa)):
+                # (a short round at small sigma: the add direction fell back to one Gaussian
+                # step; only a light grid in medians resolves it, and a further light cut does not)
+                pending.insert(0, ("split_fine", self.spacing, self.kappa))
+                first = "split_fine"
+            pending.append(self._finer(first, self.spacing, self.kappa))
+            if can_other:
+                pending.append(self._finer(other, self.spacing, self.kappa))
+            pending = [p for p in pending if p is not None]
+        if not pending:
             return None
-        info = self.grid_info() if self.participations == 1 else None
-        if info is not None and 2 * info["first_cells"] > _REFINE_CELLS:
-            return None  # (a heavy tail's grid: twice the cells would cost minutes)
-        if info is not None and info.get("heavy"):
-            # (the light/heavy split: what is left of its gap is the light sum's upper
-            # tail, lumped where no tilt resolves it, and the multi-jump bounds, neither
-            # of which a finer first grid narrows)
-            return None
-        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2)
+        c, sp, kap = pending[0]
+        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]))
 
     def grid_info(self) -> dict:
         """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
-        ``S``, the merge's residual ``rho``, round-off bounds and the upper
-        pair's mass at ``+inf`` in each direction."""
-        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing)[2])
+        ``S``, the merge's residual ``rho``, round-off bounds, the upper
+        pair's mass at ``+inf`` in each direction and the ``construction``."""
+        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa)[2])
 
     def _coarse(self, info: dict) -> str | None:
         # the grid must resolve the bulk of one coordinate, not only its
@@ -393,7 +407,8 @@ class RandomAllocation(Mechanism):
     def bound_parts(self) -> tuple[tuple, tuple | None]:
         if self.participations == 1:
             return super().bound_parts()
-        upper = tuple((RandomAllocation(self.mechanism, s, 1, self.spacing), c) for s, c in self.blocks())
+        upper = tuple((RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa), c)
+                      for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)
 
     def bound_notes(self) -> dict[str, str]:
@@ -441,7 +456,12 @@ class RandomAllocation(Mechanism):
         dict
             ``upper`` and ``lower`` (the constructions in words), and with
             ``delta``: ``epsilon_lower``, ``epsilon_upper``, ``gap`` and
-            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`).
+            ``relative_gap``; for ``k = 1`` also ``grid`` (see :meth:`grid_info`);
+            for ``k > 1`` also ``width_parts`` (``upper_grid``, ``lower_grid``:
+            numerical, ``structural``: between the block argument and the
+            statistic), ``structural_share``, ``block_bracket``,
+            ``statistic_bracket`` and ``loose`` (the same in words; see
+            :meth:`_width_parts`).
         """
         out: dict = {"steps": self.steps, "participations": self.participations,
                      "noise_multiplier": self.noise_multiplier}
@@ -472,7 +492,37 @@ class RandomAllocation(Mechanism):
             lo, hi = d.epsilon_bounds(delta)
             out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
                         "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
+            if self.participations > 1:
+                out.update(self._width_parts(d, delta, lo, hi))
         return out
+
+    @staticmethod
+    def _width_parts(d: PLD, delta: float, lo: float, hi: float) -> dict:
+        """How the width of a ``k``-of-``t`` bracket splits (:meth:`explain`).
+
+        Each end is its own construction's bracket: the block rounds' ``[u_lo, u_hi]``
+        (``u_hi`` is the reported upper end) and the statistic's ``[l_lo, l_hi]``
+        (``l_lo`` the reported lower end).  ``u_hi - u_lo`` and ``l_hi - l_lo`` are
+        numerical (grids); what lies between, ``u_lo - l_hi``, is structural: the
+        block argument's epsilon (at least ``u_lo``) is above the truth by some
+        amount and the statistic's (at most ``l_hi``) below it by the rest.  Nothing
+        certified splits that part further, so it is stated, not attributed."""
+        upper, lower = d.bounds()
+        u_lo, u_hi = upper.epsilon_bounds(delta)
+        l_lo, l_hi = lower.epsilon_bounds(delta) if lower is not None else (0.0, 0.0)
+        width = hi - lo
+        structural = max(0.0, u_lo - l_hi)
+        parts = {"upper_grid": u_hi - u_lo, "lower_grid": l_hi - l_lo, "structural": structural}
+        share = structural / width if width > 0 and math.isfinite(width) else 0.0
+        loose = (f"the true epsilon lies in [{lo:.6g}, {hi:.6g}]: {parts['upper_grid']:.3g} of the width is the "
+                 f"block rounds' own grid, {parts['lower_grid']:.3g} the lower statistic's grid and "
+                 f"{structural:.4g} ({100 * share:.1f}%) the structural gap between the block argument (the upper "
+                 f"end, a dominating pair that is not tight: its epsilon is at least {u_lo:.6g}) and the lower "
+                 f"statistic (a post-processing that is not sufficient: its epsilon is at most {l_hi:.6g}); "
+                 "that gap is the price of the block argument and of the statistic together, and no certified "
+                 "bound known here says how it splits between the two ends")
+        return {"width_parts": parts, "structural_share": share, "loose": loose,
+                "block_bracket": (u_lo, u_hi), "statistic_bracket": (l_lo, l_hi)}
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
@@ -483,7 +533,7 @@ class RandomAllocation(Mechanism):
         why = self._coarse(info)
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
-        return _model(self.noise_multiplier, self.steps, self.spacing, direction)
+        return _model(self.noise_multiplier, self.steps, self.spacing, direction, self._construction(), self.kappa)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,9 @@ MIN_LIGHT_CELLS = 1 << 12
 RATIO = 2e-3
 #: ``{N = j}`` for ``2 <= j <= J`` bounded by the maximum, beyond at ``+inf``
 J = 4
+#: the ``fine`` light grid: at most this many medians of one coordinate, within ``FINE_CELLS`` cells
+FINE_MEDIANS = 0.05
+FINE_CELLS = 1 << 18
 #: an add direction with more than this at ``+inf`` (few steps: whole rounds in the light
 #: grid's first cell) is taken from one Gaussian step instead (no amplification)
 GAUSSIAN_ADD_FLOOR = 1e-4
@@ -115,19 +118,44 @@ _TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 _TOP_TAIL = 1e-18
 
 
-def light_cut(sigma: float, t: int, spacing: float) -> tuple[float, int]:
-    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``): ``spacing`` standard
-    deviations of one coordinate, or finer where that gives fewer than ``MIN_LIGHT_CELLS``."""
+def light_cut(sigma: float, t: int, spacing: float, kappa: float = KAPPA, fine: bool = False) -> tuple[float, int]:
+    """``(d, n_L)``: the light grid's spacing and cells (``B = n_L d``, where ``t Q(Y > B) = kappa``):
+    ``spacing`` standard deviations of one coordinate, or finer where that gives fewer than
+    ``MIN_LIGHT_CELLS``; with ``fine``, at most ``FINE_MEDIANS`` medians of a coordinate where
+    that fits in ``FINE_CELLS`` cells (at small sigma the standard deviation is many medians, and
+    a grid in standard deviations spreads whole short rounds to ``Lambda = 0``)."""
     a = 1.0 / sigma
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     d = spacing * sd1
-    z = float(-_special.ndtri(KAPPA / t))
+    z = float(-_special.ndtri(kappa / t))
     want = math.exp(-0.5 * a * a + a * z)
     if want / d < MIN_LIGHT_CELLS:
         # (few steps: the cut is low, and a finer grid resolves the bulk of a coordinate,
         # which the add direction of a short round needs, for next to nothing)
         d = want / MIN_LIGHT_CELLS
+    if fine:
+        d_med = FINE_MEDIANS * math.exp(-0.5 * a * a)
+        if d_med < d and want / d_med <= FINE_CELLS:
+            d = d_med
     return d, int(min(LIGHT_CELLS, max(64, math.ceil(want / d))))
+
+
+def fine_resolves(sigma: float, t: int, spacing: float, kappa: float = KAPPA) -> bool:
+    """Whether the ``fine`` light grid is worth building for a round whose add direction fell back
+    to one Gaussian step: every coordinate in its first cell (spread to ``Lambda = 0``) has
+    probability at most ``1e-6`` there (sizing only; a short round at a very small sigma would
+    need a geometric light grid instead, which is not built)."""
+    a = 1.0 / sigma
+    d, _ = light_cut(sigma, t, spacing, kappa, fine=True)
+    return t * math.log(max(float(ndtr((math.log(d) + 0.5 * a * a) / a)), 1e-300)) <= math.log(1e-6)
+
+
+def fine_coarse_factor(sigma: float) -> float:
+    """The re-grid scale of the ``fine`` variant, relative to standard deviations: a coordinate's
+    robust spread ``e^{-a^2/2}(e^a - 1)`` (median to its 84% quantile) over its standard deviation."""
+    a = 1.0 / sigma
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    return min(1.0, math.exp(-0.5 * a * a) * math.expm1(a) / sd1)
 
 
 def _fsum(x: np.ndarray) -> float:
@@ -248,8 +276,17 @@ def _gaussian_add_atoms(mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _with_inf(loss[ok], lp, lp - loss[ok], float(sf[-1]) * (1 + 1e-12) + 1e-300)
 
 
-def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
-    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module."""
+def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
+               fine: bool = False) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (dominating) and lower (dominated) pairs of one round (``t >= 2``); see the module.
+
+    ``kappa``: ``t Q(Y > B)`` at the light cut ``B`` (a smaller one puts fewer rounds in the
+    stochastic bounds of ``{N >= 2}`` and more of each coordinate on the light grid).
+    ``fine``: the light grid in medians of a coordinate and its sums re-gridded on the scale of
+    a coordinate's robust spread (:func:`light_cut`, :func:`fine_coarse_factor`): slower, and
+    what resolves the add direction of a short round at small sigma (whose mass at
+    ``Lambda = 0`` otherwise sends it to one Gaussian step).  Any grid gives a certified
+    pair; only the width changes."""
     from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
 
     if t < 2:
@@ -257,9 +294,9 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
     a = 1.0 / sigma
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    d, n_l = light_cut(sigma, t, spacing)
+    d, n_l = light_cut(sigma, t, spacing, kappa, fine)
     big_b = n_l * d
-    coarse = _COARSE_RATIO * spacing
+    coarse = _COARSE_RATIO * spacing * (fine_coarse_factor(sigma) if fine else 1.0)
     z_b = (math.log(big_b) - mu) / a
     q_h = float(ndtr(-z_b)) * (1 + 1e-12)
     p_h = float(ndtr(a - z_b)) * (1 + 1e-12)
@@ -456,8 +493,8 @@ def heavy_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAto
                np.concatenate((low0.add[2], lq)))
     lower = SideAtoms(rem, add)
 
-    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
-            "light_cut": big_b, "heavy_points": int(hv.size), "ratio": RATIO,
+    info = {"construction": "split", "spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
+            "light_cut": big_b, "kappa": kappa, "fine": fine, "heavy_points": int(hv.size), "ratio": RATIO,
             "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
             "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
             "lower_cells": rows,

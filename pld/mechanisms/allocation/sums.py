@@ -99,7 +99,7 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_runs,
     coordinate_spread,
 )
-from pld.mechanisms.allocation.heavy import heavy_laws
+from pld.mechanisms.allocation.heavy import KAPPA, heavy_laws
 from pld.mechanisms.allocation.levels import (
     _COARSE_RATIO,
     _TAIL,
@@ -123,9 +123,52 @@ _JUMP_ALWAYS = False
 #: ``e^{-_TILT_DEPTH}`` of its mode (beyond, the log-normal tail outweighs the bulk)
 _TILT_DEPTH = 30.0
 
+#: constructions of one round: one linear grid for the whole coordinate ("linear", below), or
+#: the light/heavy split by the number of heavy coordinates ("split",
+#: :func:`pld.mechanisms.allocation.heavy.heavy_laws`)
+CONSTRUCTIONS = ("linear", "split", "split_fine")
+#: "auto" takes the split at or below this noise multiplier, or from this many steps on
+_SPLIT_SIGMA = 1.35
+_SPLIT_STEPS = 1000
+
+
+def linear_fits(sigma: float, t: int, spacing: float) -> bool:
+    """Whether one linear grid of ``spacing`` standard deviations holds a coordinate's window
+    within ``_TILT_CELLS`` cells (else only the split is built; one step needs the linear grid)."""
+    a = 1.0 / sigma
+    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    return t < 2 or window(a, 1, t) / (spacing * sd1) <= _TILT_CELLS
+
+
+def choose_construction(sigma: float, t: int, spacing: float, construction: str = "auto") -> str:
+    """The construction ``"auto"`` stands for (a given one is returned as it is, where it can be built).
+
+    Both are certified; which is narrower depends on the regime (measured over sigma 0.5 .. 6,
+    t 3 .. 1e5, delta 1e-5 .. 1e-12, benchmarks/coverage_allocation.py): the split resolves the
+    heavy upper tail of one large coordinate, which the single grid lumps at strict delta, and
+    wins at ``sigma <= 1.35`` and for long rounds; the single grid wins for short rounds at
+    larger ``sigma`` (the split's stochastic bounds on two or more heavy coordinates cost more
+    there).  A bracket that misses its target is intersected with the other construction's
+    (:meth:`pld.mechanisms.allocation.RandomAllocation.refined`)."""
+    if t < 2:
+        return "linear"
+    if construction in CONSTRUCTIONS and construction != "linear":
+        return construction
+    if not linear_fits(sigma, t, spacing):
+        return "split"
+    if construction == "linear":
+        return construction
+    return "split" if (sigma <= _SPLIT_SIGMA or t >= _SPLIT_STEPS) else "linear"
+
+
 @functools.lru_cache(maxsize=16)
-def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
+             kappa: float | None = None) -> tuple[SideAtoms, SideAtoms, dict]:
     """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
+
+    ``construction``: ``"linear"`` (this function's single grid), ``"split"`` (the light/heavy
+    split, with ``kappa``), ``"split_fine"`` (the same on a light grid in medians of a
+    coordinate) or ``"auto"`` (:func:`choose_construction`).
 
     ``spacing``: the first grid's spacing in standard deviations of one
     coordinate (raised if the first window would need more than ``MAX_CELLS``
@@ -150,11 +193,12 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
     mu = -0.5 * a * a
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     w1 = window(a, 1, t)
-    if t >= 2 and w1 / (spacing * sd1) > _TILT_CELLS:
-        # one grid cannot hold both the bulk and the heavy tail of a coordinate:
-        # a light part on a linear grid, the heavy part on a geometric one
-
-        return heavy_laws(sigma, t, spacing)
+    chosen = choose_construction(sigma, t, spacing, construction)
+    if chosen != "linear":
+        # a light part on a linear grid, the heavy part on a geometric one (needed where
+        # one grid cannot hold both the bulk and the heavy tail of a coordinate); "split_fine":
+        # its light grid in medians of a coordinate (heavy_laws' fine)
+        return heavy_laws(sigma, t, spacing, KAPPA if kappa is None else kappa, chosen == "split_fine")
     d = max(spacing * sd1, w1 / MAX_CELLS)
     n = int(math.ceil(w1 / d))
     coarse = _COARSE_RATIO * spacing
@@ -221,7 +265,7 @@ def sum_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms
             jump = None
     upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
     lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
-    info = {"spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
+    info = {"construction": "linear", "spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
             "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
             "coordinate_cuts": tuple(cut(x) * d for x in thetas), "one_jump": jump is not None,
             "rho_median": rho, "rho_worst_kept": rho_worst, "lower_mass": float(np.sum(np.exp(lower.remove[1]))),
