@@ -400,3 +400,43 @@ def test_compensated_dot_is_within_three_ulps(seed, n):
     got = dot_compensated(a, b)
     ref = math.fsum(a * b)
     assert abs(got - ref) <= 2.0 * 2.0 ** -53 * ref + 1e-300
+
+
+def test_loss_slack_reads_the_dominated_grid_past_the_displacement():
+    """A dominated grid whose losses may stand up to D above the object it stands for: delta is
+    read at eps + D and epsilon lowered by D (delta_exact(eps) >= delta_grid(eps + D) when every
+    loss moved up by at most D); composition adds the slacks, a c-fold power multiplies them,
+    and the dominating side ignores the field."""
+    h, k0 = 0.01, -50
+    lm = np.log(np.linspace(1.0, 2.0, 200))
+    lm = lm - np.log(np.exp(lm).sum())
+    plain = GridPLD.from_log_masses(lm, k0, h, 0.0, 0.0, False)
+    d_slack = 3e-3
+    moved = GridPLD.from_log_masses(lm, k0, h, 0.0, 0.0, False, d_slack)
+    eps = np.array([0.0, 0.2, 0.5, 1.0])
+    assert np.all(moved.delta(eps) <= plain.delta(eps + d_slack))
+    assert np.all(moved.delta(eps) <= plain.delta(eps))
+    # the same grid written with every loss D lower (k0 shifted by D / h = 0.3 of a spacing: the
+    # grid below it, one spacing lower, bounds it from below too)
+    lower = GridPLD.from_log_masses(lm, k0 - 1, h, 0.0, 0.0, False)
+    assert np.all(lower.delta(eps) <= moved.delta(eps) + 1e-15)
+    for delta in (1e-1, 1e-2, 1e-3):
+        e_plain, e_moved = plain.epsilon(delta), moved.epsilon(delta)
+        assert e_moved <= e_plain - d_slack and e_moved >= e_plain - d_slack - 1e-12
+    both = moved.convolve(moved)
+    assert 2 * d_slack <= both.loss_slack <= 2 * d_slack * (1 + 1e-12)
+    assert moved.coarsen().loss_slack == d_slack and moved.truncate(-0.3, 1.0).loss_slack == d_slack
+    up = GridPLD.from_log_masses(lm, k0, h, 0.0, 0.0, True, d_slack)
+    assert np.array_equal(up.delta(eps), GridPLD.from_log_masses(lm, k0, h, 0.0, 0.0, True).delta(eps))
+
+
+def test_atoms_placed_on_grid_points_record_their_slack():
+    """Randomized response on a grid aligned with its atoms: the atoms are placed on their points
+    and the dominated grids carry the (ulp-sized) slack that placement may have cost."""
+    import pld
+
+    p = pld.PLD(pld.RandomizedResponse(0.5).pld().self_compose(20).components, value_discretization_interval=0.5 / 8)
+    pairs = p.grids(1e-6)
+    slacks = [pair.dominated.loss_slack for pair in pairs.values()]
+    assert all(0.0 < s <= 20 * 1e-13 for s in slacks), slacks
+    assert all(pair.dominating.loss_slack == 0.0 for pair in pairs.values())

@@ -206,9 +206,18 @@ def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, l
     keep = (a_loss >= l0 - 0.5 * h) & (a_lp > -np.inf) & (a_lq > -np.inf)
     t = (a_loss - l0) / h
     near = np.minimum(np.floor(t + 0.5), n).astype(np.int64)  # nearest grid offset
-    # an atom on a grid point (up to rounding) is placed there as it is
-    on_grid = keep & (near < n) & (np.abs(a_loss - (k_lo + near) * h)
-                                   <= 8.0 * 2.0 ** -52 * np.maximum(1.0, np.abs(a_loss)))
+    # an atom on a grid point (up to rounding) is placed there as it is, so that a grid aligned
+    # with the atoms stays exact; where its true loss may lie below the point (its computed loss
+    # is known to a few ulps of its log masses, the point k h is the real product), the most it
+    # may have moved up is the grid's loss slack (GridPLD.loss_slack), which the evaluator
+    # reads the grid past
+    point = (k_lo + near) * h
+    on_grid = keep & (near < n) & (np.abs(a_loss - point) <= 8.0 * 2.0 ** -52 * np.maximum(1.0, np.abs(a_loss)))
+    slack = 0.0
+    if np.any(on_grid):
+        al, pt = a_loss[on_grid], point[on_grid]
+        known = 8.0 * _U * (np.abs(al) + np.abs(a_lp[on_grid]) + np.abs(a_lq[on_grid]) + np.abs(pt) + 1.0)
+        slack = float(np.max(np.maximum(pt - (al - known), 0.0))) * (1.0 + 8.0 * _U)
     into = keep & ~on_grid
     if np.any(into):
         cell = np.where(t[into] >= n - 0.5, m, np.searchsorted(e_in, t[into], side="right"))
@@ -233,4 +242,4 @@ def _dominated(model, h: float, k_lo: int, k_hi: int, n: int, pts: np.ndarray, l
         np.add.at(mass, near[on_grid], np.exp(a_lp[on_grid]))
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
-    return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False)
+    return GridPLD.from_log_masses(log_mass, k_lo, h, lam, inf_exact * (1 - 1e-12), False, slack)

@@ -86,11 +86,18 @@ class GridPLD:
     #: entrywise bound ``|p_i - p*_i| <= rel_err p_i`` when known (fresh
     #: discretisations: rounding only), else None
     rel_err: float | None = None
+    #: dominated side only: a bound ``D >= 0`` by which the grid's losses may stand *above*
+    #: those of the dominated object they stand for, outcome by outcome (an atom placed on a
+    #: grid point its computed loss meets only up to rounding).  Losses add under composition,
+    #: so ``D`` does too; every P-mass sits at most ``D`` above its place in the exact object, so
+    #: ``delta_exact(eps) >= delta_grid(eps + D)`` and the evaluator reads the grid there
+    #: (:meth:`delta`, :meth:`epsilon`).
+    loss_slack: float = 0.0
 
     # ------------------------------------------------------------------ build
     @classmethod
     def from_log_masses(cls, log_mass: np.ndarray, k0: int, h: float, lam: float,
-                        inf_mass: float, pessimistic: bool) -> GridPLD:
+                        inf_mass: float, pessimistic: bool, loss_slack: float = 0.0) -> GridPLD:
         """Tilt and normalise untilted log masses (exact up to rounding).
 
         The exponents are formed relative to the largest tilted entry,
@@ -122,7 +129,8 @@ class GridPLD:
         if not math.isfinite(top):
             p = np.zeros(n)
             bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
-            return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0)
+            return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0,
+                       float(loss_slack))
         if top == math.inf:
             raise FloatingPointError(f"tilt {lam!r} overflows on a grid reaching loss {float(loss[-1])!r}")
         rs = int(np.argmax(t))
@@ -161,7 +169,7 @@ class GridPLD:
             full[at] = p
             p = full
         bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
-        out = cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err)
+        out = cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err, float(loss_slack))
         # the per-entry bounds |p_i - p*_i| <= rel_i p_i (on the entries `at`
         # when sparse), kept for the extended-precision FFT power, whose
         # bound splits the error into an entrywise relative part and an l2
@@ -187,7 +195,8 @@ class GridPLD:
     def without_error(self) -> GridPLD:
         """The same grid with the round-off term dropped (diagnostics only: not certified)."""
         return GridPLD(self.h, self.k0, self.p, self.lam, self.log_scale, self.inf_mass, 0.0,
-                       self.pessimistic, self.log_mgf_bound, None if self.rel_err is None else 0.0)
+                       self.pessimistic, self.log_mgf_bound, None if self.rel_err is None else 0.0,
+                       self.loss_slack)
 
     @property
     def size(self) -> int:
@@ -261,8 +270,11 @@ class GridPLD:
         bound = None
         if self.log_mgf_bound is not None and other.log_mgf_bound is not None:
             bound = self.log_mgf_bound + other.log_mgf_bound  # MGFs multiply
+        slack = 0.0
+        if self.loss_slack or other.loss_slack:
+            slack = (self.loss_slack + other.loss_slack) * (1.0 + 4.0 * _U)
         return GridPLD(self.h, self.k0 + other.k0, c, self.lam, log_scale, inf_mass, err,
-                       self.pessimistic, bound, rel)
+                       self.pessimistic, bound, rel, slack)
 
     def truncate(self, lo_loss: float, hi_loss: float,
                  beyond: tuple[float, float] = (0.0, 0.0)) -> GridPLD:
@@ -323,7 +335,7 @@ class GridPLD:
         # the moved mass joins the object as computed (one rounding of keep[0])
         rel = None if self.rel_err is None else self.rel_err + 2 * _U
         return GridPLD(self.h, self.k0 + i0, keep, self.lam, self.log_scale, inf_mass,
-                       self.err, self.pessimistic, bound, rel)
+                       self.err, self.pessimistic, bound, rel, self.loss_slack)
 
     def coarsen(self) -> GridPLD:
         """The same PLD on the grid of spacing ``2h`` (evolving discretisation).
@@ -384,7 +396,8 @@ class GridPLD:
         # delta.)  (One pass in kernels.regrid.)
         out, norm_m, l2 = coarsen_dominated(p, front, float(self.err), float(lam), float(h))
         err = self.err * norm_m + 4.0 * 2.0 ** -53 * l2 * (1.0 + out.size * 2.0 ** -53)
-        return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, False)
+        return GridPLD(2 * h, k0 // 2, out, lam, self.log_scale, self.inf_mass, err, False, None, None,
+                       self.loss_slack)
 
     # ------------------------------------------------------------- evaluate
     def _suffix(self):
@@ -467,6 +480,13 @@ class GridPLD:
         rounding of the log weights (see :meth:`_suffix`).
         """
         eps = np.atleast_1d(np.asarray(epsilon, float))
+        if self.loss_slack and not self.pessimistic:
+            # (delta is non-increasing: read at or above eps + D)
+            eps = np.nextafter(eps + self.loss_slack, np.inf)
+        return self._delta(eps)
+
+    def _delta(self, eps: np.ndarray) -> np.ndarray:
+        """:meth:`delta` of the grid as it stands (no loss slack)."""
         _, _, e, _, _ = self._suffix()
         n = self.p.size
         m = self._first_above(eps)  # first grid index with l_m > eps
@@ -510,7 +530,11 @@ class GridPLD:
         key = float(delta)
         hit = memo.get(key)
         if hit is None:
-            hit = memo[key] = self._epsilon(key)
+            hit = self._epsilon(key)
+            if self.loss_slack and not self.pessimistic and 0.0 < hit < math.inf:
+                # the curve read at eps + D (see :meth:`delta`) crosses delta D lower
+                hit = max(0.0, float(np.nextafter(hit - self.loss_slack, -np.inf)))
+            memo[key] = hit
         return hit
 
     def _epsilon(self, delta: float) -> float:
@@ -578,14 +602,14 @@ class GridPLD:
             cand = max(eps + nudge * max(1.0, abs(eps)), 0.0)
             if cand >= (self.k0 + m_star) * self.h:
                 break
-            if self.delta(cand)[0] <= delta:
+            if self._delta(np.array([cand]))[0] <= delta:
                 return cand
         for m in range(m_star, min(n, m_star + 64)):
             cand = max(self._point(m), 0.0)
-            if self.delta(cand)[0] <= delta:
+            if self._delta(np.array([cand]))[0] <= delta:
                 return cand
         top = max(self._point(n - 1), 0.0)
-        return top if self.delta(top)[0] <= delta else math.inf
+        return top if self._delta(np.array([top]))[0] <= delta else math.inf
 
     def _verified_lower(self, eps: float, delta: float, m_star: int) -> float:
         """The first of ``eps`` (nudged down), ``l_{m*-1}``, ``l_{m*-2}``, ... at
@@ -594,7 +618,7 @@ class GridPLD:
             cand = eps - nudge * max(1.0, abs(eps))
             if cand <= 0.0 or cand <= (self.k0 + m_star - 1) * self.h:
                 break
-            if self.delta(cand)[0] > delta:
+            if self._delta(np.array([cand]))[0] > delta:
                 return cand
         # (a grid point is the left end of the cell above it, where that
         # cell's bound is largest)
@@ -602,7 +626,7 @@ class GridPLD:
             cand = self._point(m)
             if cand <= 0.0:
                 return 0.0
-            if self.delta(cand)[0] > delta:
+            if self._delta(np.array([cand]))[0] > delta:
                 return cand
         return 0.0
 

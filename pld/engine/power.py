@@ -430,7 +430,9 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
         # untilted P-mass of the c-fold object below and above the array
         beyond = (_chernoff(bound, (a0 - 1) * h, upper=False) if a0 > s_lo else 0.0,
                   _chernoff(bound, (a1 + 1) * h, upper=True) if a1 < s_hi else 0.0)
-    out = GridPLD(h, a0, y, g.lam, log_scale, inf_mass, err, g.pessimistic, bound)
+    # (losses add: a c-fold sum stands up to c times the step's slack above the exact one)
+    out = GridPLD(h, a0, y, g.lam, log_scale, inf_mass, err, g.pessimistic, bound, None,
+                  c * g.loss_slack * (1.0 + 4.0 * _U) if g.loss_slack else 0.0)
     # nothing lies outside the support (the transform may be longer than it)
     lo = max(window[0], (s_lo - 0.5) * h)
     hi = min(window[1], (s_hi + 0.5) * h)

@@ -387,7 +387,7 @@ def _same_grid(a: GridPLD, b: GridPLD) -> tuple[GridPLD, GridPLD]:
         b = b.coarsen()
     if a.h != b.h:  # equal up to rounding of repeated doubling
         b = GridPLD(a.h, b.k0, b.p, b.lam, b.log_scale, b.inf_mass, b.err, b.pessimistic, b.log_mgf_bound,
-                    b.rel_err)
+                    b.rel_err, b.loss_slack)
     return a, b
 
 
