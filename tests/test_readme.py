@@ -243,7 +243,8 @@ def test_set_up_has_exactly_two_commands():
     commands = [line.strip() for line in section.splitlines() if line.startswith("    ") and line.strip()]
     assert commands == [
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && pld dpsgd",
-        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -q -n auto tests",
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' "
+        "&& python -m pytest -q -n auto tests",
     ]
 
 
