@@ -236,14 +236,17 @@ _TASKS = {"pld": _task_pld, "dp_accounting": _task_dp_accounting, "oracle": _tas
           "schedule": _task_schedule}
 
 
-def _worker_main(conn, kind: str, mem_fraction: float) -> None:
+def serve(conn, fn, mem_fraction: float, warm_up=()) -> None:
+    """A worker's loop: capped memory, estimated FFT plans (as on a fresh install), ``fn`` called
+    on each ``warm_up`` task first (the kernels loaded before the first timed call; a failure there
+    is reported by the first real task instead), then every task received until ``None``; a
+    failure is sent back as a data point."""
     _limit_memory(mem_fraction)
-    os.environ.setdefault("PLD_FFTW_WISDOM", "off")  # estimated plans, as on a fresh install
-    fn = _TASKS[kind]
-    if kind == "pld":  # load the kernels (numba cache) before the first timed call
+    os.environ.setdefault("PLD_FFTW_WISDOM", "off")
+    for task in warm_up:
         try:
-            _task_pld({"sigma": 1.0, "q": 0.01, "T": 10, "delta": 1e-5, "consistency": False})
-        except Exception:  # noqa: BLE001 -- reported by the first real task instead
+            fn(task)
+        except Exception:  # noqa: BLE001
             pass
     conn.send(("ready", None))
     while True:
@@ -262,6 +265,11 @@ def _worker_main(conn, kind: str, mem_fraction: float) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"[:300] + " | " + " / ".join(tb[-3:])[:500]))
 
 
+def _worker_main(conn, kind: str, mem_fraction: float) -> None:
+    warm = [{"sigma": 1.0, "q": 0.01, "T": 10, "delta": 1e-5, "consistency": False}] if kind == "pld" else []
+    serve(conn, _TASKS[kind], mem_fraction, warm)
+
+
 class Worker:
     """A persistent worker process for one kind of task, replaced when a task times out or dies."""
 
@@ -272,10 +280,13 @@ class Worker:
         self.proc = None
         self.conn = None
 
+    #: the process's entry point: ``main(conn, kind, mem_fraction)`` (module level, for spawn)
+    main = staticmethod(_worker_main)
+
     def _start(self) -> None:
         ctx = mp.get_context("spawn")  # no inherited numba/FFTW state
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.kind, self.mem_fraction), daemon=True)
+        self.proc = ctx.Process(target=self.main, args=(child, self.kind, self.mem_fraction), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent

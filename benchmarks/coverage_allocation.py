@@ -47,11 +47,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
-import os
 import sys
 import time
-import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.coverage import TARGET_ATOL, TARGET_RTOL, Worker, _limit_memory, _load, machine_facts
+from benchmarks.coverage import TARGET_ATOL, TARGET_RTOL, Worker, _load, machine_facts, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,47 +233,16 @@ _TASKS = {"pld": _task_pld, "opake": _task_opake, "PLD_accounting": _task_pld_ac
 
 
 def _worker_main(conn, kind: str, mem_fraction: float) -> None:
-    _limit_memory(mem_fraction)
-    os.environ.setdefault("PLD_FFTW_WISDOM", "off")
-    fn = _TASKS[kind]
-    if kind == "pld":  # compile/load the kernels before the first timed call
-        try:
-            _task_pld({"sigma": 1.0, "t": 8, "k": 1, "epochs": 2, "delta": 1e-5})
-            _task_pld({"sigma": 0.5, "t": 8, "k": 1, "epochs": 1, "delta": 1e-5})
-            _task_pld({"sigma": 1.0, "t": 64, "k": 4, "epochs": 1, "delta": 1e-5})
-        except Exception:  # noqa: BLE001 -- the first real task reports it
-            pass
-    conn.send(("ready", None))
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:
-            return
-        if task is None:
-            return
-        try:
-            conn.send(("ok", fn(task)))
-        except MemoryError:
-            conn.send(("error", "MemoryError (address-space cap)"))
-        except Exception as exc:  # noqa: BLE001 -- a failure is a data point
-            tb = traceback.format_exc().strip().splitlines()
-            conn.send(("error", f"{type(exc).__name__}: {exc}"[:300] + " | " + " / ".join(tb[-3:])[:400]))
+    warm = ([{"sigma": 1.0, "t": 8, "k": 1, "epochs": 2, "delta": 1e-5},
+             {"sigma": 0.5, "t": 8, "k": 1, "epochs": 1, "delta": 1e-5},
+             {"sigma": 1.0, "t": 64, "k": 4, "epochs": 1, "delta": 1e-5}] if kind == "pld" else [])
+    serve(conn, _TASKS[kind], mem_fraction, warm)
 
 
 class AllocWorker(Worker):
     """benchmarks.coverage's worker, running this module's tasks."""
 
-    def _start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.kind, self.mem_fraction), daemon=True)
-        self.proc.start()
-        child.close()
-        self.conn = parent
-        if not parent.poll(self.start_timeout):
-            self.stop()
-            raise RuntimeError(f"{self.kind} worker did not start in {self.start_timeout} s")
-        parent.recv()
+    main = staticmethod(_worker_main)
 
 
 # ---- judging -------------------------------------------------------------------------------------

@@ -544,7 +544,7 @@ class PLD:
         lo, hi = max(lo, lo2), min(hi, hi2)
         # (an infinite upper end misses any target unless epsilon is infinite exactly:
         # inf - lo <= rtol * inf would call it met)
-        met = (math.isinf(lo) or math.isfinite(hi)) and hi - lo <= rtol * hi + EPS_ATOL
+        met = lo == hi or (math.isfinite(hi) and hi - lo <= rtol * hi + EPS_ATOL)
         return lo, hi, (None if met else (miss2 or miss))
 
     def _tv_upper(self) -> float:
