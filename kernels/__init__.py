@@ -13,10 +13,24 @@ from . import _aot
 __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merge_centred", "pessimistic_spread",
            "hockey_stick_suffix", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
-           "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents"]
+           "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
+           # random allocation's per-coordinate laws
+           "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
+           "group_pairs", "sum_round_up"]
 
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
+    from .allocation import (
+        cells_on,
+        centred_cells,
+        group_pairs,
+        merge_half,
+        merged_law,
+        spread_law,
+        spread_on,
+        sum_round_up,
+        sum_spread_geometric,
+    )
     from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
     from .discretize import pessimistic_spread
     from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments

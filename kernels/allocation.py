@@ -1,4 +1,4 @@
-"""Per-coordinate laws of random allocation (imported lazily as ``pld.kernels.allocation``).
+"""Per-coordinate laws of random allocation (served through ``pld.kernels``).
 
 The coordinate is ``Y = exp(X / s^2 - 1 / (2 s^2))`` with ``X ~ N(0, s^2)``,
 i.e. ``log Y ~ N(m, a^2)`` with ``a = 1/s`` and ``m = -a^2/2`` (so ``E[Y] = 1``).
@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from ._signatures import F64, called_with, f64, i64
 
 _U = 2.0 ** -53
 _SQRT2 = math.sqrt(2.0)
@@ -62,6 +64,7 @@ def _cell(ya, yb, m, a):
     return qm, eq, gm, eg
 
 
+@called_with(f64, f64, f64, i64)
 @njit(cache=True)
 def spread_law(m, a, d, n):
     """Mean-preserving spread of ``Y`` restricted to ``[0, n d]`` onto ``g_k = k d``, rounded up.
@@ -131,6 +134,7 @@ def _solve_edge(e0, g, m, a, top):
     return e
 
 
+@called_with(f64, f64, f64, i64, f64)
 @njit(cache=True)
 def merged_law(m, a, d, n, rho_cap):
     """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
@@ -175,6 +179,7 @@ def merged_law(m, a, d, n, rho_cap):
     return mass, rho, e0, math.sqrt(err2), math.sqrt(errg2)
 
 
+@called_with(F64, F64, F64, i64, f64, f64)
 @njit(cache=True)
 def merge_half(q, p, dev, width_cap, e_in, unit):
     """Merge a law on ``i d`` onto ``2 j d`` with (nearly) exact conditional means.
@@ -257,6 +262,7 @@ def merge_half(q, p, dev, width_cap, e_in, unit):
     return qo, po, do, widest
 
 
+@called_with(f64, f64, f64, i64)
 @njit(cache=True)
 def centred_cells(m, a, d, n):
     """Q-mass and P-mass (partial mean) of the cells ``((k - 1/2) d, (k + 1/2) d]``, ``k = 0..n``.
@@ -284,6 +290,7 @@ def centred_cells(m, a, d, n):
     return q, p, eq, ep
 
 
+@called_with(f64, f64, F64)
 @njit(cache=True)
 def spread_on(m, a, g):
     """Mean-preserving spread of ``Y`` restricted to ``[g_0, g_n]`` onto the points ``g`` (any
@@ -299,6 +306,7 @@ def spread_on(m, a, g):
     return mass
 
 
+@called_with(f64, f64, F64)
 @njit(cache=True)
 def cells_on(m, a, g):
     """Q-mass and partial mean of each cell ``(g_k, g_{k+1}]`` of ``Y``, with rounding bounds:
@@ -317,6 +325,7 @@ def cells_on(m, a, g):
     return q, eq, p, ep
 
 
+@called_with(F64, f64, F64, F64, f64, f64, i64)
 @njit(cache=True)
 def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     """The law of ``R + H`` (``R`` on ``k dr`` with masses ``r``, ``H`` on the points ``hv``
@@ -371,6 +380,7 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     return g, out, over
 
 
+@called_with(F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, f64, f64, i64)
 @njit(cache=True)
 def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, g0, log_ratio, n_out):
     """Products of two independent laws' masses, summed by a geometric group of ``rv_k + hv_j``.
@@ -407,6 +417,7 @@ def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, 
     return a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi
 
 
+@called_with(F64, F64, F64, F64)
 @njit(cache=True)
 def sum_round_up(ca, cb, hv, g):
     """The law of ``A + B`` (independent; ``A`` in cell ``(hv_i, hv_{i+1}]`` with mass ``ca[i]``,

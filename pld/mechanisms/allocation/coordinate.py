@@ -33,7 +33,7 @@ from pld.mechanisms.allocation.levels import (
 
 
 def coordinate_spread(mu: float, a: float, d: float, n: int) -> np.ndarray:
-    from pld.kernels.allocation import spread_law
+    from pld.kernels import spread_law
 
     return spread_law(mu, a, d, n)
 
@@ -195,7 +195,7 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
     ``-log(v (1 + rho) / t)`` with P-mass ``q - E_q`` (lower, both; a pair
     with smaller masses and smaller losses is dominated).
     """
-    from pld.kernels.allocation import merged_law
+    from pld.kernels import merged_law
 
     g = np.arange(n + 1) * d
     xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)

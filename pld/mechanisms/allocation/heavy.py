@@ -287,7 +287,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     what resolves the add direction of a short round at small sigma (whose mass at
     ``Lambda = 0`` otherwise sends it to one Gaussian step).  Any grid gives a certified
     pair; only the width changes."""
-    from pld.kernels.allocation import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
+    from pld.kernels import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
 
     if t < 2:
         raise ValueError("heavy_laws needs t >= 2")
@@ -534,7 +534,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
     level of the first ``t - 1`` coordinates, ``(Q_lo, Q_hi, P_lo, P_hi, step)``
     (the light rest of ``{N = 1}``).
     """
-    from pld.kernels.allocation import centred_cells
+    from pld.kernels import centred_cells
 
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)

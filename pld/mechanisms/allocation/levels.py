@@ -208,7 +208,7 @@ _WIDTH_CAP = 3
 def _merge(run: _Run, lv: _Level) -> _Level:
     """Merged lower side: buckets whose conditional means are the coarse points,
     up to the deviations ``dev`` carries (see ``merge_half``)."""
-    from pld.kernels.allocation import merge_half
+    from pld.kernels import merge_half
 
     assert lv.p is not None
     dev0, edev0 = _dev(lv, run.d)

@@ -298,7 +298,7 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     (a sub-pair).  Round-off: entrywise brackets ``p - E_p <= P'``, ``q +
     E_q >= Q'`` (and the other way round for the add direction).
     """
-    from pld.kernels.allocation import centred_cells
+    from pld.kernels import centred_cells
 
     a = 1.0 / sigma
     mu = -0.5 * a * a
