@@ -159,14 +159,26 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     # of the target is decided by it (both ends are certified), and only
     # points near the target get the finer brackets
     coarse = [r for r in (1e-2, 1e-3) if r > fine] if sampling_registry.get(sampling).run_pld is not None else []
+    last = [math.inf]  # (the previous point's relative distance from the target)
 
     def engine(u):
+        lo, hi = _engine(u)
+        if math.isfinite(hi) and hi > 0:
+            last[0] = abs(0.5 * (lo + hi) / target_epsilon - 1.0)
+        return lo, hi
+
+    def _engine(u):
         # brackets a few times narrower than the epsilon step between sigma and
         # sigma / (1 + rtol) separate the two; tighter ones only cost time
         from pld.mechanisms.allocation import run_spacing
 
         d = dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling)
         for r in coarse:
+            if r >= 1e-2 and last[0] < _ENDGAME:
+                # the coarse grid's laws cost about what the default's do (at
+                # large sigma): once the search is this close, its next points
+                # lie within a coarse bracket's width of the target
+                continue
             if r >= 1e-2:
                 # (the coarsest bracket from rounds on a coarse grid: 4x fewer cells; its
                 # warnings are internal: a bracket that decides nothing falls through)
@@ -190,6 +202,11 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     sigma = math.exp(u)
     record_info(search, info, t0, sigma, "noise_multiplier", math.exp)
     return sigma
+
+
+#: relative distance of the last point from the target past which a run-level
+#: scheme's search skips its coarsest brackets (they would not decide)
+_ENDGAME = 0.05
 
 
 def _sigma_start(eps: float, delta: float, q: float, steps: int) -> float:

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from pld import _validate as v
+from pld.accounting import sampling as sampling_registry
 from pld.accounting.dpsgd import dpsgd_mechanism
 from pld.engine import windows as w
 from pld.engine.targets import EPS_RTOL
@@ -89,12 +90,29 @@ def spa_epsilon_of(comp, log_delta: float, hint: list | None = None) -> float:
     return max(0.0, float(w.saddle_log_delta(comp, math.exp(hi))[0]))
 
 
+def _log_estimate(lower: float, upper: float) -> float:
+    """Log of a point estimate of epsilon from a certified bracket, for aiming.
+
+    The middle of the bracket: brackets of different widths (a coarse one that
+    already decided a point, a fine one near the target) then predict alike,
+    where their upper ends would differ by their widths.  Decisions still read
+    the certified upper end.
+    """
+    if math.isfinite(lower) and 0 < lower <= upper:
+        return math.log(0.5 * (lower + upper))
+    return math.log(upper)
+
+
 class Surrogate:
     """Saddle-point epsilon of ``steps`` DP-SGD steps, max over directions."""
 
     def __init__(self, delta: float, sampling: str):
         self.log_delta = math.log(delta)
-        self.sampling = sampling
+        # a run-level scheme (random allocation, shuffling) has no per-step law
+        # to explore; Poisson sampling at the same rate has the same shape in
+        # sigma, and the search's measured offset absorbs the difference
+        run_level = sampling_registry.get(sampling).run_pld is not None
+        self.sampling = "poisson" if run_level else sampling
         self._explore: dict = {}
 
     def _parts(self, sigma: float, q: float):
@@ -164,11 +182,11 @@ class Search:
         limited by the trust region in :meth:`run`).
         """
         pts = []
-        for ue, _, up in self.evals:
+        for ue, lo, up in self.evals:
             if math.isfinite(up) and up > 0:
                 s = self._sur(ue)
                 if math.isfinite(s):
-                    pts.append((abs(ue - u), ue, math.log(up) - s))
+                    pts.append((abs(ue - u), ue, _log_estimate(lo, up) - s))
         if not pts:
             return 0.0
         pts.sort()
@@ -184,8 +202,8 @@ class Search:
     def _secant(self) -> float:
         """Engine-only prediction: secant in ``(u, log eps)`` through the two
         evaluations closest to the target (slope -1 from a single one)."""
-        pts = sorted(((abs(math.log(up) - self.log_target), ue, math.log(up))
-                      for ue, _, up in self.evals if 0 < up < math.inf))
+        pts = sorted(((abs(_log_estimate(lo, up) - self.log_target), ue, _log_estimate(lo, up))
+                      for ue, lo, up in self.evals if 0 < up < math.inf))
         if not pts:
             return math.nan
         _, u1, l1 = pts[0]
@@ -340,6 +358,9 @@ class Search:
                 elif near_bad:
                     # one point just inside closes the bracket
                     cands = [self._place(min(ur + m, self.bad + 0.95 * self.tol_at(self.bad)), True)]
+                elif math.isfinite(self.good) and not math.isfinite(self.bad):
+                    # only good points so far: the side still missing first
+                    cands = [self._place(ur - m, False), self._place(ur + m, True)]
                 else:
                     # straddle the prediction: inside first, then outside
                     cands = [self._place(ur + m, True), self._place(ur - m, False)]
