@@ -380,17 +380,59 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     return g, out, over
 
 
+@njit(cache=True)
+def _block_table(x):
+    """Sums of ``x`` over the aligned blocks ``[b 2^l, (b + 1) 2^l)``, level by level
+    (level ``l`` starts at ``offsets[l]``); each a binary tree of additions."""
+    n = x.size
+    levels = 1
+    while (1 << levels) <= n:
+        levels += 1
+    offsets = np.empty(levels + 1, np.int64)
+    total = 0
+    for lev in range(levels):
+        offsets[lev] = total
+        total += n >> lev
+    offsets[levels] = total
+    table = np.empty(total)
+    table[:n] = x
+    for lev in range(1, levels):
+        a, b = offsets[lev - 1], offsets[lev]
+        for i in range(n >> lev):
+            table[b + i] = table[a + 2 * i] + table[a + 2 * i + 1]
+    return table, offsets, levels
+
+
+@njit(cache=True, inline="always")
+def _range_sum(table, offsets, levels, lo, hi):
+    """``sum(x[lo:hi])`` from at most ``2 log2 n`` aligned blocks of :func:`_block_table`."""
+    s = 0.0
+    while lo < hi:
+        lev = 0
+        while lev + 1 < levels and (lo & ((1 << (lev + 1)) - 1)) == 0 and lo + (1 << (lev + 1)) <= hi:
+            lev += 1
+        s += table[offsets[lev] + (lo >> lev)]
+        lo += 1 << lev
+    return s
+
+
 @called_with(F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, f64, f64, i64)
 @njit(cache=True)
 def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, g0, log_ratio, n_out):
     """Products of two independent laws' masses, summed by a geometric group of ``rv_k + hv_j``.
 
-    Group ``i`` holds the pairs with ``g0 e^{i log_ratio} <= rv_k + hv_j`` below the next
-    point (a deterministic grouping: revealing only the group is a post-processing).
-    Returns the sums ``(sum rq hq, sum rp hq``... in the order ``(A_lo, A_hi, B1_lo,
-    B1_hi, B2_lo, B2_hi)`` with ``A = sum rq hq``, ``B1 = sum rq hp``, ``B2 = sum rp hq``,
-    each from the lower or upper bounds of its factors (non-negative terms: the
-    caller rounds the sums outward by the number of terms).
+    Group ``i`` holds the pairs with ``rv_k + hv_j`` below ``b_i = g0 e^{(i + 1) log_ratio}``
+    and at or above ``b_{i - 1}`` (the last group: everything above; a deterministic
+    grouping: revealing only the group is a post-processing).  ``rv`` must be
+    non-decreasing.  Returns the sums in the order ``(A_lo, A_hi, B1_lo, B1_hi, B2_lo,
+    B2_hi)`` with ``A = sum rq hq``, ``B1 = sum rq hp``, ``B2 = sum rp hq``, each from the
+    lower or upper bounds of its factors (lower bounds of ``rq``, ``rp`` taken at least 0).
+
+    For each ``j`` the ``k`` of one group form a run (``rv_k + hv_j`` grows with ``k``),
+    found by bisection; its factor sums come from aligned block sums, so a run costs
+    ``O(log n)`` instead of its length.  Round-off: every term is a product of
+    non-negative numbers summed along a tree of depth at most ``3 log2 n + m + 1``, far
+    below the ``n m`` terms the caller rounds each sum outward by.
     """
     a_lo = np.zeros(n_out)
     a_hi = np.zeros(n_out)
@@ -398,22 +440,56 @@ def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, 
     b1_hi = np.zeros(n_out)
     b2_lo = np.zeros(n_out)
     b2_hi = np.zeros(n_out)
-    for k in range(rv.size):
-        # (s grows with j: the group is found by stepping on from the last one; any
-        # deterministic grouping is valid, this one is s's geometric cell)
-        i = 0
-        nxt = g0 * math.exp(log_ratio)
-        for j in range(hv.size):
-            s = rv[k] + hv[j]
-            while i < n_out - 1 and s >= nxt:
-                i += 1
-                nxt = g0 * math.exp((i + 1) * log_ratio)
-            a_lo[i] += max(rq_lo[k], 0.0) * hq_lo[j]
-            a_hi[i] += rq_hi[k] * hq_hi[j]
-            b1_lo[i] += max(rq_lo[k], 0.0) * hp_lo[j]
-            b1_hi[i] += rq_hi[k] * hp_hi[j]
-            b2_lo[i] += max(rp_lo[k], 0.0) * hq_lo[j]
-            b2_hi[i] += rp_hi[k] * hq_hi[j]
+    n = rv.size
+    if n == 0:
+        return a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi
+    bound = np.empty(n_out)
+    for i in range(n_out):
+        bound[i] = g0 * math.exp((i + 1) * log_ratio)
+    t_ql, offsets, levels = _block_table(np.maximum(rq_lo, 0.0))
+    t_qh = _block_table(rq_hi)[0]
+    t_pl = _block_table(np.maximum(rp_lo, 0.0))[0]
+    t_ph = _block_table(rp_hi)[0]
+    i0 = 0
+    for j in range(hv.size):
+        hj = hv[j]
+        # (the group of rv_0 + hv_j grows with j: stepped on from the last one)
+        while i0 < n_out - 1 and rv[0] + hj >= bound[i0]:
+            i0 += 1
+        i = i0
+        k = 0
+        while k < n:
+            kb = n
+            if i < n_out - 1:
+                # the first k' > k with rv_k' + hv_j >= b_i: galloping, then bisection
+                lo, hi, step = k, k + 1, 1
+                while hi < n and rv[hi] + hj < bound[i]:
+                    lo = hi
+                    step *= 2
+                    hi = k + step
+                hi = min(hi, n)
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if rv[mid] + hj < bound[i]:
+                        lo = mid
+                    else:
+                        hi = mid
+                kb = hi
+            s_ql = _range_sum(t_ql, offsets, levels, k, kb)
+            s_qh = _range_sum(t_qh, offsets, levels, k, kb)
+            s_pl = _range_sum(t_pl, offsets, levels, k, kb)
+            s_ph = _range_sum(t_ph, offsets, levels, k, kb)
+            a_lo[i] += s_ql * hq_lo[j]
+            a_hi[i] += s_qh * hq_hi[j]
+            b1_lo[i] += s_ql * hp_lo[j]
+            b1_hi[i] += s_qh * hp_hi[j]
+            b2_lo[i] += s_pl * hq_lo[j]
+            b2_hi[i] += s_ph * hq_hi[j]
+            k = kb
+            if k < n:
+                s = rv[k] + hj
+                while i < n_out - 1 and s >= bound[i]:
+                    i += 1
     return a_lo, a_hi, b1_lo, b1_hi, b2_lo, b2_hi
 
 
