@@ -243,7 +243,9 @@ class _UpperRuns:
     p_hi: np.ndarray
     lost_q: float
     lost_p: float
-    #: lumped round-off: (smallest value / m, largest value / m, Q-mass, P-mass) per block
+    #: lumped round-off for the remove direction, whose loss grows with the value:
+    #: (smallest value / m, largest value / m, Q-mass, P-mass) per block, placed
+    #: at its largest value (see :func:`_block_lumps`)
     lumps: list
     #: set when an upward tilt was refused for the cost of its coordinate cut (a
     #: heavy upper tail): the cut (first-grid index) it wanted
@@ -251,6 +253,8 @@ class _UpperRuns:
     roundoff: float
     base_lmgf: np.ndarray
     base_chern: np.ndarray
+    #: the same for the add direction (loss falls with the value): placed at the smallest
+    lumps_add: list
 
 
 def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
@@ -357,6 +361,7 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     v = s / m
     p_hi = v * q_hi
     lumps: list[tuple[float, float, float, float]] = []
+    lumps_add: list[tuple[float, float, float, float]] = []
     for j, (_, (r, lv)) in enumerate(runs_up):
         assert lv.p is not None
         x = _pad(lv.q, size)
@@ -379,8 +384,9 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
                 # (the remove direction's P-masses from the run's own P-law: its
                 # round-off E_p is not multiplied by the likelihood ratio)
                 p_hi[k] = np.maximum(y, 0.0) * w * scale
-                norm_w = float(np.sqrt(np.sum(w * w))) * scale * (1.0 + 1e-9)
-            lumps.append((float(v[k].min()), float(v[k].max()), lv.eq * norm_w, lv.ep * norm_w))
+            remove, add = _block_lumps(v[k], lw - top, w, scale, lv.eq, lv.ep)
+            lumps += remove
+            lumps_add += add
     # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
     # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
     r0, base = runs_up[0][1]
@@ -388,7 +394,48 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     neg = r0.chern < 0
     q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
     return _UpperRuns(thetas, step, size, s, q_hi, p_hi, lost_q, lost_p, lumps, heavy_cut,
-                      max(lv.eq for _, (_, lv) in runs_up), base.lmgf, r0.chern)
+                      max(lv.eq for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add)
+
+
+def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float, eq: float,
+                 ep: float) -> tuple[list, list]:
+    """One block's lumped round-off, as lumps for each direction.
+
+    The block's entries (values ``vb`` increasing, untilting weights ``w e^top``
+    with ``lw_rel = log w``) carry errors ``e_k`` with ``||e||_2 <= eq``, so by
+    Cauchy-Schwarz any subset ``B`` of them carries at most ``eq ||w_B||_2``
+    (``scale`` holds ``e^top``).  The remove direction gets one lump of the
+    whole block, placed at its largest value.  For the add direction a lower
+    tilt's weights can grow by thousands of nats over one block: one lump at
+    the block's smallest value would put a bound carried by its top entries
+    where they are not (at delta ~ 1e-12 that alone can decide epsilon).  The
+    block is therefore cut into parts where the weight falls by ``_LUMP_NATS``,
+    and each part gets, at its smallest value, the increment of
+    ``eq ||w||_2`` over the parts up to it: for every ``x`` the lumps at or
+    below ``x`` carry at least the bound of the entries there (the true error
+    measure lies stochastically above them), and the total is the single
+    lump's.  (The remove direction's loss grows with the value, where the
+    weights of a lower tilt are largest anyway; splitting there moved its
+    tail bound's cut and never paid.)
+    """
+    sq = w * w
+    with np.errstate(over="ignore"):
+        norm = float(np.sqrt(np.sum(sq))) * scale * (1.0 + 1e-9)
+    lo, hi = float(vb.min()), float(vb.max())
+    remove = [(lo, hi, eq * norm, ep * norm)]
+    level = np.minimum(np.floor(-lw_rel / _LUMP_NATS), _LUMP_DEPTH)
+    edges = [0, *(np.nonzero(np.diff(level))[0] + 1).tolist(), vb.size]
+    if len(edges) == 2:
+        return remove, list(remove)
+    with np.errstate(over="ignore"):
+        # (the 1e-9 margin covers the sums' round-off, as for the single lump)
+        below = [float(np.sqrt(x)) * scale * (1.0 + 1e-9)
+                 for x in np.cumsum([float(np.sum(sq[a:b])) for a, b in zip(edges[:-1], edges[1:])])]
+    add = []
+    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+        inc = below[i] - (below[i - 1] if i > 0 else 0.0)
+        add.append((float(vb[a:b].min()), float(vb[a:b].max()), eq * inc, ep * inc))
+    return remove, add
 
 
 def _regrid_to(x: np.ndarray, d: float, df: float) -> np.ndarray:
@@ -452,9 +499,10 @@ def _upper_jump(mu: float, a: float, d: float, n: int, t: int, coarse: float, nb
     # R's lumped round-off lands within one window above its block
     w_top = (kern.size - 1) * df
     extra_remove, extra_add = [], []
-    for vmin, vmax, dq, _ in up.lumps:
+    for _, vmax, dq, _ in up.lumps:
         top = vmax * (t - 1) + w_top
         extra_remove.append((math.log(top / t), dq * t_k * top / t))
+    for vmin, _, dq, _ in up.lumps_add:
         if vmin > 0:
             extra_add.append((-math.log(vmin * (t - 1) / t), dq * t_k))
         else:
@@ -476,6 +524,10 @@ _TILT_CELLS = 1 << 20
 _LUMP = 1e-3
 #: blocks per run of lumped entries
 _LUMP_BLOCKS = 64
+#: a block's lumps are cut where its entries' untilting weight falls by this many nats ...
+_LUMP_NATS = 4.0
+#: ... down to this many cuts (what lies lower is one part: its share is below e^-48)
+_LUMP_DEPTH = 12
 #: cut mass (at +inf) a tilted run may add without doubling the cut mass
 _CUT_COST = 1e-11
 

@@ -190,7 +190,8 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> tuple[list, list]:
     """The light sum's lumps, its upper tail replaced by Chernoff's bound where that is smaller.
 
     ``r`` (entrywise bounds or estimates on ``k df``) and ``up.lumps`` (round-off
-    masses of blocks of entries, ``(vmin, vmax, dq, dp)``, values over ``m``)
+    masses of blocks of entries, ``(vmin, vmax, dq, dp)``, values over ``m``; the
+    add direction's own in ``up.lumps_add``)
     bound the light sum's measure; where the untilted round-off is lumped far in
     its upper tail, ``Q(R >= x) <= e^{L(theta) - theta x}`` (``L`` the log-MGF bound
     of the uncut sum, ``theta > 0``) can be far smaller.  From the first block
@@ -210,9 +211,10 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> tuple[list, list]:
     direction places at its lower edge.  Returns ``(lumps, add_lumps)``.
     """
     lumps = sorted(up.lumps, key=lambda x: x[0])
+    lumps_add = sorted(up.lumps_add, key=lambda x: x[0])
     pos = up.base_chern > 0
     if not lumps or not np.any(pos):
-        return lumps, lumps
+        return lumps, lumps_add
     s = np.arange(r.size) * df
 
     def bound(x: float) -> float:
@@ -229,18 +231,18 @@ def _chernoff_tail(r: np.ndarray, up, df: float, m: int) -> tuple[list, list]:
         if k < r.size and bound(x) < held:
             cut = i
     if cut is None:
-        return lumps, lumps
+        return lumps, lumps_add
     x_star = lumps[cut][0] * m
     k = int(math.ceil(x_star / df - 1e-9))
     top = s[-1]
     if k >= r.size or x_star >= top:
-        return lumps, lumps
+        return lumps, lumps_add
     r[k:] = 0.0
     kept = [lump for lump in lumps if lump[0] * m < x_star]
     edges = [x_star] + [lump[0] * m for lump in lumps[cut + 1:] if x_star < lump[0] * m < top] + [top]
     tails = [bound(x) for x in edges[:-1]]
     tails = list(np.minimum.accumulate(np.array(tails)))
-    add = list(kept)
+    add = [lump for lump in lumps_add if lump[0] * m < x_star]
     for i in range(len(tails)):
         mass = tails[i] - (tails[i + 1] if i + 1 < len(tails) else 0.0)
         if mass > 0:

@@ -247,8 +247,8 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     thetas, step, size, s = up.thetas, up.step, up.size, up.s
     q_hi, p_hi, lost_q, lost_p = up.q_hi, up.p_hi, up.lost_q, up.lost_p
     extra_remove = [(math.log(vmax), dp) for vmin, vmax, dq, dp in up.lumps if vmax > 0]
-    extra_add = [(-math.log(vmin), dq) for vmin, vmax, dq, dp in up.lumps if vmin > 0]
-    lost_q += sum(dq for vmin, vmax, dq, dp in up.lumps if vmin <= 0)
+    extra_add = [(-math.log(vmin), dq) for vmin, vmax, dq, dp in up.lumps_add if vmin > 0]
+    lost_q += sum(dq for vmin, vmax, dq, dp in up.lumps_add if vmin <= 0)
     lost_q, lost_p = min(1.0, lost_q), min(1.0, lost_p)
     jump = None
     if up.heavy_cut is not None and t >= _JUMP_STEPS * w1:
