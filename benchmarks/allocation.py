@@ -35,8 +35,19 @@ def _opake():
     return mod
 
 
-def _pld_bracket(build, delta: float, rtol: float | None):
+def _cold() -> None:
+    """Forget every law a query built (the allocation sums, the label-sum pairs and the
+    process-wide explored laws), keeping the compiled kernels and FFT plans."""
+    from pld.engine import laws
+
     _allocation_sum.sum_laws.cache_clear()
+    _allocation_sum.label_sum_pair.cache_clear()
+    with laws._SHARED_LOCK:
+        laws._SHARED.clear()
+
+
+def _pld_bracket(build, delta: float, rtol: float | None):
+    _cold()
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -80,15 +91,40 @@ def workloads(quick: bool):
                ("alloc", 1.0, 1024, k, 10))
 
 
+def ratio_rows(opake, reps: int) -> list[str]:
+    """Issue 42's allocation line: sigma 1, 1-of-100, 100 epochs, delta 1e-5 at the default
+    target, pld cold (laws forgotten, kernels compiled) against opake's
+    ``random_allocation_gaussian_pld`` at its default configuration (upper end only),
+    interleaved in this process; the minimum of ``reps`` runs each."""
+    build = (lambda: RandomAllocation(pld.Gaussian(1.0), 100).pld().self_compose(100))
+    ours, theirs, up = [], [], math.nan
+    for _ in range(reps):
+        lo, hi, sec, _ = _pld_bracket(build, 1e-5, None)
+        ours.append(sec)
+        if opake is not None:
+            t0 = time.perf_counter()
+            up = opake.random_allocation_gaussian_pld(1.0, 100, 1).self_compose(100).epsilon_at(1e-5)
+            theirs.append(time.perf_counter() - t0)
+    rows = [f"| sigma 1, 1-of-100, 100 epochs, delta 1e-5, default target (min of {reps}) | [{lo:.5f}, {hi:.5f}] | "
+            f"{(hi - lo) / hi:.1e} | {min(ours):.3f} | - | "
+            + (f"opake upper {up:.5f} in {min(theirs):.1f} s: {min(theirs) / min(ours):.0f}x |" if theirs else "- |")]
+    return rows
+
+
 def calibration_row() -> str:
-    """calibrate_noise with balls-in-bins (cold: the allocation laws' cache cleared)."""
-    _allocation_sum.sum_laws.cache_clear()
-    info: dict = {}
-    t0 = time.perf_counter()
-    sigma = pld.calibrate_noise(6.0, 1e-5, 0.01, 10_000, sampling="balls_in_bins", info=info)
-    seconds = time.perf_counter() - t0
+    """calibrate_noise with balls-in-bins, cold (laws forgotten), beside the same run's
+    Poisson calibration (issue 39: within 3x of it)."""
+    seconds = {}
+    for sampling in ("poisson", "balls_in_bins"):
+        _cold()
+        info: dict = {}
+        t0 = time.perf_counter()
+        sigma = pld.calibrate_noise(6.0, 1e-5, 0.01, 10_000, sampling=sampling, info=info)
+        seconds[sampling] = time.perf_counter() - t0
+    ratio = seconds["balls_in_bins"] / seconds["poisson"]
     return (f"| calibrate_noise(6.0, 1e-5, q = 0.01, 10^4 steps, balls_in_bins) | sigma = {sigma:.5f} | "
-            f"{info['evaluations']} evaluations | {seconds:.2f} | - | - |")
+            f"{info['evaluations']} evaluations | {seconds['balls_in_bins']:.2f} | - | "
+            f"Poisson's calibration {seconds['poisson']:.3f} s: {ratio:.0f}x |")
 
 
 def main() -> None:
@@ -97,9 +133,18 @@ def main() -> None:
     ap.add_argument("--pld-accounting", action="store_true", help="PLD_accounting on the first workload (minutes)")
     ap.add_argument("--quick", action="store_true", help="skip sigma < 0.7 at t = 10^5")
     ap.add_argument("--opake-discretization", type=float, default=1e-4)
+    ap.add_argument("--ratio", type=int, metavar="REPS", help="only issue 42's allocation line (with --peers: "
+                    "against opake), REPS runs each")
     args = ap.parse_args()
     RandomAllocation(pld.Gaussian(1.0), 8).pld().epsilon_bounds(1e-3, rtol=1e-2)  # compile the kernels
     opake = _opake() if args.peers else None
+    if args.ratio:
+        print("| workload | pld bracket | width/eps | pld s | warnings | peer |")
+        print("|---|---|---|---|---|---|")
+        for row in ratio_rows(opake, args.ratio):
+            print(row, flush=True)
+        print(calibration_row(), flush=True)
+        return
     print("| workload | pld bracket | width/eps | pld s | warnings | peer |")
     print("|---|---|---|---|---|---|")
     for name, build, delta, rtol, peer_spec in workloads(args.quick):
@@ -131,7 +176,7 @@ def main() -> None:
             up, low = P.gaussian_allocation_epsilon_range(delta=1e-5, sigma=sigma, num_steps=t, num_epochs=epochs)
             t1 = time.perf_counter()
             lo, hi, sec, notes = _pld_bracket(
-                lambda: RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(epochs), 1e-5, None)
+                lambda s=sigma, t=t, e=epochs: RandomAllocation(pld.Gaussian(s), t).pld().self_compose(e), 1e-5, None)
             print(_row(f"sigma {sigma}, 1-of-{t}, {epochs} epochs, delta 1e-5 (default target)", lo, hi, sec,
                        notes, f"PLD_accounting [{low:.5f}, {up:.5f}] in {t1 - t0:.1f} s"))
     if args.pld_accounting:
