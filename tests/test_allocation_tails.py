@@ -488,3 +488,20 @@ def test_strict_delta_add_direction_round_off_placed_where_it_is():
     assert 0.0 < lo <= hi <= lo + 1e-4 * hi + 1e-6, (lo, hi)
     one_step = pld.Gaussian(3.0).pld().epsilon_bounds(1e-12)
     assert hi < one_step[0]
+
+
+def test_add_direction_mass_at_inf_refines_to_the_light_grid_in_medians():
+    """sigma 0.379, 1-of-87: the split leaves the add direction ~4e-7 at +inf a round
+    (every coordinate in its first light cell), so 30 rounds at delta 1e-6 had no finite
+    upper end; a missed target now tries the light grid in medians first (~1e-10 a round),
+    and the bracket is finite, below no amplification (30 Gaussian steps)."""
+    mech = RandomAllocation(pld.Gaussian(0.379), 87)
+    assert mech.grid_info()["inf_mass_upper_add"] > 1e-8
+    nxt = mech.refined()
+    assert nxt is not None and nxt.construction == "split_fine"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        lo, hi = mech.pld().self_compose(30).epsilon_bounds(1e-6)
+    none = pld.Gaussian(0.379).pld().self_compose(30).epsilon_bounds(1e-6)
+    assert 0.0 < lo <= hi < none[0], (lo, hi, none)
+    assert hi - lo <= 1e-2 * hi, (lo, hi)

@@ -103,6 +103,9 @@ _FINEST_KAPPA = 1e-6
 _REFINE_LIGHT_CELLS = 1 << 18
 #: the split's light cut is refined (kappa / 100) from this noise multiplier on only
 _KAPPA_REFINE_SIGMA = 0.7
+#: the split's add-direction mass at +inf past which a missed target tries the light grid in
+#: medians first (one round's; composed rounds add theirs, so a strict delta meets it early)
+_ADD_INF_REFINE = 1e-10
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
@@ -319,10 +322,12 @@ class RandomAllocation(Mechanism):
             s, t = self.noise_multiplier, self.steps
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
-            if (first == "split" and self.grid_info().get("gaussian_add")
-                    and fine_resolves(s, t, self.spacing, self.kappa)):
-                # (a short round at small sigma: the add direction fell back to one Gaussian
-                # step; only a light grid in medians resolves it, and a further light cut does not)
+            info = self.grid_info() if first == "split" else {}
+            if ((info.get("gaussian_add") and fine_resolves(s, t, self.spacing, self.kappa))
+                    or info.get("inf_mass_upper_add", 0.0) > _ADD_INF_REFINE):
+                # (a round at small sigma whose add direction fell back to one Gaussian step, or
+                # kept a mass at +inf that a composition of many rounds sums past delta: only a
+                # light grid in medians resolves it, and a further light cut does not)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))
                 first = "split_fine"
             pending.append(self._finer(first, self.spacing, self.kappa))
