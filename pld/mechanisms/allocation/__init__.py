@@ -103,8 +103,7 @@ _FINEST_KAPPA = 1e-6
 _REFINE_LIGHT_CELLS = 1 << 18
 #: the split's light cut is refined (kappa / 100) from this noise multiplier on only
 _KAPPA_REFINE_SIGMA = 0.7
-#: the split's add-direction mass at +inf past which a missed target tries the light grid in
-#: medians first (one round's; composed rounds add theirs, so a strict delta meets it early)
+#: a split round's add mass at +inf past which a missed target tries the light grid in medians
 _ADD_INF_REFINE = 1e-10
 
 
@@ -325,9 +324,7 @@ class RandomAllocation(Mechanism):
             info = self.grid_info() if first == "split" else {}
             if ((info.get("gaussian_add") and fine_resolves(s, t, self.spacing, self.kappa))
                     or info.get("inf_mass_upper_add", 0.0) > _ADD_INF_REFINE):
-                # (a round at small sigma whose add direction fell back to one Gaussian step, or
-                # kept a mass at +inf that a composition of many rounds sums past delta: only a
-                # light grid in medians resolves it, and a further light cut does not)
+                # (small sigma: only a light grid in medians resolves the add direction, not a further cut)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))
                 first = "split_fine"
             pending.append(self._finer(first, self.spacing, self.kappa))
