@@ -58,9 +58,9 @@ BRACKET_TARGET = "upper - lower <= 1e-4 * epsilon + 1e-6"
 LARGE_EPSILON = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DPSGDConfig:
-    """One DP-SGD accounting question."""
+    """One DP-SGD accounting question (frozen: its run, ``shape``, is resolved once, when it is made)."""
 
     noise_multiplier: float
     sampling_rate: float
@@ -77,18 +77,25 @@ class DPSGDConfig:
     example: str | None = None         # name of the built-in example, when defaults were used
     shape: RunShape | None = None      # the run resolved from its loader (pld.accounting.loaders)
 
+    def __post_init__(self) -> None:
+        # (the run resolved once, when the question is made: everything after reads it)
+        if self.shape is None and self.sampling_rate is not None and self.steps is not None:
+            loader = self.batch_size is not None and self.dataset_size is not None
+            shape = resolve_run(self.sampling, None if loader else self.sampling_rate, self.steps,
+                                dataset_size=self.dataset_size if loader else None,
+                                batch_size=self.batch_size if loader else None, participations=self.participations)
+            object.__setattr__(self, "shape", shape)
+
     @property
     def total_steps(self) -> int:
         return self.steps * self.runs
 
     def run_shape(self) -> RunShape:
-        """The run as the accountant composes it (:func:`pld.accounting.loaders.resolve_run`)."""
-        if self.shape is not None:
-            return self.shape
-        loader = self.batch_size is not None and self.dataset_size is not None
-        return resolve_run(self.sampling, None if loader else self.sampling_rate, self.steps,
-                           dataset_size=self.dataset_size if loader else None,
-                           batch_size=self.batch_size if loader else None, participations=self.participations)
+        """The run as the accountant composes it (:func:`pld.accounting.loaders.resolve_run`),
+        resolved when the configuration was made."""
+        if self.shape is None:
+            raise ValueError("the run is not whole: give sampling_rate (or dataset_size and batch_size) and steps")
+        return self.shape
 
 
 #: the default ``pld dpsgd`` question: MNIST DP-SGD (Abadi et al. 2016 / TF Privacy tutorial
