@@ -81,6 +81,17 @@ class GridPair:
     dominated: GridPLD
     power_steps: tuple[int, ...]
 
+    def delta_bounds(self, epsilons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` on this direction's delta at ``epsilons`` (an array of reals), each
+        in ``[0, 1]``: the dominated grid's certified evaluator below, the dominating grid's above
+        (:meth:`pld.engine.grid.GridPLD.delta`, its round-off bound included)."""
+        eps = np.asarray(epsilons, dtype=np.float64)
+
+        def at(g: GridPLD) -> np.ndarray:
+            return np.clip(np.asarray(g.delta(eps.ravel())).reshape(eps.shape), 0.0, 1.0)
+
+        return at(self.dominated), at(self.dominating)
+
 
 def _budgeted(method):
     """Run a query under its time budget (:mod:`pld.engine.budget`; nested queries share the outermost)."""

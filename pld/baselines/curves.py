@@ -79,7 +79,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
+def delta_curve(pld_obj, epsilons, delta: float = 1e-6, *, grids=None):
     """Certified bracket on the privacy profile ``delta(eps)`` from one pair of grids.
 
     Evaluates the hockey-stick divergence of the dominated and dominating grids
@@ -97,6 +97,9 @@ def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
         Real values (negative allowed).
     delta : float, default 1e-6
         Query that selects the grids (see :meth:`pld.PLD.distribution`).
+    grids : dict, optional
+        ``pld_obj.grids(delta)`` when the caller holds them already (an epsilon
+        query's own, :class:`pld.report.EpsilonQuery`).
 
     Returns
     -------
@@ -108,12 +111,13 @@ def delta_curve(pld_obj, epsilons, delta: float = 1e-6):
     eps, scalar = _v.real_array("epsilons", epsilons)
     if np.isinf(eps).any():
         raise ValueError("epsilons must be finite")
-    dirs = directions(pld_obj, delta)
+    delta = _v.real_scalar("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     lo = np.zeros(eps.shape)
     hi = np.zeros(eps.shape)
-    for d in dirs:
-        lo = np.maximum(lo, d.lower.delta(eps))
-        hi = np.maximum(hi, d.upper.delta(eps))
+    for pair in (pld_obj.grids(delta) if grids is None else grids).values():
+        d_lo, d_hi = pair.delta_bounds(eps)
+        lo = np.maximum(lo, d_lo)
+        hi = np.maximum(hi, d_hi)
     hi = np.maximum(hi, lo)
     if scalar:
         return float(lo), float(hi)

@@ -27,6 +27,7 @@ from pld.accounting import sampling as sampling_registry
 from pld.accounting.loaders import RunShape, resolve_run, run_pld
 from pld.accounting.sampling import SamplingScheme
 from pld.baselines.curves import delta_curve
+from pld.distribution import PLD, GridPair
 from pld.engine.fft import fft_backend
 from pld.report.rounding import bracket, round_down, round_up  # noqa: F401  (re-exported: report's former API)
 from pld.report.text import (  # the text of the reports; re-exported
@@ -45,7 +46,7 @@ from pld.report.text import (  # the text of the reports; re-exported
 
 __all__ = [
     "ACCOUNTANT", "DPSGDConfig", "MNIST_EXAMPLE", "account_dpsgd", "dpsgd_pld", "dpsgd_warnings", "dpsgd_notes",
-    "shuffle_bounds_of",
+    "EpsilonQuery", "shuffle_bounds_of",
     "format_dpsgd", "account_compose", "format_compose", "format_calibrate", "format_curve",
     "curve_rows", "curve_csv", "delta_profile", "nice_epsilons", "neighbouring", "sensitivity_convention", "jsonable",
     "footer", "headline", "format_epochs", "SAMPLING_NAMES",
@@ -57,9 +58,9 @@ BRACKET_TARGET = "upper - lower <= 1e-4 * epsilon + 1e-6"
 LARGE_EPSILON = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DPSGDConfig:
-    """One DP-SGD accounting question."""
+    """One DP-SGD accounting question (frozen: its run, ``shape``, is resolved once, when it is made)."""
 
     noise_multiplier: float
     sampling_rate: float
@@ -76,18 +77,25 @@ class DPSGDConfig:
     example: str | None = None         # name of the built-in example, when defaults were used
     shape: RunShape | None = None      # the run resolved from its loader (pld.accounting.loaders)
 
+    def __post_init__(self) -> None:
+        # (the run resolved once, when the question is made: everything after reads it)
+        if self.shape is None and self.sampling_rate is not None and self.steps is not None:
+            loader = self.batch_size is not None and self.dataset_size is not None
+            shape = resolve_run(self.sampling, None if loader else self.sampling_rate, self.steps,
+                                dataset_size=self.dataset_size if loader else None,
+                                batch_size=self.batch_size if loader else None, participations=self.participations)
+            object.__setattr__(self, "shape", shape)
+
     @property
     def total_steps(self) -> int:
         return self.steps * self.runs
 
     def run_shape(self) -> RunShape:
-        """The run as the accountant composes it (:func:`pld.accounting.loaders.resolve_run`)."""
-        if self.shape is not None:
-            return self.shape
-        loader = self.batch_size is not None and self.dataset_size is not None
-        return resolve_run(self.sampling, None if loader else self.sampling_rate, self.steps,
-                           dataset_size=self.dataset_size if loader else None,
-                           batch_size=self.batch_size if loader else None, participations=self.participations)
+        """The run as the accountant composes it (:func:`pld.accounting.loaders.resolve_run`),
+        resolved when the configuration was made."""
+        if self.shape is None:
+            raise ValueError("the run is not whole: give sampling_rate (or dataset_size and batch_size) and steps")
+        return self.shape
 
 
 #: the default ``pld dpsgd`` question: MNIST DP-SGD (Abadi et al. 2016 / TF Privacy tutorial
@@ -142,6 +150,28 @@ def jsonable(x):
     return str(x)
 
 
+# ----------------------------------------------------------------- query
+@dataclass(frozen=True)
+class EpsilonQuery:
+    """One certified epsilon query of a PLD, made once and read by every part of a report.
+
+    ``explained`` is :meth:`pld.PLD.explain` at ``delta`` (the bracket, each direction's
+    numbers, whether the target was met); ``grids`` the grid pair of each direction behind
+    it (:meth:`pld.PLD.grids`).  The delta(epsilon) curve and the attack line read these
+    grids instead of asking the PLD for them again.
+    """
+
+    pld: PLD
+    delta: float
+    explained: dict
+    grids: dict[str, GridPair]
+
+    @classmethod
+    def run(cls, pld_obj: PLD, delta: float) -> EpsilonQuery:
+        """The query at ``delta`` (the grids are the ones :meth:`pld.PLD.explain` built: read, not rebuilt)."""
+        return cls(pld_obj, delta, pld_obj.explain(delta), pld_obj.grids(delta))
+
+
 # ---------------------------------------------------------------- curves
 def _nice_step(x: float) -> float:
     if not x > 0 or not math.isfinite(x):
@@ -169,7 +199,8 @@ def nice_epsilons(center: float, points: int = 4) -> list[float]:
 RETUNE_WIDTH = 0.01
 
 
-def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"):
+def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto",
+                  grids: dict[str, GridPair] | None = None):
     """Certified ``(delta_lower, delta_upper, method)`` at ``epsilons``.
 
     ``tuned="auto"`` (default) reads the whole curve off the grid pair the
@@ -179,13 +210,14 @@ def delta_profile(pld_obj, epsilons, delta: float, *, tuned: bool | str = "auto"
     the tail, where the grid's round-off floor would show a flat upper bound
     many times too high) with :meth:`pld.PLD.delta_bounds`; both brackets are
     certified, so their intersection is.  ``tuned=True`` tunes every epsilon
-    (slower), ``tuned=False`` none (the method says so).
+    (slower), ``tuned=False`` none (the method says so).  ``grids``: the grid pairs of
+    that query when already at hand (:attr:`EpsilonQuery.grids`).
     """
     eps = np.asarray(epsilons, dtype=float)
     if tuned is True:
         lo, hi = pld_obj.delta_bounds(eps)
         return np.asarray(lo, float), np.asarray(hi, float), "grids tuned per epsilon (PLD.delta_bounds)"
-    lo, hi = delta_curve(pld_obj, eps, delta=delta)
+    lo, hi = delta_curve(pld_obj, eps, delta=delta, grids=grids)
     lo, hi = np.array(lo, float, ndmin=1), np.array(hi, float, ndmin=1)
     method = f"one grid pair tuned at delta = {delta:g} (pld.baselines.curves.delta_curve)"
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -294,11 +326,11 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
     accountant's curve (0: none); ``curve_epsilons`` gives them explicitly.
     """
     t0 = time.perf_counter()
-    # (the scheme and the run resolved once, and handed to everything below)
-    scheme = sampling_registry.get(cfg.sampling)
+    # (the run and its scheme resolved once, and handed to everything below)
     shape = cfg.run_shape()
+    scheme = shape.scheme
     d = pld_obj if pld_obj is not None else dpsgd_pld(cfg, shape)
-    shuffled = None
+    query = shuffled = None
     if shape.sampling == "shuffle":
         # (not tight by construction: the upper end from its closed form, the lower end the best
         # published construction; pld.accounting.shuffle)
@@ -306,15 +338,17 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
         explained = {"epsilon_lower": shuffled.epsilon_lower, "epsilon_upper": shuffled.epsilon_upper,
                      "directions": {}, "target_met": True}
     else:
-        explained = d.explain(cfg.delta)
+        # (the one engine query: the curve and the attack line below read its grids)
+        query = EpsilonQuery.run(d, cfg.delta)
+        explained = query.explained
     lo, hi = float(explained["epsilon_lower"]), float(explained["epsilon_upper"])
     t_eps = time.perf_counter() - t0
     if curve_epsilons is None:
         curve_epsilons = nice_epsilons(hi, curve_points) if math.isfinite(hi) else []
     rows = []
     method = None
-    if len(curve_epsilons) and shuffled is None:
-        dl, dh, method = delta_profile(d, curve_epsilons, cfg.delta, tuned=tuned_curve)
+    if len(curve_epsilons) and query is not None:
+        dl, dh, method = delta_profile(d, curve_epsilons, cfg.delta, tuned=tuned_curve, grids=query.grids)
         rows = curve_rows(curve_epsilons, dl, dh)
     # delta at the reported epsilon, from explain (no extra work)
     at = [v.get("delta_at_epsilon_upper") for v in explained.get("directions", {}).values()]
@@ -369,7 +403,7 @@ def account_dpsgd(cfg: DPSGDConfig, *, curve_points: int = 4, curve_epsilons=Non
                                      "own certified query (its dominated side)")
     from pld.report.risk import report_summary  # (issue 40: the best attack's TPR at 1% FPR, same grids)
 
-    res["attack"] = report_summary(d, cfg.delta)
+    res["attack"] = report_summary(d, cfg.delta, grids=None if query is None else query.grids)
     return res
 
 

@@ -73,7 +73,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from pld import _validate as v
-from pld.distribution import PLD, TargetMissedWarning
+from pld.distribution import PLD, GridPair, TargetMissedWarning
 from pld.engine import budget as _budget
 from pld.engine.targets import EPS_RTOL, Query
 from pld.report.risk_lines import _SLACK, _Envelope, _GaussianSource, _GridSource, _lattice_lines
@@ -165,12 +165,13 @@ class TradeOff:
     """The certified trade-off curves of a :class:`pld.PLD`, per direction.
 
     Built on the grids of the epsilon query at ``delta`` (default 1e-5; pass the
-    delta you already queried and nothing is recomputed); where a TPR bracket
-    misses :data:`TPR_RTOL`, grids tuned at the delta of its optimal epsilon
-    are added (at most :data:`MAX_RETUNES`) and the brackets intersected.
+    delta you already queried and nothing is recomputed, and its grid pairs as
+    ``grids``, :meth:`pld.PLD.grids` at ``delta``, if you hold them); where a TPR
+    bracket misses :data:`TPR_RTOL`, grids tuned at the delta of its optimal
+    epsilon are added (at most :data:`MAX_RETUNES`) and the brackets intersected.
     """
 
-    def __init__(self, pld_obj: PLD, *, delta: float | None = None):
+    def __init__(self, pld_obj: PLD, *, delta: float | None = None, grids: dict[str, GridPair] | None = None):
         if not isinstance(pld_obj, PLD):
             raise TypeError(f"pld_obj must be a pld.PLD, got {type(pld_obj).__name__}")
         self.pld = pld_obj
@@ -182,12 +183,16 @@ class TradeOff:
         self._tunings: list[dict] = []
         self._tuned: set[tuple] = set()
         self._envelopes: dict = {}
-        self._add_tuning(self.delta)
+        self._add_tuning(self.delta, grids=grids)
 
-    def _add_tuning(self, delta: float, rtol: float | None = None, tilt: float | None = None) -> None:
+    def _add_tuning(self, delta: float, rtol: float | None = None, tilt: float | None = None,
+                    grids: dict[str, GridPair] | None = None) -> None:
+        """Add the trade-off sources of the grids at ``delta`` (``grids``: the upper view's,
+        given; a PLD's own grids are its upper view's, and its lower view's too when tight)."""
         upper_view, lower_view = self._views
-        ups = _sources(upper_view, delta, upper=True, rtol=rtol, tilt=tilt)
-        los = _sources(lower_view, delta, upper=False, rtol=rtol, tilt=tilt) if lower_view is not None else None
+        ups = _sources(upper_view, delta, upper=True, rtol=rtol, tilt=tilt, grids=grids)
+        los = (_sources(lower_view, delta, upper=False, rtol=rtol, tilt=tilt, grids=grids if self.tight else None)
+               if lower_view is not None else None)
         tuning = {}
         for d in self.directions:
             up = ups.get(d, ups.get("remove"))
@@ -373,15 +378,19 @@ def _grids(view: PLD, delta: float, rtol: float | None, tilt: float | None = Non
 
 
 def _sources(view: PLD, delta: float, *, upper: bool, rtol: float | None = None,
-             tilt: float | None = None) -> dict:
-    """``{direction: source}`` of one view (a tight composition) from the grids at ``delta``."""
+             tilt: float | None = None, grids: dict[str, GridPair] | None = None) -> dict:
+    """``{direction: source}`` of one view (a tight composition) from the grids at ``delta``
+    (``grids``: that view's :meth:`pld.PLD.grids` at ``delta``, when already at hand)."""
     mu = view._closed_form_mu()
     if mu is not None:
         return {"remove": _GaussianSource(mu)}
-    grids = _grids(view, delta, rtol, tilt)
+    if grids is None:
+        pairs = _grids(view, delta, rtol, tilt)
+    else:
+        pairs = {d: (g.dominating, g.dominated) for d, g in grids.items()}
     out = {}
-    for d, (pess, opt) in grids.items():
-        o_pess, o_opt = grids.get("add" if d == "remove" else "remove", (pess, opt))
+    for d, (pess, opt) in pairs.items():
+        o_pess, o_opt = pairs.get("add" if d == "remove" else "remove", (pess, opt))
         if upper:
             out[d] = _GridSource(_lattice_lines(pess, o_pess, True), None)
         else:
@@ -476,15 +485,16 @@ def reconstruction_bounds(pld_obj: PLD, candidates: int | None = None, *, baseli
 REPORT_FPR = 0.01
 
 
-def report_summary(pld_obj: PLD, delta: float) -> dict:
+def report_summary(pld_obj: PLD, delta: float, *, grids: dict[str, GridPair] | None = None) -> dict:
     """The ``pld dpsgd`` report's attack line: the certified TPR at 1% FPR, read off
-    the grids of the report's own epsilon query at ``delta`` (milliseconds).
+    the grids of the report's own epsilon query at ``delta`` (milliseconds; ``grids``:
+    that query's grid pairs, :attr:`pld.report.EpsilonQuery.grids`).
 
     A bracket wider than its target is said in ``target_met`` (the report
     prints it as a bracket either way), not warned.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TargetMissedWarning)
-        r = TradeOff(pld_obj, delta=delta).tpr([REPORT_FPR])
+        r = TradeOff(pld_obj, delta=delta, grids=grids).tpr([REPORT_FPR])
     return {"fpr": REPORT_FPR, "tpr_lower": r.lower[0], "tpr_upper": r.upper[0], "binding_direction": r.binding[0],
             "target_met": r.target_met[0]}

@@ -132,10 +132,9 @@ def footer(r: dict) -> str:
     return text
 
 
-def _rate_text(r: dict, eq: str = "") -> str:
+def _rate_text(r: dict, scheme: sampling_registry.SamplingScheme, eq: str = "") -> str:
     """``0.00426667`` with where it came from: ``(expected batch 256 / dataset 60000)``."""
     text = f"{r['sampling_rate']:.6g}"
-    scheme = sampling_registry.get(r["sampling"])
     m = r.get("steps_per_epoch")
     if not scheme.per_step and m:
         k = round(r["sampling_rate"] * m)
@@ -161,17 +160,16 @@ def _steps_text(r: dict) -> str:
     return text
 
 
-def _accounted(r: dict) -> list[tuple[str, str]]:
+def _accounted(r: dict, scheme: sampling_registry.SamplingScheme) -> list[tuple[str, str]]:
     """What the figure covers, in a few rows (the short report)."""
     run = "one training run" if r["runs"] == 1 else f"{r['runs']} training runs composed ({r['total_steps']} steps)"
     rows = []
     shuffled = r.get("shuffle")
     if shuffled:
         rows.append(("publish", _publish_text(r, shuffled)))
-    rows.append(("run", f"sigma = {r['noise_multiplier']:g}, q = {_rate_text(r)}, {_steps_text(r)}; {run}"))
+    rows.append(("run", f"sigma = {r['noise_multiplier']:g}, q = {_rate_text(r, scheme)}, {_steps_text(r)}; {run}"))
     if r.get("loader"):
         rows.append(("loader", r["loader"]))
-    scheme = sampling_registry.get(r["sampling"])
     if shuffled:
         rows.append(("sampling", "shuffling (a permutation cut into batches each epoch), the record replaced by a "
                                  "zero record in its slot; sigma = noise std / clipping norm C"))
@@ -235,11 +233,12 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
     numerical settings behind the certificate.
     """
     lo, hi = r["epsilon_lower"], r["epsilon_upper"]
+    scheme = sampling_registry.get(r["sampling"])  # (resolved once: every row below reads it)
     lines = [headline(lo, hi, r["delta"])]
     if not verbose:
-        lines += _table(_accounted(r))
+        lines += _table(_accounted(r, scheme))
     else:
-        lines += _verbose_rows(r)
+        lines += _verbose_rows(r, scheme)
     if r.get("per_epoch"):
         lines.append("")
         lines.append(f"Epsilon at the end of each epoch (delta = {r['delta']:g}; every row its own certified query"
@@ -264,8 +263,8 @@ def format_dpsgd(r: dict, *, verbose: bool = False) -> str:
     return _warnings_first(r, lines)
 
 
-def _verbose_rows(r: dict) -> list[str]:
-    qtxt = _rate_text(r, eq="= ")
+def _verbose_rows(r: dict, scheme: sampling_registry.SamplingScheme) -> list[str]:
+    qtxt = _rate_text(r, scheme, eq="= ")
     ttxt = f"{r['steps']}"
     m = r.get("steps_per_epoch")
     if r.get("epochs") is not None:
@@ -279,7 +278,7 @@ def _verbose_rows(r: dict) -> list[str]:
         ("noise multiplier", f"sigma = {r['noise_multiplier']:g}"),
         ("sampling rate", f"q = {qtxt}"),
         ("steps", f"T = {ttxt}"),
-        ("sampling", _sampling_name(r["sampling"])),
+        ("sampling", scheme.description),
         ("neighbouring", r["neighbouring"]),
         ("sensitivity", r["sensitivity_convention"]),
         ("covers", r["covers"] + (f": {r['runs']} x {r['steps']} = {r['total_steps']} steps"
