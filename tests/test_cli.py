@@ -509,3 +509,12 @@ def test_first_command_line_run_compiles_in_parallel_and_says_so_once(tmp_path):
     assert "s compiling the numba kernels, once)" in first.stdout.strip().splitlines()[-1]
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert second.returncode == 0 and warnings_in(second.stderr) == [], second.stderr
+
+
+def test_shuffle_with_given_steps_per_epoch_and_drop_last(capsys):
+    # the steps per epoch given count what the drop_last loader runs: the shuffle bounds
+    # take them as given (they asked for the dataset and batch sizes again and failed)
+    code, out, err = call(capsys, "dpsgd", "--noise-multiplier", "1.5", "-n", "10000", "-b", "512", "--drop-last",
+                          "--steps-per-epoch", "19", "--epochs", "2", "--sampling", "shuffle")
+    assert code == 0, err
+    assert "T = 38 (2 epochs of 19 steps)" in out and "certified epsilon in" in out

@@ -282,7 +282,9 @@ def shuffle_bounds_of(cfg: DPSGDConfig, shape: RunShape, **options):
     loader = shape.steps_per_epoch_source in ("ceil", "floor")
     return shuffle_bounds(cfg.noise_multiplier, steps=shape.steps, delta=cfg.delta,
                           dataset_size=shape.dataset_size if loader else None,
-                          batch_size=shape.batch_size if loader else None, drop_last=shape.drop_last,
+                          batch_size=shape.batch_size if loader else None,
+                          # (given steps per epoch already count what a drop_last loader runs)
+                          drop_last=shape.drop_last and loader,
                           steps_per_epoch=None if loader else shape.steps_per_epoch, runs=cfg.runs, **options)
 
 
