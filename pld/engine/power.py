@@ -219,13 +219,19 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     n = g.p.size
     if _fft._canonical_size(n) > max_points:
         return None
-    p1, p2 = l1_l2_norms(g.p)
+    # (a retry with fewer steps reuses the norms and the MGF bound: a long
+    # run tries a dozen counts on a first step of 1e5 points)
+    norms = g.__dict__.get("_power_norms")
+    if norms is None:
+        norms = l1_l2_norms(g.p)
+        object.__setattr__(g, "_power_norms", norms)
+    p1, p2 = norms
     if not (p1 > 0 and math.isfinite(p1)):
         return None
     if g.pessimistic and g.log_mgf_bound is None:
         return None
     mgf = g.__dict__.get("_alias_mgf") or _tilted_log_mgf(g)
-    object.__setattr__(g, "_alias_mgf", mgf)  # a retry with fewer steps reuses it
+    object.__setattr__(g, "_alias_mgf", mgf)
     # aliasing is held to a thousandth of the round-off the whole composition
     # will carry (itself about total transforms' worth).  Extended: the
     # forward transform's share drops by u_ld / u, and what is left is about
