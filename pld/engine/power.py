@@ -255,7 +255,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             # (the norm as summed in double: within n u of the true one)
             p2 *= 1.0 + n * _U
             with _fft.rfft_extended_view(g.p, size) as spec_ld:
-                powers = _powers_extended(spec_ld, counts[0], c_b)
+                live, pow_a, pow_b = _powers_extended(spec_ld, counts[0], c_b)
+            powers = (pow_a, pow_b)
             split = input_error_split(g)
             # p~ (see the notes) lies within (1 + r_0) of p entrywise
             l1 *= 1.0 + max(r0 for r0, _ in split)
@@ -266,6 +267,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             second = np.empty(out.size if c_b else 0, dtype=out.dtype)
             complex_powers(spec, counts[0], c_b, out, second)
             powers = (out, second)
+            live = None
             split = [(0.0, g.err)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
@@ -278,7 +280,9 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * u_fwd))
             if growth > 1.0 or kappa > 0.01:
                 return None  # the bound would be vacuous: squaring instead
-            if idx == 1 or extended:
+            if live is not None:
+                _scatter_powers(out, live, powers[idx])
+            elif idx == 1:
                 out[:] = powers[idx]
             inv()  # normalised by 1/size; destroys `out`
             # ||Y||_2 / sqrt(size) = ||F^-1 Y||_2, which the computed inverse
@@ -344,9 +348,11 @@ def input_error_split(g: GridPLD) -> list[tuple[float, float]]:
 _SPLIT_TOP = 30
 
 
-def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.ndarray]:
-    """``x**c_a`` and ``x**c_b`` elementwise (``c_b`` 0: an empty second array)
-    by binary powering in long double, rounded to complex128.
+def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(live, a, b)``: ``x**c_a`` and ``x**c_b`` elementwise at the entries
+    ``live`` (``c_b`` 0: ``b`` empty) by binary powering in long double,
+    rounded to complex128; every other entry's power is 0
+    (:func:`_scatter_powers` writes them out).
 
     As :func:`pld.kernels.complex_powers`, but each product is rounded to
     ``u_ld``: relative error ``(1 + sqrt(5) u_ld)^(2c) - 1``.  Entries with
@@ -370,12 +376,16 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
         bit <<= 1
         if bit <= top:
             np.multiply(base, base, out=base)
-    first = np.zeros(x.size, dtype=np.complex128)
-    first[live] = acc[0]
-    second = np.zeros(x.size if c_b > 0 else 0, dtype=np.complex128)
-    if c_b > 0:
-        second[live] = acc[1]
-    return first, second
+    first = acc[0].astype(np.complex128)
+    second = acc[1].astype(np.complex128) if c_b > 0 else np.zeros(0, dtype=np.complex128)
+    return live, first, second
+
+
+def _scatter_powers(out: np.ndarray, live: np.ndarray, values: np.ndarray) -> None:
+    """``out`` = ``values`` at ``live``, 0 elsewhere (in place: a spectrum of
+    a few hundred live entries in a transform of 1e5 is not copied whole)."""
+    out.fill(0.0)
+    out[live] = values
 
 
 def _live_entries(x: np.ndarray, threshold: float) -> np.ndarray:
