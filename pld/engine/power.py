@@ -65,8 +65,9 @@ rounded to double and the inverse transform done in double as above:
   also above ``(1 + r_0) ||p||_1``).  ``(r_0, e_0) = (0, err)`` is the
   double path's term; a relative ``r_0`` costs ``c r_0 ||a(p)||_2``, far
   below ``c ||p||_2 r_0`` for a law spread over many points;
-* entries whose both powers fall below ``1e-300`` are written as 0, as in
-  the double kernel (the ``size c 1e-300`` term); the others stay far inside
+* an entry whose power of ``c`` falls below ``1e-300`` is written as 0 for
+  that count (the ``size c 1e-300`` term; the double kernel writes 0 where
+  both powers do, a subset); the others stay far inside
   the long double's range, and a power rounded to a double subnormal is off
   by less than that term's share.
 
@@ -255,8 +256,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             # (the norm as summed in double: within n u of the true one)
             p2 *= 1.0 + n * _U
             with _fft.rfft_extended_view(g.p, size) as spec_ld:
-                live, pow_a, pow_b = _powers_extended(spec_ld, counts[0], c_b)
-            powers = (pow_a, pow_b)
+                powers_ld = _powers_extended(spec_ld, counts[0], c_b)
             split = input_error_split(g)
             # p~ (see the notes) lies within (1 + r_0) of p entrywise
             l1 *= 1.0 + max(r0 for r0, _ in split)
@@ -267,7 +267,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             second = np.empty(out.size if c_b else 0, dtype=out.dtype)
             complex_powers(spec, counts[0], c_b, out, second)
             powers = (out, second)
-            live = None
+            powers_ld = None
             split = [(0.0, g.err)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
@@ -280,8 +280,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * u_fwd))
             if growth > 1.0 or kappa > 0.01:
                 return None  # the bound would be vacuous: squaring instead
-            if live is not None:
-                _scatter_powers(out, live, powers[idx])
+            if powers_ld is not None:
+                _scatter_powers(out, *powers_ld[idx])
             elif idx == 1:
                 out[:] = powers[idx]
             inv()  # normalised by 1/size; destroys `out`
@@ -348,25 +348,30 @@ def input_error_split(g: GridPLD) -> list[tuple[float, float]]:
 _SPLIT_TOP = 30
 
 
-def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(live, a, b)``: ``x**c_a`` and ``x**c_b`` elementwise at the entries
-    ``live`` (``c_b`` 0: ``b`` empty) by binary powering in long double,
-    rounded to complex128; every other entry's power is 0
-    (:func:`_scatter_powers` writes them out).
+def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """``((live_a, a), (live_b, b))``: ``x**c_a`` and ``x**c_b`` elementwise at
+    the entries ``live_a``, ``live_b`` (``c_b`` 0: both empty) by binary
+    powering in long double, rounded to complex128; every other entry's
+    power is 0 (:func:`_scatter_powers` writes them out).
 
     As :func:`pld.kernels.complex_powers`, but each product is rounded to
-    ``u_ld``: relative error ``(1 + sqrt(5) u_ld)^(2c) - 1``.  Entries with
-    both powers below ``1e-300`` are written as 0 (callers add ``1e-300`` per
-    entry to their bound); the others stay far inside the long double's range.
+    ``u_ld``: relative error ``(1 + sqrt(5) u_ld)^(2c) - 1``.  An entry whose
+    power of ``c`` is below ``1e-300`` is written as 0 for that count
+    (callers add ``1e-300`` per entry to each count's bound); the others stay
+    far inside the long double's range.
     """
     top = max(c_a, c_b)
-    c_min = c_a if c_b <= 0 else min(c_a, c_b)
+    low = c_a if c_b <= 0 else min(c_a, c_b)
     # (only the live entries are powered: with many steps most of a smooth
     # law's spectrum is below the threshold, and long double products are
     # ten times slower than double ones)
-    live = _live_entries(x, math.exp(-2.0 * 691.0 / c_min))
+    sq = _squared_moduli(x)
+    live = _live(sq, low)
+    lives = [live, live]
     base = x[live]
     acc: list = [None, None]
+    j_top = 0 if c_a >= c_b else 1
+    narrowed = low == top
     bit = 1
     while bit <= top:
         for j, cj in enumerate((c_a, c_b)):
@@ -374,11 +379,44 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
                 # (the first factor is base itself: 1 * base is exact)
                 acc[j] = base.copy() if acc[j] is None else np.multiply(acc[j], base, out=acc[j])
         bit <<= 1
+        if not narrowed and bit > low:
+            # the smaller count is done; the larger one goes on with its own
+            # live entries, far fewer (1e8 steps: 229 of the 256-step
+            # remainder's 15480)
+            keep = np.flatnonzero(sq[live] >= _live_threshold(top))
+            base = base[keep]
+            if acc[j_top] is not None:
+                acc[j_top] = acc[j_top][keep]
+            lives[j_top] = live[keep]
+            narrowed = True
         if bit <= top:
             np.multiply(base, base, out=base)
-    first = acc[0].astype(np.complex128)
-    second = acc[1].astype(np.complex128) if c_b > 0 else np.zeros(0, dtype=np.complex128)
-    return live, first, second
+    empty = np.zeros(0, dtype=np.complex128)
+    first = (lives[0], acc[0].astype(np.complex128))
+    second = (lives[1], acc[1].astype(np.complex128)) if c_b > 0 else (np.zeros(0, dtype=np.intp), empty)
+    return first, second
+
+
+def _live_threshold(c: int) -> float:
+    """``|x_k|^2`` from which ``|x_k|^c`` may reach ``1e-300``, less a ``1e-9``
+    slack for :func:`_squared_moduli`'s rounding (0 for ``c = 1``: every entry)."""
+    return math.exp(-2.0 * 691.0 / c) * (1.0 - 1e-9)
+
+
+def _live(sq: np.ndarray, c: int) -> np.ndarray:
+    """Indices of (at least) the entries whose power of ``c`` may reach ``1e-300``."""
+    return np.flatnonzero(sq >= _live_threshold(c))
+
+
+def _squared_moduli(x: np.ndarray) -> np.ndarray:
+    """``|x_k|^2`` from ``x`` rounded to complex128, a fifth of the long double
+    arithmetic's cost, and at least ``(1 - u)^4`` of the exact value (the
+    rounding and the double products; a square that underflows moves the
+    sum by under ``1e-323``, far below the thresholds of :func:`_live`,
+    ``1e-300`` or more, or 0): an entry it keeps on top of the live ones
+    is powered exactly as they are."""
+    d = x.astype(np.complex128)
+    return d.real * d.real + d.imag * d.imag
 
 
 def _scatter_powers(out: np.ndarray, live: np.ndarray, values: np.ndarray) -> None:
@@ -386,20 +424,6 @@ def _scatter_powers(out: np.ndarray, live: np.ndarray, values: np.ndarray) -> No
     a few hundred live entries in a transform of 1e5 is not copied whole)."""
     out.fill(0.0)
     out[live] = values
-
-
-def _live_entries(x: np.ndarray, threshold: float) -> np.ndarray:
-    """Indices of (at least) the entries of ``x`` with ``|x_k|^2 >= threshold``.
-
-    Tested on ``x`` rounded to complex128, a fifth of the long double
-    arithmetic's cost: the rounding and the double products put ``|x_k|^2``
-    at least ``(1 - u)^4`` of itself (the threshold is 0 or at least
-    ``1e-300``, where a square that underflows moves the sum by under
-    ``1e-323``), so the ``1e-9`` slack keeps every such entry; one taken on
-    top is powered exactly as the others.
-    """
-    d = x.astype(np.complex128)
-    return np.flatnonzero(d.real * d.real + d.imag * d.imag >= threshold * (1.0 - 1e-9))
 
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
