@@ -348,17 +348,16 @@ def _second_power_may_fit(base: GridPLD, c: int, window: tuple[float, float], co
     first, and the block's re-grids, would be built for nothing: a run so
     long that even the blocks' level spans more than a transform).
 
-    From what the first power's block is sure to be: :func:`pld.engine.power._assemble`
-    keeps lattice points ``ceil(lo / h) .. floor(hi / h)`` of the window
-    ``[lo, hi]`` within the ``c``-fold support (the transform holds them
-    all), each re-grid halves the indices (rounding the first down and the
-    last up).  A count ``k`` of blocks then needs the lattice range of its
-    window on the coarse spacing within the ``k``-fold support, and the
-    transform at most ``2^(coarsenings + 1)``-times-coarser points than the
-    block's fine span plus two a re-grid (:func:`pld.engine.power.self_compose_powers`
-    declines a transform longer than twice the block or ``POWER_POINTS``).
-    Only a lower bound on that range is compared: a power this lets through
-    may still fail, as before.
+    From what the first power's block is sure to be:
+    :func:`pld.engine.power._assemble` keeps the lattice points ``ceil(lo / h)
+    .. floor(hi / h)`` of its window ``[lo, hi]`` within the ``c``-fold
+    support (the transform holds them all), and each re-grid halves the
+    indices (the first rounded down) and the length (plus two, padding).  A
+    count ``k`` of blocks needs at least the lattice range of its window on
+    the coarse spacing within the ``k``-fold support, and
+    :func:`pld.engine.power.self_compose_powers` declines a transform longer
+    than ``POWER_POINTS`` and twice the block.  Only a lower bound on that
+    range is compared: a power this lets through may still fail, as before.
     """
     h = base.h
     s_lo, s_hi = c * base.k0, c * (base.k0 + base.p.size - 1)
