@@ -103,3 +103,36 @@ def test_block_power_keeps_the_bracket_width(monkeypatch, sigma, q, steps, delta
     # sides take the block power and the dominated side is near its ideal)
     assert block[0] <= plain[1] and plain[0] <= block[1]
     assert block[1] - block[0] <= 1.10 * (plain[1] - plain[0]), (block, plain)
+
+
+@pytest.mark.parametrize("sigma, q, steps", [(1.0, 1e-3, 10**8), (1.0, 1e-3, 10**9), (1.1, 0.00427, 14063),
+                                             (0.7, 5e-4, 200000), (2.0, 1e-3, 10**6)])
+def test_second_power_precheck_declines_only_powers_that_fail(monkeypatch, sigma, q, steps):
+    """The block power's pre-check (``_second_power_may_fit``) may only skip
+    work: wherever it says no, the first power and re-grids, built anyway,
+    lead to a second power that does not fit."""
+    from pld.engine import self_compose as sc
+
+    verdicts, results = [], []
+    real_check, real_power = sc._second_power_may_fit, sc.self_compose_powers
+
+    def check(*args):
+        verdicts.append(real_check(*args))
+        results.append([])
+        return True
+
+    def power(g, *args, **kwargs):
+        out = real_power(g, *args, **kwargs)
+        if results:
+            results[-1].append(out)
+        return out
+
+    monkeypatch.setenv("PLD_THREADS", "1")  # (one thread: the calls in order)
+    monkeypatch.setattr(sc, "_second_power_may_fit", check)
+    monkeypatch.setattr(sc, "self_compose_powers", power)
+    pld.dpsgd(sigma * (1 + 3e-11), q, steps).epsilon_bounds(1e-6)
+    assert verdicts
+    for ok, calls in zip(verdicts, results):
+        # calls: the first power, then (if it succeeded) the second
+        if not ok:
+            assert calls and (calls[0] is None or (len(calls) > 1 and calls[1] is None))

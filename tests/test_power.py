@@ -458,3 +458,35 @@ def test_extended_takes_the_double_aliasing_allowance_where_its_own_does_not_fit
     ext = _power.self_compose_powers(g, (c,), win, size, total=c, precision="extended", loose_aliasing=True)
     assert ext is not None
     assert ext[0].err <= double[0].err
+
+
+@pytest.mark.parametrize("counts", [(24414, 256), (30517, 18944), (7, 300), (513, 0), (1, 2)])
+def test_extended_powers_keep_each_counts_live_entries(counts):
+    """``_powers_extended`` narrows to the larger count's own live entries once
+    the smaller count is done: every entry it leaves out has that count's
+    power below 1e-300 (the bound's per-entry term), and every entry it keeps
+    is the power by repeated squaring, computed alone."""
+    c_a, c_b = counts
+    rng = np.random.default_rng(c_a + c_b)
+    # a smooth spectrum: moduli from 1 down to 1e-3, random phases
+    mod = np.exp(np.linspace(0.0, -7.0, 4000) ** 2 / 7.0 * -1.0)
+    x = (mod * np.exp(1j * rng.uniform(0, 2 * np.pi, mod.size))).astype(np.clongdouble)
+    got = _power._powers_extended(x, c_a, c_b)
+    for (live, vals), c in zip(got, (c_a, c_b)):
+        if c <= 0:
+            assert live.size == 0 and vals.size == 0
+            continue
+        out = np.zeros(x.size, dtype=np.clongdouble)
+        for k in live:
+            z = x[k]
+            acc, base, e = np.clongdouble(1), z, c
+            while e:
+                if e & 1:
+                    acc = acc * base
+                base = base * base
+                e >>= 1
+            out[k] = acc
+        ref = out[live].astype(np.complex128)
+        assert np.allclose(vals, ref, rtol=1e-12, atol=1e-300)
+        dropped = np.setdiff1d(np.arange(x.size), live)
+        assert np.all(np.abs(x[dropped].astype(np.complex128)) ** c < 1e-300)

@@ -65,8 +65,9 @@ rounded to double and the inverse transform done in double as above:
   also above ``(1 + r_0) ||p||_1``).  ``(r_0, e_0) = (0, err)`` is the
   double path's term; a relative ``r_0`` costs ``c r_0 ||a(p)||_2``, far
   below ``c ||p||_2 r_0`` for a law spread over many points;
-* entries whose both powers fall below ``1e-300`` are written as 0, as in
-  the double kernel (the ``size c 1e-300`` term); the others stay far inside
+* an entry whose power of ``c`` falls below ``1e-300`` is written as 0 for
+  that count (the ``size c 1e-300`` term; the double kernel writes 0 where
+  both powers do, a subset); the others stay far inside
   the long double's range, and a power rounded to a double subnormal is off
   by less than that term's share.
 
@@ -219,13 +220,19 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     n = g.p.size
     if _fft._canonical_size(n) > max_points:
         return None
-    p1, p2 = l1_l2_norms(g.p)
+    # (a retry with fewer steps reuses the norms and the MGF bound: a long
+    # run tries a dozen counts on a first step of 1e5 points)
+    norms = g.__dict__.get("_power_norms")
+    if norms is None:
+        norms = l1_l2_norms(g.p)
+        object.__setattr__(g, "_power_norms", norms)
+    p1, p2 = norms
     if not (p1 > 0 and math.isfinite(p1)):
         return None
     if g.pessimistic and g.log_mgf_bound is None:
         return None
     mgf = g.__dict__.get("_alias_mgf") or _tilted_log_mgf(g)
-    object.__setattr__(g, "_alias_mgf", mgf)  # a retry with fewer steps reuses it
+    object.__setattr__(g, "_alias_mgf", mgf)
     # aliasing is held to a thousandth of the round-off the whole composition
     # will carry (itself about total transforms' worth).  Extended: the
     # forward transform's share drops by u_ld / u, and what is left is about
@@ -248,7 +255,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
         if extended:
             # (the norm as summed in double: within n u of the true one)
             p2 *= 1.0 + n * _U
-            powers = _powers_extended(_fft.rfft_extended(g.p, size), counts[0], c_b)
+            with _fft.rfft_extended_view(g.p, size) as spec_ld:
+                powers_ld = _powers_extended(spec_ld, counts[0], c_b)
             split = input_error_split(g)
             # p~ (see the notes) lies within (1 + r_0) of p entrywise
             l1 *= 1.0 + max(r0 for r0, _ in split)
@@ -259,6 +267,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             second = np.empty(out.size if c_b else 0, dtype=out.dtype)
             complex_powers(spec, counts[0], c_b, out, second)
             powers = (out, second)
+            powers_ld = None
             split = [(0.0, g.err)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
@@ -271,7 +280,9 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * u_fwd))
             if growth > 1.0 or kappa > 0.01:
                 return None  # the bound would be vacuous: squaring instead
-            if idx == 1 or extended:
+            if powers_ld is not None:
+                _scatter_powers(out, *powers_ld[idx])
+            elif idx == 1:
                 out[:] = powers[idx]
             inv()  # normalised by 1/size; destroys `out`
             # ||Y||_2 / sqrt(size) = ||F^-1 Y||_2, which the computed inverse
@@ -337,23 +348,30 @@ def input_error_split(g: GridPLD) -> list[tuple[float, float]]:
 _SPLIT_TOP = 30
 
 
-def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.ndarray]:
-    """``x**c_a`` and ``x**c_b`` elementwise (``c_b`` 0: an empty second array)
-    by binary powering in long double, rounded to complex128.
+def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """``((live_a, a), (live_b, b))``: ``x**c_a`` and ``x**c_b`` elementwise at
+    the entries ``live_a``, ``live_b`` (``c_b`` 0: both empty) by binary
+    powering in long double, rounded to complex128; every other entry's
+    power is 0 (:func:`_scatter_powers` writes them out).
 
     As :func:`pld.kernels.complex_powers`, but each product is rounded to
-    ``u_ld``: relative error ``(1 + sqrt(5) u_ld)^(2c) - 1``.  Entries with
-    both powers below ``1e-300`` are written as 0 (callers add ``1e-300`` per
-    entry to their bound); the others stay far inside the long double's range.
+    ``u_ld``: relative error ``(1 + sqrt(5) u_ld)^(2c) - 1``.  An entry whose
+    power of ``c`` is below ``1e-300`` is written as 0 for that count
+    (callers add ``1e-300`` per entry to each count's bound); the others stay
+    far inside the long double's range.
     """
     top = max(c_a, c_b)
-    c_min = c_a if c_b <= 0 else min(c_a, c_b)
+    low = c_a if c_b <= 0 else min(c_a, c_b)
     # (only the live entries are powered: with many steps most of a smooth
     # law's spectrum is below the threshold, and long double products are
     # ten times slower than double ones)
-    live = np.flatnonzero((x.real * x.real + x.imag * x.imag) >= math.exp(-2.0 * 691.0 / c_min))
+    sq = _squared_moduli(x)
+    live = _live(sq, low)
+    lives = [live, live]
     base = x[live]
     acc: list = [None, None]
+    j_top = 0 if c_a >= c_b else 1
+    narrowed = low == top
     bit = 1
     while bit <= top:
         for j, cj in enumerate((c_a, c_b)):
@@ -361,14 +379,51 @@ def _powers_extended(x: np.ndarray, c_a: int, c_b: int) -> tuple[np.ndarray, np.
                 # (the first factor is base itself: 1 * base is exact)
                 acc[j] = base.copy() if acc[j] is None else np.multiply(acc[j], base, out=acc[j])
         bit <<= 1
+        if not narrowed and bit > low:
+            # the smaller count is done; the larger one goes on with its own
+            # live entries, far fewer (1e8 steps: 229 of the 256-step
+            # remainder's 15480)
+            keep = np.flatnonzero(sq[live] >= _live_threshold(top))
+            base = base[keep]
+            if acc[j_top] is not None:
+                acc[j_top] = acc[j_top][keep]
+            lives[j_top] = live[keep]
+            narrowed = True
         if bit <= top:
             np.multiply(base, base, out=base)
-    first = np.zeros(x.size, dtype=np.complex128)
-    first[live] = acc[0]
-    second = np.zeros(x.size if c_b > 0 else 0, dtype=np.complex128)
-    if c_b > 0:
-        second[live] = acc[1]
+    empty = np.zeros(0, dtype=np.complex128)
+    first = (lives[0], acc[0].astype(np.complex128))
+    second = (lives[1], acc[1].astype(np.complex128)) if c_b > 0 else (np.zeros(0, dtype=np.intp), empty)
     return first, second
+
+
+def _live_threshold(c: int) -> float:
+    """``|x_k|^2`` from which ``|x_k|^c`` may reach ``1e-300``, less a ``1e-9``
+    slack for :func:`_squared_moduli`'s rounding (0 for ``c = 1``: every entry)."""
+    return math.exp(-2.0 * 691.0 / c) * (1.0 - 1e-9)
+
+
+def _live(sq: np.ndarray, c: int) -> np.ndarray:
+    """Indices of (at least) the entries whose power of ``c`` may reach ``1e-300``."""
+    return np.flatnonzero(sq >= _live_threshold(c))
+
+
+def _squared_moduli(x: np.ndarray) -> np.ndarray:
+    """``|x_k|^2`` from ``x`` rounded to complex128, a fifth of the long double
+    arithmetic's cost, and at least ``(1 - u)^4`` of the exact value (the
+    rounding and the double products; a square that underflows moves the
+    sum by under ``1e-323``, far below the thresholds of :func:`_live`,
+    ``1e-300`` or more, or 0): an entry it keeps on top of the live ones
+    is powered exactly as they are."""
+    d = x.astype(np.complex128)
+    return d.real * d.real + d.imag * d.imag
+
+
+def _scatter_powers(out: np.ndarray, live: np.ndarray, values: np.ndarray) -> None:
+    """``out`` = ``values`` at ``live``, 0 elsewhere (in place: a spectrum of
+    a few hundred live entries in a transform of 1e5 is not copied whole)."""
+    out.fill(0.0)
+    out[live] = values
 
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],

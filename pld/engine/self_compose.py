@@ -314,6 +314,12 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
         return None
     counts = (c, c + r) if r else (c,)
     windows = tuple(_padded(levels.window(k), h) for k in counts)
+    rem = blocks - 1 - (jump << 2)
+    counts_b = (jump, jump + rem) if rem else (jump,)
+    h_b = h * 2 ** coarsenings
+    windows_b = tuple(_padded(levels.window(k * c), h_b) for k in counts_b)
+    if not _second_power_may_fit(base, c, windows[0], coarsenings, counts_b, windows_b):
+        return None
     powered = self_compose_powers(base, counts, windows, max(POWER_POINTS, _fft_size(2 * base.size)),
                                   total=count)
     if powered is None:
@@ -321,9 +327,6 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
     for _ in range(coarsenings):
         powered = [g.coarsen() for g in powered]
     block, longer = powered[0], powered[-1]
-    rem = blocks - 1 - (jump << 2)
-    counts_b = (jump, jump + rem) if rem else (jump,)
-    windows_b = tuple(_padded(levels.window(k * c), block.h) for k in counts_b)
     out = self_compose_powers(block, counts_b, windows_b, max(POWER_POINTS, _fft_size(2 * block.size)),
                               total=count)
     if out is None:
@@ -337,6 +340,46 @@ def _block_power_start(step: _Step, base: GridPLD, h: float, levels: _Levels, pe
     result = levels.fit(_truncate(out[1].convolve(longer), levels.window(result_count)), result_count)
     # (the loop adds J and 2 J blocks)
     return result, result_count, cur, jump * c, 3
+
+
+def _second_power_may_fit(base: GridPLD, c: int, window: tuple[float, float], coarsenings: int,
+                          counts_b: tuple[int, ...], windows_b: tuple[tuple[float, float], ...]) -> bool:
+    """False where the block power's second transform is sure not to fit (its
+    first, and the block's re-grids, would be built for nothing: a run so
+    long that even the blocks' level spans more than a transform).
+
+    From what the first power's block is sure to be:
+    :func:`pld.engine.power._assemble` keeps the lattice points ``ceil(lo / h)
+    .. floor(hi / h)`` of its window ``[lo, hi]`` within the ``c``-fold
+    support (the transform holds them all), and each re-grid halves the
+    indices (the first rounded down) and the length (plus two, padding).  A
+    count ``k`` of blocks needs at least the lattice range of its window on
+    the coarse spacing within the ``k``-fold support, and
+    :func:`pld.engine.power.self_compose_powers` declines a transform longer
+    than ``POWER_POINTS`` and twice the block.  Only a lower bound on that
+    range is compared: a power this lets through may still fail, as before.
+    """
+    h = base.h
+    s_lo, s_hi = c * base.k0, c * (base.k0 + base.p.size - 1)
+    lo = max(window[0], (s_lo - 0.5) * h)
+    hi = min(window[1], (s_hi + 0.5) * h)
+    first = int(math.ceil(lo / h - 1e-9))
+    last = int(math.floor(hi / h + 1e-9))
+    if last < first:
+        return True  # (an empty block: left to the power itself)
+    scale = 1 << coarsenings
+    k0_max = max(s_lo, first) // scale  # (floor division: the re-grids' rounding)
+    top_min = last // scale
+    size_max = last - first + 1
+    for _ in range(coarsenings):
+        size_max = size_max // 2 + 2  # (a re-grid pads to an even start and odd length)
+    h_b = h * scale
+    need = 0
+    for k, (w0, w1) in zip(counts_b, windows_b):
+        a1 = min(k * top_min, int(math.ceil(w1 / h_b)))
+        a0 = max(k * k0_max, int(math.floor(w0 / h_b)))
+        need = max(need, a1 - a0 + 1)
+    return _fft_size(need) <= max(POWER_POINTS, _fft_size(2 * size_max))
 
 
 def _block_pays(levels: _Levels, count: int, c: int, r: int, jump: int, h: float, coarsenings: int) -> bool:
