@@ -512,9 +512,15 @@ def test_first_command_line_run_compiles_in_parallel_and_says_so_once(tmp_path):
 
 
 def test_shuffle_with_given_steps_per_epoch_and_drop_last(capsys):
-    # the steps per epoch given count what the drop_last loader runs: the shuffle bounds
-    # take them as given (they asked for the dataset and batch sizes again and failed)
+    # the steps per epoch given with a drop_last loader: the shuffle bounds get the sizes too
+    # (they failed without them), so the lower end mixes in the epochs a record sits out
     code, out, err = call(capsys, "dpsgd", "--noise-multiplier", "1.5", "-n", "10000", "-b", "512", "--drop-last",
-                          "--steps-per-epoch", "19", "--epochs", "2", "--sampling", "shuffle")
+                          "--steps-per-epoch", "19", "--epochs", "2", "--sampling", "shuffle", "--json")
     assert code == 0, err
-    assert "T = 38 (2 epochs of 19 steps)" in out and "certified epsilon in" in out
+    from pld.accounting.shuffle import shuffle_bounds
+
+    r = json.loads(out)
+    sits_out = shuffle_bounds(1.5, dataset_size=10000, batch_size=512, drop_last=True, epochs=2, delta=1e-5)
+    always_in = shuffle_bounds(1.5, steps_per_epoch=19, epochs=2, delta=1e-5)
+    assert r["epsilon_lower"] == pytest.approx(sits_out.epsilon_lower, rel=1e-9)
+    assert r["epsilon_lower"] < always_in.epsilon_lower

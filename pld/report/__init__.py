@@ -280,11 +280,12 @@ def shuffle_bounds_of(cfg: DPSGDConfig, shape: RunShape, **options):
     from pld.accounting.shuffle import shuffle_bounds
 
     loader = shape.steps_per_epoch_source in ("ceil", "floor")
+    # (drop_last's chance that a record sits out an epoch needs both sizes, even where the
+    # steps per epoch were given: without it the lower ends would assume every record in)
+    sizes = loader or shape.drop_last
     return shuffle_bounds(cfg.noise_multiplier, steps=shape.steps, delta=cfg.delta,
-                          dataset_size=shape.dataset_size if loader else None,
-                          batch_size=shape.batch_size if loader else None,
-                          # (given steps per epoch already count what a drop_last loader runs)
-                          drop_last=shape.drop_last and loader,
+                          dataset_size=shape.dataset_size if sizes else None,
+                          batch_size=shape.batch_size if sizes else None, drop_last=shape.drop_last,
                           steps_per_epoch=None if loader else shape.steps_per_epoch, runs=cfg.runs, **options)
 
 
