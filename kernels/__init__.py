@@ -16,7 +16,9 @@ __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merg
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
            # random allocation's per-coordinate laws
            "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
-           "group_pairs", "sum_round_up"]
+           "group_pairs", "sum_round_up",
+           # sums on one geometric grid (random allocation's short rounds)
+           "geometric_sum_spread", "geometric_sum_merge"]
 
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
@@ -33,6 +35,7 @@ if len(_ahead_of_time) < len(__all__):
     )
     from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
     from .discretize import pessimistic_spread
+    from .geometric import geometric_sum_merge, geometric_sum_spread
     from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
     from .merge import optimistic_merge_centred
     from .power import complex_powers, rotate_left

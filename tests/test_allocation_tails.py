@@ -258,7 +258,8 @@ def test_small_sigma_against_monte_carlo(sigma, t):
     """sigma < 0.55 (refused before the light/heavy split): both directions inside
     the Monte Carlo interval; the remove direction, which decides delta there, tight."""
     mc = _other_tests()
-    mech = RandomAllocation(pld.Gaussian(sigma), t)
+    # ("auto" takes the geometric grid for these short rounds: tests/test_allocation_geometric.py)
+    mech = RandomAllocation(pld.Gaussian(sigma), t, construction="split")
     assert mech.grid_info()["heavy"]
     for direction in ("remove", "add"):
         for eps in (0.5, 1.5):
@@ -343,7 +344,7 @@ def test_small_sigma_few_steps_add_direction_from_one_gaussian_step():
     """sigma 0.3, 12 steps: the light grid puts whole rounds at Lambda = 0, so the add
     direction's upper end is one Gaussian step's (joint convexity): finite, told by a
     warning, and at least the Monte Carlo delta."""
-    mech = RandomAllocation(pld.Gaussian(0.3), 12)
+    mech = RandomAllocation(pld.Gaussian(0.3), 12, construction="split")
     assert mech.grid_info()["gaussian_add"]
     for eps in (1.5, 10.0):
         lo, hi = _round_hs(mech, "add", eps)
@@ -432,14 +433,16 @@ def test_short_round_small_sigma_add_direction_without_gaussian_fallback():
     """Issue 39: sigma = 0.45, 1-of-10, delta = 1e-5 was [9.09, 11.39] (the add direction's upper
     end one Gaussian step: the light grid, in standard deviations of a coordinate, spread whole
     rounds to Lambda = 0).  The refinement chain's light grid in medians ("split_fine") resolves
-    it; the true delta at both ends is 1e-5 to the importance-sampling error."""
-    mech = RandomAllocation(pld.Gaussian(0.45), 10)
-    assert mech.grid_info()["gaussian_add"] and mech.refined().construction == "split_fine"
+    it, and the geometric grid (now "auto" there) meets the default target; the true delta at both
+    ends is 1e-5 to the importance-sampling error."""
+    split = RandomAllocation(pld.Gaussian(0.45), 10, construction="split")
+    assert split.grid_info()["gaussian_add"]
     info = RandomAllocation(pld.Gaussian(0.45), 10, construction="split_fine").grid_info()
     assert not info["gaussian_add"] and info["inf_mass_upper_add"] < 1e-9
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AllocationAccuracyWarning)  # (the first, coarse round says so)
-        lo, hi = mech.pld().epsilon_bounds(1e-5)
+    # "auto" takes the whole sum on a geometric grid here (pld.mechanisms.allocation.geometric)
+    mech = RandomAllocation(pld.Gaussian(0.45), 10)
+    assert mech._construction() == "geometric"
+    lo, hi = mech.pld().epsilon_bounds(1e-5)
     assert hi - lo <= 1e-4 * hi + 1e-6, (lo, hi)
     a = 1.0 / 0.45
     shift = (math.log(10 * math.exp(hi)) - a * a / 2) / a  # (the marked coordinate's normal at e^eps t)

@@ -21,39 +21,29 @@ and the partial sums are re-gridded as they widen (evolving discretisation),
 so every FFT stays short.  That is why a linear grid works where the peers
 convolve on geometric grids in O(n^2).
 
-Two constructions of the pair, both certified (``construction``): one linear
-grid for the whole coordinate ("linear", :mod:`pld.mechanisms.allocation.sums`)
-or the light/heavy split by the number of heavy coordinates ("split",
-:mod:`pld.mechanisms.allocation.heavy`).  The split resolves the heavy upper
-tail of one large coordinate, which decides the remove direction at a strict
-delta and which the single grid can only lump (sigma = 1, 1-of-1000,
-delta = 1e-10: [0.2174, 1.4999] on the single grid, [0.534145, 0.534197] split);
-``"auto"`` picks one by regime
-(:func:`pld.mechanisms.allocation.sums.choose_construction`).
+Three constructions of the pair, all certified (``construction``): one linear
+grid for the whole coordinate ("linear", :mod:`pld.mechanisms.allocation.sums`);
+the light/heavy split by the number of heavy coordinates ("split",
+:mod:`pld.mechanisms.allocation.heavy`), which resolves the heavy upper tail of one
+large coordinate (sigma = 1, 1-of-1000, delta = 1e-10: [0.2174, 1.4999] on the single
+grid, [0.534145, 0.534197] split); and, for short rounds at small noise, the whole
+sum on one geometric grid ("geometric", :mod:`pld.mechanisms.allocation.geometric`:
+sigma = 0.45, 1-of-10, delta = 1e-5: [9.09, 11.39] split, [9.08866, 9.08900]).
+``"auto"`` picks one by regime (:func:`pld.mechanisms.allocation.sums.choose_construction`);
+when a bracket misses its target, :class:`pld.PLD` rebuilds the composition with
+:meth:`RandomAllocation.refined` rounds (another construction, then finer variants)
+and intersects the certified brackets.
 
-Accuracy follows the target: when a bracket misses it, :class:`pld.PLD`
-rebuilds the composition with :meth:`RandomAllocation.refined` rounds (the
-other construction, then a finer variant of each: a first grid twice as fine
-down to ``FINEST_SPACING``, a light cut further out) and intersects the
-certified brackets.
-
-Small noise: the window of one coordinate must reach its heavy log-normal
-tail (``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid
-below ``sigma ~ 0.75``.  There the round is split by the number of heavy
-coordinates (:mod:`pld.mechanisms.allocation.heavy`): a light part on a linear grid, the
-heavy part of a coordinate on a geometric one, two or more heavy coordinates
-bounded stochastically (``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to
-``0.7`` bracketed to 0.5% or better).  A round of one step at ``sigma < 0.55``
-is refused (it is the Gaussian mechanism: use :class:`pld.Gaussian`).
+Small noise: one coordinate's window must reach its heavy log-normal tail
+(``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid below
+``sigma ~ 0.75``: long rounds are split (two or more heavy coordinates bounded
+stochastically; ``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to ``0.7`` to 0.5%
+or better), short ones (``t <= 64``) go on the geometric grid.  A round of one step
+at ``sigma < 0.55`` is refused (the Gaussian mechanism: use :class:`pld.Gaussian`).
 Limits (each told by a warning, never silent): the round-off of the ``t``-fold sum
-grows like ``t`` (Young's inequality); the upper side keeps it relative with
-exponentially tilted runs (first grids up to ``2^20`` cells), which resolve
-light tails to any ``delta`` (``sigma = 2``, ``t = 1e5``, ``delta = 1e-10``)
-but not the log-normal's own heavy upper tail (one large coordinate): there
-the round-off is lumped and the upper end is finite but loose
-(``sigma = 1``, ``t = 1e5``, ``delta = 1e-10``: ~3x the truth).  The
-dominated side is untilted: its tail below the round-off (~``t`` x 1e-16
-relative) is dropped, so at a tiny ``delta`` its end is low.
+grows like ``t``; tilted runs keep it relative on the upper side, but not in the
+log-normal's own heavy upper tail, where it is lumped (``sigma = 1``, ``t = 1e5``,
+``delta = 1e-10``: ~3x the truth on the single grid).
 
 ``k > 1`` participations: the upper end uses the block argument (the ``t``
 steps cut into ``k`` blocks of ``floor(t/k)`` or ``ceil(t/k)`` steps, one
@@ -79,21 +69,20 @@ from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
+from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.pairs import _LabelSum, _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
-#: default first-grid spacing, in standard deviations of one log-normal
-#: coordinate: the spread adds ``d^2/4`` to its variance and the merge takes
-#: about ``d^2/12`` off, a relative error of ``~1e-4`` in the variance of the
-#: likelihood ratio per round
+#: default first-grid spacing, in standard deviations of one log-normal coordinate: the spread
+#: adds ``d^2/4`` to its variance and the merge takes ``~d^2/12`` off (``~1e-4`` relative per round)
 SPACING_PER_SD = 0.02
 #: largest steps per round
 MAX_STEPS = 10**7
-#: finest first-grid spacing a missed target refines to (finer ones lose more of
-#: the dominated side's tail to round-off than they gain in its bulk)
+#: finest first-grid spacing a missed target refines to (finer ones lose more of the dominated
+#: side's tail to round-off than they gain in its bulk)
 FINEST_SPACING = 0.01
 #: most first-grid cells a refinement may ask for
 _REFINE_CELLS = 1 << 20
@@ -116,11 +105,8 @@ _COARSEST_SD = 0.3
 
 
 class UnsupportedBaseError(ValueError, TypeError):
-    """The base mechanism of a round is not one random allocation (or shuffling) is implemented for.
-
-    A ``ValueError`` (the argument has the right kind, a mechanism, but an unsupported value)
-    and, for code written against earlier versions, a ``TypeError``.
-    """
+    """The base mechanism of a round is not one random allocation (or shuffling) is implemented for:
+    a ``ValueError`` (a mechanism, but an unsupported one) and, for older callers, a ``TypeError``."""
 
 
 #: base mechanisms a round accepts (the pair is built from the log-normal law of one Gaussian
@@ -163,6 +149,8 @@ def _check_tail(sigma: float, t: int, k: int) -> None:
             f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
 
 
+#: below this noise multiplier a short round's refinement tries the geometric grid first
+_GEOMETRIC_FIRST_SIGMA = 1.0
 #: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
 _LABEL_SUM_SHARE = 0.25
 #: its cell width, in standard deviations of one coordinate
@@ -194,12 +182,12 @@ class RandomAllocation(Mechanism):
         tail of a small ``sigma`` would need more than ``2^20`` cells, the first
         grid holds only the light part of a coordinate and the heavy part is on
         a geometric grid (:mod:`pld.mechanisms.allocation.heavy`).
-    construction : {"auto", "linear", "split", "split_fine"}, optional
+    construction : {"auto", "linear", "split", "split_fine", "geometric"}, optional
         The pair's construction (see the module; ``"split_fine"``: the split on
-        a light grid in medians of a coordinate, for short rounds at small
-        sigma); ``"auto"`` (default) picks by regime and, when a bracket misses
-        its target, intersects it with the others'.  An explicit one is built
-        alone (no refinement chain).
+        a light grid in medians of a coordinate; ``"geometric"``: the whole sum
+        on a geometric grid, for short rounds at small sigma); ``"auto"``
+        (default) picks by regime and, when a bracket misses its target,
+        intersects it with the others'.  An explicit one is built alone.
     kappa : float, optional
         The split's light cut ``B``: ``t Q(Y > B) = kappa`` (default ``1e-4``).
     refine_next : tuple, optional
@@ -261,7 +249,7 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "participations",
                            v.integer("participations", self.participations, low=1, high=self.steps))
         if self.construction not in ("auto",) + CONSTRUCTIONS:
-            raise ValueError(f"construction must be 'auto', 'linear', 'split' or 'split_fine', got "
+            raise ValueError(f"construction must be 'auto', 'linear', 'split', 'split_fine' or 'geometric', got "
                              f"{self.construction!r}")
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
         _check_tail(self.noise_multiplier, self.steps, self.participations)
@@ -280,6 +268,9 @@ class RandomAllocation(Mechanism):
         from pld.mechanisms.allocation.levels import window
 
         s, t = self.noise_multiplier, self.steps
+        if construction == "geometric":
+            ok = spacing / 2 >= FINEST_SPACING * (1 - 1e-9) and geometric.fits(s, t, spacing / 2)
+            return ("geometric", spacing / 2, kappa) if ok else None
         if construction == "linear":
             if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not linear_fits(s, t, spacing / 2):
                 return None
@@ -305,7 +296,8 @@ class RandomAllocation(Mechanism):
         round again.  From ``construction="auto"`` the chain is: the other
         construction (the single linear grid or the light/heavy split, where
         it can be built), then the finer variant of the first
-        (:meth:`_finer`), then that of the other.  For ``participations > 1``
+        (:meth:`_finer`), then that of the other; a short round also tries the
+        geometric grid (first below sigma = 1, else last).  For ``participations > 1``
         (the block rounds are refined as rounds of their own): a first grid
         twice as fine, down to ``FINEST_SPACING``.
         """
@@ -315,10 +307,12 @@ class RandomAllocation(Mechanism):
             return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2,
                                     self.construction, self.kappa)
         pending = list(self.refine_next)
-        if self.construction == "auto":
-            first = self._construction()
+        s, t = self.noise_multiplier, self.steps
+        first = self._construction()
+        if self.construction == "auto" and first == "geometric":
+            pending = [self._finer("geometric", self.spacing, self.kappa)]
+        elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"
-            s, t = self.noise_multiplier, self.steps
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
             info = self.grid_info() if first == "split" else {}
@@ -327,10 +321,14 @@ class RandomAllocation(Mechanism):
                 # (small sigma: only a light grid in medians resolves the add direction, not a further cut)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))
                 first = "split_fine"
-            pending.append(self._finer(first, self.spacing, self.kappa))
-            if can_other:
-                pending.append(self._finer(other, self.spacing, self.kappa))
-            pending = [p for p in pending if p is not None]
+            pending += [self._finer(first, self.spacing, self.kappa)] + ([self._finer(
+                other, self.spacing, self.kappa)] if can_other else [])
+            if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
+                # (a short round: first below sigma = 1, where the split bounds heavy coordinates
+                # loosely; above, the last resort, its fixed relative spacing being coarser there)
+                pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
+                                                                                   self.kappa))
+        pending = [p for p in pending if p is not None]
         if not pending:
             return None
         c, sp, kap = pending[0]
@@ -347,6 +345,8 @@ class RandomAllocation(Mechanism):
         # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
         # below the standard deviation the heavy tail makes
         median = math.exp(-0.5 / self.noise_multiplier ** 2)
+        if info.get("geometric"):
+            return None  # (the whole law on one geometric grid: nothing coarse to report)
         if info.get("heavy"):
             # the light/heavy split (pld.mechanisms.allocation.heavy): the bulk of the sum is resolved
             # whatever the median; a short round's add direction is not, and says so by

@@ -99,6 +99,8 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_runs,
     coordinate_spread,
 )
+from pld.mechanisms.allocation.geometric import GEOMETRIC_STEPS, geometric_laws
+from pld.mechanisms.allocation.geometric import fits as geometric_fits
 from pld.mechanisms.allocation.heavy import KAPPA, heavy_laws
 from pld.mechanisms.allocation.levels import (
     _COARSE_RATIO,
@@ -125,10 +127,13 @@ _TILT_DEPTH = 30.0
 
 #: constructions of one round: one linear grid for the whole coordinate ("linear", below), or
 #: the light/heavy split by the number of heavy coordinates ("split",
-#: :func:`pld.mechanisms.allocation.heavy.heavy_laws`)
-CONSTRUCTIONS = ("linear", "split", "split_fine")
+#: :func:`pld.mechanisms.allocation.heavy.heavy_laws`), or the whole sum on one geometric grid
+#: ("geometric", short rounds at small noise: :func:`pld.mechanisms.allocation.geometric.geometric_laws`)
+CONSTRUCTIONS = ("linear", "split", "split_fine", "geometric")
 #: "auto" takes the split at or below this noise multiplier, or from this many steps on
 _SPLIT_SIGMA = 1.35
+#: "auto" takes the geometric grid below this noise multiplier for rounds of at most GEOMETRIC_STEPS
+_GEOMETRIC_SIGMA = 0.75
 _SPLIT_STEPS = 1000
 
 
@@ -154,11 +159,21 @@ def choose_construction(sigma: float, t: int, spacing: float, construction: str 
         return "linear"
     if construction in CONSTRUCTIONS and construction != "linear":
         return construction
+    if construction == "auto" and geometric_preferred(sigma, t, spacing):
+        return "geometric"
     if not linear_fits(sigma, t, spacing):
         return "split"
     if construction == "linear":
         return construction
     return "split" if (sigma <= _SPLIT_SIGMA or t >= _SPLIT_STEPS) else "linear"
+
+
+def geometric_preferred(sigma: float, t: int, spacing: float) -> bool:
+    """Whether ``"auto"`` takes the geometric grid: short rounds (``t <= GEOMETRIC_STEPS``) whose
+    coordinate no linear grid holds with its bulk resolved (``sigma < _GEOMETRIC_SIGMA``): there
+    the split has no light bulk to lean on and bounds two or more heavy coordinates
+    stochastically, while the geometric grid carries the whole sum."""
+    return 2 <= t <= GEOMETRIC_STEPS and sigma < _GEOMETRIC_SIGMA and geometric_fits(sigma, t, spacing)
 
 
 @functools.lru_cache(maxsize=16)
@@ -194,6 +209,8 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     w1 = window(a, 1, t)
     chosen = choose_construction(sigma, t, spacing, construction)
+    if chosen == "geometric":
+        return geometric_laws(sigma, t, spacing)
     if chosen != "linear":
         # a light part on a linear grid, the heavy part on a geometric one (needed where
         # one grid cannot hold both the bulk and the heavy tail of a coordinate); "split_fine":

@@ -1,0 +1,204 @@
+"""One round of random allocation on a geometric grid: short rounds at small noise.
+
+Setting (see :mod:`pld.mechanisms.allocation.sums`): ``Lambda = S/t``, ``S = Y_1 + ... + Y_t``,
+the ``Y_i`` iid under ``Q`` with ``log Y ~ N(-a^2/2, a^2)``, ``a = 1/sigma``.  Below
+``sigma ~ 0.6`` one coordinate's law spans tens of nats (its median ``e^{-a^2/2}``, the
+tail that matters ``e^{a^2/2 + 7 a}``), which no linear grid holds, and a short round
+has no light bulk to put on one (the light/heavy split of
+:mod:`pld.mechanisms.allocation.heavy` then bounds two or more heavy coordinates
+stochastically, or falls back to one Gaussian step in the add direction).  Here the
+whole law of ``S`` is carried on one geometric grid ``{0} u {g_1 e^{k h}}`` (relative
+spacing ``h``) by pairwise sums of partial sums (``S_2 = Y + Y'``, ``S_4 = S_2 + S_2'``,
+..., ``t`` by its binary digits), each in ``O(n log(1/h)/h)``
+(:func:`pld.kernels.geometric_sum_spread`, :func:`pld.kernels.geometric_sum_merge`).
+
+Why the two constructions bound the pair
+----------------------------------------
+* Cut: ``E = {max_i Y_i > c}`` is a function of the outputs, so the pair is the
+  disjoint union of its restrictions to ``E`` and to its complement.  On ``E^c``
+  the coordinates are iid with the law of ``Y`` restricted to ``(0, c]`` (a
+  sub-probability) and the likelihood ratio is still ``S/t``.  ``c`` is the marked
+  coordinate's ``Phi(-z)`` quantile (``z = 13.5``): ``P(E) <= Phi(-z) + (t - 1)
+  Q(Y > c)`` and ``Q(E) <= t Q(Y > c)``, put at ``+inf`` (upper) or dropped (lower).
+* Upper: ``Y`` on ``(0, c]`` is spread onto the grid preserving each cell's mass and
+  mean (:func:`pld.kernels.spread_on`), and every pairwise sum is spread again onto
+  its two neighbouring points.  The result is larger in the convex order than the
+  law of ``S`` on ``E^c``; for pairs whose likelihood ratio is ``S/t`` that is
+  Blackwell's order (both hockey sticks, ``E_Q[(S/t - c)_+]`` and
+  ``E_Q[(1 - c S/t)_+]``, are convex in ``S``, and composed epochs keep it).
+  Every share is rounded up, and the masses are raised by the summation's
+  relative rounding at the end: entrywise upper bounds of the spread, so
+  ``(loss, P-mass)`` atoms that dominate.  ``S = 0`` (every coordinate spread to 0)
+  is an add loss of ``+inf``.
+* Lower: ``Y`` is revealed only by its cell (mass and partial mean per cell,
+  :func:`pld.kernels.cells_on`), sums of cells are merged per cell: a conditional
+  expectation of ``S``, i.e. a post-processing.  Masses and moments carry a relative
+  rounding bound ``gamma``; the remove atoms take ``P = (1 - gamma) M / t`` and
+  ``Q = (1 + gamma) m``, the add atoms the other way round (lower P-masses and
+  lower losses than the exact merge's: dominated).
+
+The grid's spacing ``h`` sets the width: each spread adds ``~h^2/8`` relative variance.
+
+References: Feldman & Shenfeld, "Privacy amplification by random allocation" (2025);
+Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from pld._special import ndtr
+from pld.mechanisms.allocation.coordinate import SideAtoms, _with_inf
+
+#: the coordinate cut: the marked coordinate's upper ``Phi(-z)`` quantile, and the
+#: grid's first point the coordinate's lower ``Phi(-z)`` quantile
+_CUT_Z = 13.5
+#: the grid's relative spacing per unit of ``spacing`` (the rounds' spacing parameter,
+#: standard deviations of a coordinate on the linear grid: 0.02 by default -> h = 0.005)
+_LOG_RATIO_PER_SPACING = 0.25
+#: most grid points (the sums cost ``n log(1/h)/h`` each)
+MAX_POINTS = 1 << 17
+#: rounds this short or shorter take the geometric grid at small noise (``"auto"``)
+GEOMETRIC_STEPS = 64
+_U = 2.0 ** -53
+
+
+def log_ratio(spacing: float) -> float:
+    """The grid's relative spacing ``h`` for a round's ``spacing`` parameter."""
+    return _LOG_RATIO_PER_SPACING * spacing
+
+
+def grid_points(sigma: float, t: int, spacing: float) -> int:
+    """How many points the geometric grid of a round needs."""
+    a = 1.0 / sigma
+    h = log_ratio(spacing)
+    return int(math.ceil((2.0 * _CUT_Z * a + a * a + math.log(t)) / h)) + 3
+
+
+def fits(sigma: float, t: int, spacing: float) -> bool:
+    """Whether the geometric grid of a round stays within ``MAX_POINTS``."""
+    return grid_points(sigma, t, spacing) <= MAX_POINTS
+
+
+def _band(h: float) -> int:
+    """Cells below ``j`` summed pair by pair: beyond, ``g_i <= g_j (e^h - 1) e^{-h}``, so
+    ``g_i + g_j`` stays in ``g_j``'s cell."""
+    return int(math.ceil((h - math.log(math.expm1(h))) / h)) + 2
+
+
+def _binary_sum(first, add, t: int):
+    """``t`` independent copies summed by doubling and the binary digits of ``t``."""
+    total, power, m = None, first, t
+    while True:
+        if m & 1:
+            total = power if total is None else add(total, power)
+        m >>= 1
+        if not m:
+            return total
+        power = add(power, power)
+
+
+@functools.lru_cache(maxsize=16)
+def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (spread) and lower (merged) pairs of one round of ``t`` steps on a geometric grid.
+
+    Returns ``(upper, lower, info)`` as :func:`pld.mechanisms.allocation.sums.sum_laws`.
+    """
+    from pld.kernels import cells_on, geometric_sum_merge, geometric_sum_spread, spread_on
+
+    if t < 2:
+        raise ValueError(f"the geometric construction needs at least 2 steps per round, got {t}")
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    h = log_ratio(spacing)
+    n = grid_points(sigma, t, spacing)
+    if n > MAX_POINTS:
+        raise ValueError(f"the geometric grid needs {n} points (more than {MAX_POINTS}); "
+                         "raise spacing or use another construction")
+    log_g1 = mu - _CUT_Z * a
+    g = np.concatenate(([0.0], np.exp(log_g1 + h * np.arange(n - 1))))
+    # the coordinate's last point: the marked coordinate's upper Phi(-z) quantile (or above;
+    # log Y ~ N(a^2/2, a^2) under P)
+    nc = int(math.ceil((2.0 * _CUT_Z * a + a * a) / h)) + 2
+    c = float(g[nc])
+    band = _band(h)
+    terms = 2.0 * n * (band + 2)
+
+    # the cut E = {some Y > c}: Q(Y > c) and the marked coordinate's P(Y > c)
+    zc = (math.log(c) - mu) / a
+    q_tail, p_tail = float(ndtr(-zc)), float(ndtr(-(zc - a)))
+
+    # upper: spread coordinate, spread sums
+    coord = np.zeros(n)
+    coord[: nc + 1] = spread_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
+    over_up = [0.0]
+    gamma_up = [0.0]
+
+    def add_up(x: tuple, y: tuple) -> tuple:
+        out, over = geometric_sum_spread(x[0], y[0], g, h, band)
+        over_up[0] += over
+        return out, x[1] + y[1] + terms * _U
+
+    s_up, gam = _binary_sum((coord, 0.0), add_up, t)
+    q_up = s_up * (1.0 + 2.0 * gam + 4.0 * _U)
+    gamma_up[0] = gam
+
+    # lower: cells (mass, partial mean), merged sums
+    cq, ceq, cp, cep = cells_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.maximum(np.where(cq > 0, ceq / cq, 0.0), np.where(cp > 0, cep / cp, 0.0))
+    keep = (cq > 0) & (cp > 0) & (rel < 1e-6)
+    m1 = np.zeros(n)
+    v1 = np.zeros(n)
+    m1[:nc][keep] = cq[keep]
+    v1[:nc][keep] = cp[keep]
+    gam1 = float(np.max(rel[keep])) if np.any(keep) else 0.0
+    over_lo = [0.0]
+
+    def add_lo(x: tuple, y: tuple) -> tuple:
+        om, ov, over = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
+        over_lo[0] += over
+        return om, ov, (x[2] + y[2] + terms * _U + 4 * _U) * (1.0 + 1e-9)
+
+    m_lo_, v_lo_, gam_lo = _binary_sum((m1, v1, gam1), add_lo, t)
+
+    # atoms
+    upper = _upper_atoms(g, q_up, t, p_tail + (t - 1) * q_tail + over_up[0],
+                         t * q_tail + over_up[0])
+    lower = _lower_atoms(m_lo_, v_lo_, t, gam_lo)
+    info = {"construction": "geometric", "log_ratio": h, "points": n, "band": band, "coordinate_cut": c,
+            "grid_first": float(g[1]), "inf_mass_upper_remove": p_tail + (t - 1) * q_tail + over_up[0],
+            "inf_mass_upper_add": min(1.0, t * q_tail + over_up[0] + float(q_up[0])),
+            "lower_mass": float(np.sum(m_lo_)), "roundoff_upper": gamma_up[0], "roundoff_lower": gam_lo,
+            "heavy": False, "geometric": True}
+    return upper, lower, info
+
+
+def _upper_atoms(g: np.ndarray, q: np.ndarray, t: int, inf_remove: float, inf_add: float) -> SideAtoms:
+    """Remove: loss ``log(g/t)`` with P-mass ``(g/t) q``; add: loss ``-log(g/t)`` with P-mass
+    ``q``; ``S = 0`` is an add loss of ``+inf``."""
+    zero = float(q[0])
+    sel = (g > 0) & (q > 0)
+    lam = np.log(g[sel] / t)
+    lq = np.log(q[sel])
+    remove = _with_inf(lam, lq + lam, lq, min(1.0, inf_remove))
+    add = _with_inf(-lam, lq, lq + lam, min(1.0, inf_add + zero))
+    return SideAtoms(remove, add)
+
+
+def _lower_atoms(m: np.ndarray, v: np.ndarray, t: int, gamma: float) -> SideAtoms:
+    """Merged atoms (Q-mass ``m``, moment ``v``, value ``v/m``) with relative rounding ``gamma``:
+    each side's P-mass and loss rounded down."""
+    sel = (m > 0) & (v > 0)
+    lm, lv = np.log(m[sel]), np.log(v[sel] / t)
+    dn, up = math.log1p(-gamma), math.log1p(gamma)
+    # remove: P = v/t (down), Q = m (up)
+    lp, lq = lv + dn, lm + up
+    remove = (lp - lq, lp, lq)
+    # add: P = m (down), Q = v/t (up)
+    lp, lq = lm + dn, lv + up
+    add = (lp - lq, lp, lq)
+    return SideAtoms(remove, add)

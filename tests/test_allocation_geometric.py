@@ -1,0 +1,137 @@
+"""Random allocation's geometric construction (short rounds at small noise) against truths
+not computed by pld: the sums of two laws by brute force over every pair, ``t = 2`` by
+quadrature, ``t = 4`` by Monte Carlo, and the other certified constructions (two
+certified brackets of the same quantity must overlap)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import pld
+from pld.kernels import geometric_sum_merge, geometric_sum_spread
+from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation
+from pld.mechanisms.allocation.geometric import _band
+from test_random_allocation import _mc_delta, _round_hs, _t2_delta
+
+H = 0.05
+N = 200
+G = np.concatenate(([0.0], 1e-3 * np.exp(H * np.arange(N - 1))))
+
+
+def _law(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.random(N) ** 4 * (rng.random(N) < 0.6)
+    x[N // 2:] *= 0.0  # (room above, so no sum leaves the grid)
+    return x / x.sum()
+
+
+def _pairs(a: np.ndarray, b: np.ndarray, va: np.ndarray, vb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every sum of two atoms, with its mass."""
+    return (va[:, None] + vb[None, :]).ravel(), (a[:, None] * b[None, :]).ravel()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_spread_sum_is_a_mean_preserving_spread_of_the_exact_sum(seed):
+    a, b = _law(seed), _law(seed + 10)
+    band = _band(H)
+    assert band < N // 2  # (the prefix-sum path is taken)
+    out, over = geometric_sum_spread(a, b, G, H, band)
+    assert over == 0.0
+    x, m = _pairs(a, b, G, G)
+    # mass and mean kept (up to the shares' rounding up)
+    assert math.fsum(m) <= math.fsum(out) <= math.fsum(m) * (1 + 1e-9)
+    mean = math.fsum((x * m).tolist())
+    assert mean <= math.fsum((G * out).tolist()) <= mean * (1 + 1e-9)
+    # larger in the convex order: every call and put price at least the exact sum's
+    for c in np.quantile(x[m > 0], [0.01, 0.2, 0.5, 0.8, 0.99]):
+        assert math.fsum((np.maximum(G - c, 0) * out).tolist()) >= math.fsum((np.maximum(x - c, 0) * m).tolist())
+        assert math.fsum((np.maximum(c - G, 0) * out).tolist()) >= math.fsum((np.maximum(c - x, 0) * m).tolist())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_merged_sum_is_a_conditional_mean_of_the_exact_sum(seed):
+    a, b = _law(seed), _law(seed + 10)
+    # atoms anywhere in their cells
+    rng = np.random.default_rng(seed)
+    va = G + rng.random(N) * np.append(np.diff(G), 0.0)
+    vb = G + rng.random(N) * np.append(np.diff(G), 0.0)
+    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, G, _band(H))
+    assert over == 0.0
+    x, m = _pairs(a, b, va, vb)
+    assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)
+    assert math.fsum(ov) == pytest.approx(math.fsum((x * m).tolist()), rel=1e-12)
+    sel = om > 0
+    v = ov[sel] / om[sel]
+    for c in np.quantile(x[m > 0], [0.01, 0.2, 0.5, 0.8, 0.99]):
+        assert math.fsum((np.maximum(v - c, 0) * om[sel]).tolist()) <= math.fsum(
+            (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
+
+
+def _geo(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
+    return RandomAllocation(pld.Gaussian(sigma), t, construction="geometric", spacing=spacing)
+
+
+@pytest.mark.parametrize("sigma", [0.35, 0.5, 0.8])
+def test_two_steps_against_quadrature(sigma):
+    mech = _geo(sigma, 2)
+    for direction in ("remove", "add"):
+        for eps in (0.5, 2.0, 5.0):
+            truth = _t2_delta(sigma, eps, direction)
+            lo, hi = _round_hs(mech, direction, eps)
+            assert lo <= truth <= hi, (sigma, direction, eps, lo, truth, hi)
+            assert hi - lo <= 3e-4 * truth + 1e-15, (sigma, direction, eps, lo, truth, hi)
+
+
+def test_four_steps_against_monte_carlo():
+    sigma, t = 0.5, 4
+    mech = _geo(sigma, t)
+    for direction in ("remove", "add"):
+        for eps in (0.5, 2.0):
+            est, se = _mc_delta(sigma, t, eps, direction, n=200_000, seed=11)
+            lo, hi = _round_hs(mech, direction, eps)
+            assert lo <= est + 5 * se and hi >= est - 5 * se, (direction, eps, lo, est, se, hi)
+            assert hi - lo < 1e-4 * est
+
+
+@pytest.mark.parametrize("sigma, t, epochs, delta", [(0.364, 4, 31, 5.76e-5), (0.532, 4, 4, 3.6e-12),
+                                                     (0.45, 10, 1, 1e-5)])
+def test_short_rounds_at_small_noise_meet_the_target(sigma, t, epochs, delta):
+    """Where the split bounded two heavy coordinates stochastically ([133.6, 175.1],
+    [26.71, 32.24], [9.09, 11.39]) the geometric grid meets the default target, and its
+    bracket overlaps the split's (both certified)."""
+    mech = RandomAllocation(pld.Gaussian(sigma), t)
+    assert mech._construction() == "geometric"
+    lo, hi = mech.pld().self_compose(epochs).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6, (lo, hi)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AllocationAccuracyWarning)
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        split = RandomAllocation(pld.Gaussian(sigma), t, construction="split")
+        s_lo, s_hi = split.pld().self_compose(epochs).epsilon_bounds(delta, rtol=1e-2)
+    assert s_lo <= hi and lo <= s_hi, (lo, hi, s_lo, s_hi)
+
+
+def test_refinement_chain():
+    # small noise: auto is geometric, refined at half the spacing
+    mech = RandomAllocation(pld.Gaussian(0.5), 4)
+    nxt = mech.refined()
+    assert nxt is not None and nxt.construction == "geometric" and nxt.spacing == pytest.approx(0.01)
+    assert nxt.refined() is None  # (FINEST_SPACING)
+    # larger noise: the geometric grid is the chain's last resort for a short round
+    chain, m = [], RandomAllocation(pld.Gaussian(1.5), 8)
+    while (m := m.refined()) is not None:
+        chain.append(m.construction)
+    assert chain[-1] == "geometric" and chain.count("geometric") == 1
+    # long rounds never take it
+    m = RandomAllocation(pld.Gaussian(1.5), 1000)
+    while (m := m.refined()) is not None:
+        assert m.construction != "geometric"
+
+
+def test_refused_where_it_cannot_be_built():
+    with pytest.raises(ValueError, match="construction"):
+        RandomAllocation(pld.Gaussian(1.0), 4, construction="geometrical")
