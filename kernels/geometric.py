@@ -99,8 +99,9 @@ def geometric_sum_spread(a, b, g, log_ratio, band):
     spread's share; ``over`` is the mass of sums past the last point.  Pairs
     ``g_i`` below ``g_j`` by more than ``band`` cells are spread from prefix sums (the
     caller picks ``band`` so that those sums stay in ``g_j``'s cell).  Additions:
-    each entry is a sum of at most ``2 n (band + 2)`` non-negative terms (the caller
-    rounds the masses up by that many ulps).
+    each entry is a sum of at most ``4 (log(2)/h + 3) (band + 2)`` non-negative terms (the
+    pairs within a band of the cells within ``log(2)/h + 1`` below it, both passes; the
+    caller rounds the masses up by that many ulps).
     """
     out = np.zeros(g.size)
     pma, pxa = _prefix(a, g)
@@ -161,8 +162,9 @@ def geometric_sum_merge(am, av, bm, bv, g, band):
     cell is a conditional expectation of the sum, whatever the cells: the
     result is smaller in the convex order than the exact sum of the two laws.
     ``over``: the mass of sums past the last point (dropped by the caller: a
-    sub-pair).  Every output is a sum of at most ``2 n (band + 2)`` products of
-    two inputs (the caller carries the relative rounding).
+    sub-pair).  Every output is a sum of at most ``4 (log(2)/h + 3) (band + 2)`` products of
+    two inputs and of the far groups' prefix sums of ``n`` terms (the caller carries the
+    relative rounding).
     """
     n = g.size
     om = np.zeros(n)

@@ -309,8 +309,9 @@ class RandomAllocation(Mechanism):
         pending = list(self.refine_next)
         s, t = self.noise_multiplier, self.steps
         first = self._construction()
-        if self.construction == "auto" and first == "geometric":
-            pending = [self._finer("geometric", self.spacing, self.kappa)]
+        if self.construction == "auto" and first == "geometric":  # (then the split, for a long round)
+            pending = [self._finer("geometric", self.spacing, self.kappa)] + [("split", self.spacing, self.kappa)] * (
+                t > geometric.GEOMETRIC_STEPS)
         elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
@@ -324,8 +325,7 @@ class RandomAllocation(Mechanism):
             pending += [self._finer(first, self.spacing, self.kappa)] + ([self._finer(
                 other, self.spacing, self.kappa)] if can_other else [])
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
-                # (a short round: first below sigma = 1, where the split bounds heavy coordinates
-                # loosely; above, the last resort, its fixed relative spacing being coarser there)
+                # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
                                                                                    self.kappa))
         pending = [p for p in pending if p is not None]

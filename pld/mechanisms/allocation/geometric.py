@@ -125,7 +125,11 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     nc = int(math.ceil((2.0 * _CUT_Z * a + a * a) / h)) + 2
     c = float(g[nc])
     band = _band(h)
-    terms = 2.0 * n * (band + 2)
+    # additions into one entry (recursive summation: relative error below their count times u):
+    # a sum g_i + g_j lands at most log(2)/h + 1 cells above g_j, so an entry takes the pairs of
+    # that many j's, each with i in a band below j, in each of the two passes; plus the prefix
+    # sums' n additions behind the far groups
+    terms = 4.0 * (math.ceil(math.log(2.0) / h) + 3) * (band + 2) + n + 16
 
     # the cut E = {some Y > c}: Q(Y > c) and the marked coordinate's P(Y > c)
     zc = (math.log(c) - mu) / a
@@ -140,7 +144,7 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     def add_up(x: tuple, y: tuple) -> tuple:
         out, over = geometric_sum_spread(x[0], y[0], g, h, band)
         over_up[0] += over
-        return out, x[1] + y[1] + terms * _U
+        return out, (x[1] + y[1] + terms * _U) * (1.0 + 1e-9)
 
     s_up, gam = _binary_sum((coord, 0.0), add_up, t)
     q_up = s_up * (1.0 + 2.0 * gam + 4.0 * _U)
@@ -193,7 +197,7 @@ def _lower_atoms(m: np.ndarray, v: np.ndarray, t: int, gamma: float) -> SideAtom
     """Merged atoms (Q-mass ``m``, moment ``v``, value ``v/m``) with relative rounding ``gamma``:
     each side's P-mass and loss rounded down."""
     sel = (m > 0) & (v > 0)
-    lm, lv = np.log(m[sel]), np.log(v[sel] / t)
+    lm, lv = np.log(m[sel]), np.log(v[sel]) - math.log(t)
     dn, up = math.log1p(-gamma), math.log1p(gamma)
     # remove: P = v/t (down), Q = m (up)
     lp, lq = lv + dn, lm + up

@@ -134,6 +134,8 @@ CONSTRUCTIONS = ("linear", "split", "split_fine", "geometric")
 _SPLIT_SIGMA = 1.35
 #: "auto" takes the geometric grid below this noise multiplier for rounds of at most GEOMETRIC_STEPS
 _GEOMETRIC_SIGMA = 0.75
+#: and for longer rounds whose sum is wide on its relative scale, up to this many steps
+_GEOMETRIC_MAX_STEPS = 4096
 _SPLIT_STEPS = 1000
 
 
@@ -169,11 +171,16 @@ def choose_construction(sigma: float, t: int, spacing: float, construction: str 
 
 
 def geometric_preferred(sigma: float, t: int, spacing: float) -> bool:
-    """Whether ``"auto"`` takes the geometric grid: short rounds (``t <= GEOMETRIC_STEPS``) whose
-    coordinate no linear grid holds with its bulk resolved (``sigma < _GEOMETRIC_SIGMA``): there
-    the split has no light bulk to lean on and bounds two or more heavy coordinates
-    stochastically, while the geometric grid carries the whole sum."""
-    return 2 <= t <= GEOMETRIC_STEPS and sigma < _GEOMETRIC_SIGMA and geometric_fits(sigma, t, spacing)
+    """Whether ``"auto"`` takes the geometric grid: below ``sigma = _GEOMETRIC_SIGMA``, for short
+    rounds (``t <= GEOMETRIC_STEPS``; the split has no light bulk to lean on there and bounds two
+    or more heavy coordinates stochastically) and for rounds whose sum stays wide on the grid's
+    relative scale (``t <= 8 (e^{a^2} - 1)``, ``Var(S/t) = (e^{a^2} - 1)/t``, up to
+    ``_GEOMETRIC_MAX_STEPS``; measured over sigma 0.3 .. 0.7, t 4 .. 1e5: narrower than the split
+    there, e.g. sigma 0.35, t = 4000, 10 epochs, delta 1e-8: 0.72x the target against 4.3x)."""
+    if not 2 <= t or sigma >= _GEOMETRIC_SIGMA or not geometric_fits(sigma, t, spacing):
+        return False
+    a2 = min(1.0 / (sigma * sigma), 700.0)
+    return t <= max(GEOMETRIC_STEPS, min(_GEOMETRIC_MAX_STEPS, 8.0 * math.expm1(a2)))
 
 
 @functools.lru_cache(maxsize=16)
