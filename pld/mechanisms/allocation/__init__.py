@@ -69,9 +69,10 @@ from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
+from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
-from pld.mechanisms.allocation.pairs import _LabelSum, _model, _SidedModel
+from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
@@ -153,8 +154,6 @@ def _check_tail(sigma: float, t: int, k: int) -> None:
 _GEOMETRIC_FIRST_SIGMA = 1.0
 #: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
 _LABEL_SUM_SHARE = 0.25
-#: its cell width, in standard deviations of one coordinate
-_LABEL_SPACING = 0.05
 
 
 @dataclass(frozen=True)
@@ -392,12 +391,12 @@ class RandomAllocation(Mechanism):
         sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
         # (the statistic's window is about that of the whole round plus the marked coordinates' excess)
         w = window(a, self.steps, self.steps) + self.participations * math.exp(min(a * a, 700.0))
-        return w / (_LABEL_SPACING * sd1) < MAX_CELLS / 2
+        return w / (LABEL_SPACING * sd1) < MAX_CELLS / 2
 
     def _lower_part(self) -> Mechanism:
         """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
         if self._uses_label_sum():
-            return _LabelSum(self.noise_multiplier, self.steps, self.participations, _LABEL_SPACING)
+            return _LabelSum(self.noise_multiplier, self.steps, self.participations, LABEL_SPACING)
         return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
 
     @property
@@ -463,68 +462,19 @@ class RandomAllocation(Mechanism):
             numerical, ``structural``: between the block argument and the
             statistic), ``structural_share``, ``block_bracket``,
             ``statistic_bracket`` and ``loose`` (the same in words; see
-            :meth:`_width_parts`).
+            :func:`pld.mechanisms.allocation.explain.width_parts`).
         """
         out: dict = {"steps": self.steps, "participations": self.participations,
                      "noise_multiplier": self.noise_multiplier}
-        if self.participations == 1:
-            out["grid"] = self.grid_info()
-            if out["grid"].get("heavy"):
-                out["upper"] = ("exact pair split by the number N of heavy coordinates (Y > B): N <= 1 by "
-                                "mean-preserving spreads (light part on a linear grid, heavy part on a geometric "
-                                "one), N = 2..4 by a stochastic bound on the loss, the rest at +inf (dominating)")
-                out["lower"] = ("exact pair: N and the label sum of the light coordinates, for N = 1 with the heavy "
-                                "one's geometric cell (post-processing, dominated)")
-            else:
-                out["upper"] = "exact pair: mean-preserving spread of each log-normal coordinate (dominating)"
-                out["lower"] = "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"
-        else:
-            out["upper"] = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in self.blocks())
-                            + " (joint convexity of the hockey-stick divergence)")
-            if self._uses_label_sum():
-                out["lower"] = ("label-sum statistic: the sum over the steps of the cell index (width "
-                                f"{_LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
-                                "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
-                                "the true pair; close to sufficient when k << t)")
-            else:
-                out["lower"] = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
-                                f"{self._sum_mu():.6g} (a post-processing of the true pair; not tight)")
+        out.update(_explain.constructions(self))
         if delta is not None:
             d = self.pld().self_compose(epochs) if epochs > 1 else self.pld()
             lo, hi = d.epsilon_bounds(delta)
             out.update({"delta": delta, "epochs": epochs, "epsilon_lower": lo, "epsilon_upper": hi,
                         "gap": hi - lo, "relative_gap": (hi - lo) / hi if hi > 0 else 0.0})
             if self.participations > 1:
-                out.update(self._width_parts(d, delta, lo, hi))
+                out.update(_explain.width_parts(d, delta, lo, hi))
         return out
-
-    @staticmethod
-    def _width_parts(d: PLD, delta: float, lo: float, hi: float) -> dict:
-        """How the width of a ``k``-of-``t`` bracket splits (:meth:`explain`).
-
-        Each end is its own construction's bracket: the block rounds' ``[u_lo, u_hi]``
-        (``u_hi`` is the reported upper end) and the statistic's ``[l_lo, l_hi]``
-        (``l_lo`` the reported lower end).  ``u_hi - u_lo`` and ``l_hi - l_lo`` are
-        numerical (grids); what lies between, ``u_lo - l_hi``, is structural: the
-        block argument's epsilon (at least ``u_lo``) is above the truth by some
-        amount and the statistic's (at most ``l_hi``) below it by the rest.  Nothing
-        certified splits that part further, so it is stated, not attributed."""
-        upper, lower = d.bounds()
-        u_lo, u_hi = upper.epsilon_bounds(delta)
-        l_lo, l_hi = lower.epsilon_bounds(delta) if lower is not None else (0.0, 0.0)
-        width = hi - lo
-        structural = max(0.0, u_lo - l_hi)
-        parts = {"upper_grid": u_hi - u_lo, "lower_grid": l_hi - l_lo, "structural": structural}
-        share = structural / width if width > 0 and math.isfinite(width) else 0.0
-        loose = (f"the true epsilon lies in [{lo:.6g}, {hi:.6g}]: {parts['upper_grid']:.3g} of the width is the "
-                 f"block rounds' own grid, {parts['lower_grid']:.3g} the lower statistic's grid and "
-                 f"{structural:.4g} ({100 * share:.1f}%) the structural gap between the block argument (the upper "
-                 f"end, a dominating pair that is not tight: its epsilon is at least {u_lo:.6g}) and the lower "
-                 f"statistic (a post-processing that is not sufficient: its epsilon is at most {l_hi:.6g}); "
-                 "that gap is the price of the block argument and of the statistic together, and no certified "
-                 "bound known here says how it splits between the two ends")
-        return {"width_parts": parts, "structural_share": share, "loose": loose,
-                "block_bracket": (u_lo, u_hi), "statistic_bracket": (l_lo, l_hi)}
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)

@@ -19,6 +19,9 @@ from pld.mechanisms.allocation.coordinate import atoms as _atoms
 from pld.mechanisms.allocation.sums import sum_laws
 from pld.mechanisms.models import _PairInBase
 
+#: the label-sum statistic's cell width, in standard deviations of one coordinate
+LABEL_SPACING = 0.05
+
 
 @dataclass(frozen=True, eq=False)
 class _AtomsModel(_PairInBase):

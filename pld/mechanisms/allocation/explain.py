@@ -1,0 +1,81 @@
+"""What bounds a round of random allocation, in words, and how a ``k``-of-``t`` bracket's width splits.
+
+Served by :meth:`pld.mechanisms.allocation.RandomAllocation.explain`; the functions take the
+round (any object with its attributes), so this module needs nothing from the package's
+``__init__``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pld.mechanisms.allocation.pairs import LABEL_SPACING
+
+#: what Monte Carlo of the exact likelihood ratio ``e_k(Y)/C(t, k)`` found on a few rounds
+#: (``python -m benchmarks.k_of_t_ends``; an estimate, not a certificate)
+MEASURED = ("measured by Monte Carlo of the exact likelihood ratio on a few rounds (1 <= sigma <= 2, "
+            "t 20-200, k 2-4; benchmarks/k_of_t_ends.py, an estimate, not a certificate), both ends are "
+            "loose, the block argument usually more: its delta 0.1-3.7% above the truth, the statistic's "
+            "0.1-2.3% below")
+
+
+def constructions(round_) -> dict[str, str]:
+    """``upper`` and ``lower``: the constructions of a round's two ends, in words."""
+    if round_.participations == 1:
+        grid = round_.grid_info()
+        if grid.get("geometric"):
+            return {"grid": grid,
+                    "upper": ("exact pair on one geometric grid: every pairwise sum of partial sums spread onto "
+                              "its neighbouring points (mean-preserving: dominating)"),
+                    "lower": ("exact pair on one geometric grid: pairwise sums merged per cell (a conditional "
+                              "expectation: post-processing, dominated)")}
+        if grid.get("heavy"):
+            return {"grid": grid,
+                    "upper": ("exact pair split by the number N of heavy coordinates (Y > B): N <= 1 by "
+                              "mean-preserving spreads (light part on a linear grid, heavy part on a geometric "
+                              "one), N = 2..4 by a stochastic bound on the loss, the rest at +inf (dominating)"),
+                    "lower": ("exact pair: N and the label sum of the light coordinates, for N = 1 with the heavy "
+                              "one's geometric cell (post-processing, dominated)")}
+        return {"grid": grid,
+                "upper": "exact pair: mean-preserving spread of each log-normal coordinate (dominating)",
+                "lower": "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"}
+    upper = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in round_.blocks())
+             + " (joint convexity of the hockey-stick divergence)")
+    if round_._uses_label_sum():
+        lower = ("label-sum statistic: the sum over the steps of the cell index (width "
+                 f"{LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
+                 "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
+                 "the true pair; close to sufficient when k << t)")
+    else:
+        lower = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
+                 f"{round_._sum_mu():.6g} (a post-processing of the true pair; not tight)")
+    return {"upper": upper, "lower": lower}
+
+
+def width_parts(d, delta: float, lo: float, hi: float) -> dict:
+    """How the width of a ``k``-of-``t`` bracket splits.
+
+    ``d`` is the composition (a :class:`pld.PLD` that is not tight).  Each end is its own
+    construction's bracket: the block rounds' ``[u_lo, u_hi]`` (``u_hi`` is the reported upper
+    end) and the statistic's ``[l_lo, l_hi]`` (``l_lo`` the reported lower end).
+    ``u_hi - u_lo`` and ``l_hi - l_lo`` are numerical (grids); what lies between,
+    ``u_lo - l_hi``, is structural: the block argument's epsilon (at least ``u_lo``) is above the
+    truth by some amount and the statistic's (at most ``l_hi``) below it by the rest.  Nothing
+    certified splits that part further, so it is stated, with what Monte Carlo measured
+    (:data:`MEASURED`), not attributed."""
+    upper, lower = d.bounds()
+    u_lo, u_hi = upper.epsilon_bounds(delta)
+    l_lo, l_hi = lower.epsilon_bounds(delta) if lower is not None else (0.0, 0.0)
+    width = hi - lo
+    structural = max(0.0, u_lo - l_hi)
+    parts = {"upper_grid": u_hi - u_lo, "lower_grid": l_hi - l_lo, "structural": structural}
+    share = structural / width if width > 0 and math.isfinite(width) else 0.0
+    loose = (f"the true epsilon lies in [{lo:.6g}, {hi:.6g}]: {parts['upper_grid']:.3g} of the width is the "
+             f"block rounds' own grid, {parts['lower_grid']:.3g} the lower statistic's grid and "
+             f"{structural:.4g} ({100 * share:.1f}%) the structural gap between the block argument (the upper "
+             f"end, a dominating pair that is not tight: its epsilon is at least {u_lo:.6g}) and the lower "
+             f"statistic (a post-processing that is not sufficient: its epsilon is at most {l_hi:.6g}); "
+             "that gap is the price of the block argument and of the statistic together, and no certified "
+             f"bound known here says how it splits between the two ends ({MEASURED})")
+    return {"width_parts": parts, "structural_share": share, "loose": loose,
+            "block_bracket": (u_lo, u_hi), "statistic_bracket": (l_lo, l_hi)}
