@@ -301,3 +301,26 @@ def test_an_infinite_upper_end_is_never_silent():
             lo, hi = mech.pld().self_compose(rounds).epsilon_bounds(1e-12)
         assert math.isinf(hi) and 0 < lo < math.inf
         assert any(issubclass(w.category, (pld.TargetMissedWarning, pld.NotTightWarning)) for w in caught)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0])
+def test_every_record_in_every_step_is_the_gaussian(sigma):
+    """q = 1 (one step per epoch) or k = t: every record is in every step, so the run is the
+    Gaussian mechanism, step by step (it was refused below sigma 0.55, and at sigma 1 the
+    one-step allocation grid left the add direction at +inf: [91.81, inf])."""
+    mu = math.sqrt(100) / sigma
+    eps = mu * mu / 2 + 2 * mu  # (delta ~ 0.02)
+    truth = _gaussian_delta(mu, eps)
+    for sampling in ("balls_in_bins", "shuffle"):
+        lo, hi = pld.dpsgd(sigma, 1.0, 100, sampling=sampling).delta_bounds(eps)
+        assert lo <= truth <= hi and hi - lo <= 1e-2 * truth, (sampling, lo, truth, hi)
+        e_lo, e_hi = pld.dpsgd(sigma, 1.0, 100, sampling=sampling).epsilon_bounds(1e-5)
+        assert (e_lo, e_hi) == pld.Gaussian(sigma).pld().self_compose(100).epsilon_bounds(1e-5)
+    lo, hi = RandomAllocation(pld.Gaussian(sigma), 4, participations=4).pld().self_compose(25).delta_bounds(eps)
+    assert lo <= truth <= hi and hi - lo <= 1e-2 * truth, (lo, truth, hi)
+    # blocks of one step among longer ones: no refusal, the bracket certified
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = RandomAllocation(pld.Gaussian(sigma), 5, participations=3).pld().epsilon_bounds(1e-5, rtol=1e-2)
+    g = pld.Gaussian(sigma).pld().self_compose(3).epsilon_bounds(1e-5)
+    assert 0.0 < lo <= hi <= g[1] + 1e-9

@@ -188,3 +188,12 @@ def test_the_shuffling_report_leads_with_the_number_to_publish(capsys):
     assert res["shuffle"]["binding"] == "max of an epoch (Chua et al.)"
     assert res["epsilon_upper"] == res["shuffle"]["epsilon_upper"]
     assert set(res["shuffle"]["alternatives"]) == {"poisson", "balls_in_bins"}
+
+
+def test_one_batch_per_epoch_is_the_gaussian_at_both_ends():
+    """A full batch (one step per epoch): shuffling is the Gaussian mechanism, both ends equal it
+    (the lower end's 1-of-1 allocation was refused below sigma 0.55)."""
+    b = pld.shuffle_bounds(0.5, dataset_size=1000, batch_size=1000, epochs=100, delta=1e-5)
+    g_lo, g_hi = pld.Gaussian(0.5).pld().self_compose(100).epsilon_bounds(1e-5)
+    assert b.epsilon_upper == g_hi and g_lo <= b.epsilon_lower <= g_hi
+    assert b.binding.startswith("random allocation 1-of-1")

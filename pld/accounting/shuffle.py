@@ -467,4 +467,5 @@ def _query(d: PLD, delta: float, rtol: float | None) -> tuple[float, float, bool
 def _allocation(sigma: float, t: int):
     from pld.mechanisms.allocation import RandomAllocation
 
-    return RandomAllocation(Gaussian(sigma), t)
+    # (1-of-1 is the Gaussian mechanism itself: the record is in the one batch)
+    return Gaussian(sigma) if t == 1 else RandomAllocation(Gaussian(sigma), t)

@@ -38,8 +38,9 @@ Small noise: one coordinate's window must reach its heavy log-normal tail
 (``exp(1/(2 s^2) + 7.7/s)``), more than ``2^20`` cells of a linear grid below
 ``sigma ~ 0.75``: long rounds are split (two or more heavy coordinates bounded
 stochastically; ``t = 1e5``, ``delta = 1e-10``: ``sigma = 0.3`` to ``0.7`` to 0.5%
-or better), short ones (``t <= 64``) go on the geometric grid.  A round of one step
-at ``sigma < 0.55`` is refused (the Gaussian mechanism: use :class:`pld.Gaussian`).
+or better), short ones (``t <= 64``) go on the geometric grid.  A round of one step is
+the Gaussian mechanism (refused at ``sigma < 0.55``: use :class:`pld.Gaussian`; the
+sampling schemes and a ``k``-of-``t`` round's blocks of one step use it).
 Limits (each told by a warning, never silent): the round-off of the ``t``-fold sum
 grows like ``t``; tilted runs keep it relative on the upper side, but not in the
 log-normal's own heavy upper tail, where it is lumped (``sigma = 1``, ``t = 1e5``,
@@ -132,15 +133,16 @@ def _check_round(round_, what: str) -> None:
 def _check_tail(sigma: float, t: int, k: int) -> None:
     """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
     cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
-    after minutes): below about 0.55, for rounds of one step only (two or
-    more put the heavy part of a coordinate on a geometric grid:
-    :mod:`pld.mechanisms.allocation.heavy`)."""
+    after minutes): below about 0.55, for a round of one step only, the base
+    mechanism itself (two or more steps put the tail on a geometric grid; a
+    ``k``-of-``t`` round's blocks of one step are the base mechanism; the
+    sampling schemes account ``t = k`` as the base mechanism)."""
     from pld.mechanisms.allocation.levels import MAX_CELLS, window
 
     a = 1.0 / sigma
-    steps = -(-t // k)  # the longest block
+    steps = t
     if steps >= 2:
-        return  # (a heavy tail is put on its own geometric grid: pld.mechanisms.allocation.heavy)
+        return  # (a heavy tail goes on a geometric grid; blocks of one step are the base mechanism)
     cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
     if cells > MAX_CELLS:
         raise ValueError(
@@ -408,7 +410,9 @@ class RandomAllocation(Mechanism):
     def bound_parts(self) -> tuple[tuple, tuple | None]:
         if self.participations == 1:
             return super().bound_parts()
-        upper = tuple((RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa), c)
+        # (a block of one step is the base mechanism itself: the record is in it)
+        upper = tuple((self.mechanism if s == 1 else RandomAllocation(self.mechanism, s, 1, self.spacing,
+                                                                      self.construction, self.kappa), c)
                       for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)
 
@@ -597,12 +601,16 @@ def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, p
     participations = v.integer("participations", participations, low=1, high=MAX_STEPS)
     t = _steps_per_epoch(sampling_rate, participations)
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    if t == participations:  # (every record in every step: the Gaussian mechanism, step by step)
+        return Gaussian(noise_multiplier).pld().self_compose(steps)
     epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing).pld()
     return epoch.self_compose(_epochs(steps, t))
 
 
 def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
     t = _steps_per_epoch(sampling_rate)
+    if t == 1:  # (one batch: every record in every step)
+        return Gaussian(noise_multiplier).pld().self_compose(steps)
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
     return Shuffling(Gaussian(noise_multiplier), t, spacing).pld().self_compose(_epochs(steps, t))
 
