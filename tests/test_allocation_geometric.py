@@ -10,6 +10,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pld
 from pld.kernels import geometric_sum_merge, geometric_sum_spread
@@ -147,3 +149,17 @@ def test_explain_names_the_geometric_grid():
         e = RandomAllocation(pld.Gaussian(0.5), 12, participations=2).explain(1e-5)
     assert "6 round(s)" not in e["upper"] and "2 round(s) of 1-of-6" in e["upper"]
     assert "Monte Carlo" in e["loose"] and e["width_parts"]["structural"] > 0
+
+
+@settings(max_examples=6, deadline=None)
+@given(sigma=st.floats(0.3, 1.5), t=st.integers(2, 64), eps=st.floats(0.0, 8.0))
+def test_geometric_bracket_properties(sigma, t, eps):
+    """Across the range: both directions' hockey sticks ordered (lower <= upper), non-increasing
+    in epsilon, and in [0, 1]."""
+    mech = _geo(sigma, t, spacing=0.08)
+    for direction in ("remove", "add"):
+        lo, hi = _round_hs(mech, direction, eps)
+        lo2, hi2 = _round_hs(mech, direction, eps + 0.5)
+        assert 0.0 <= lo <= hi <= 1.0 + 1e-9, (direction, lo, hi)
+        assert lo2 <= lo + 1e-15 and hi2 <= hi + 1e-15
+        assert lo2 <= hi2
