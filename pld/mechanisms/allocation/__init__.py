@@ -325,7 +325,7 @@ class RandomAllocation(Mechanism):
                 first = "split_fine"
             pending += [self._finer(first, self.spacing, self.kappa)] + ([self._finer(
                 other, self.spacing, self.kappa)] if can_other else [])
-            if "split" in (first, other) and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
+            if t >= 2 and "split" in (first, other) and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
                 pending.append(("split", self.spacing / 2, self.kappa))  # (its light grid finer, last)
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
