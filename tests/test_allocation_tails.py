@@ -142,7 +142,8 @@ def test_refined_rounds_and_the_target():
     assert chain[0] == ({"linear": "split", "split": "linear"}[first], mech.spacing, mech.kappa)
     assert ("linear", mech.spacing / 2, mech.kappa) in chain
     assert ("split", mech.spacing, mech.kappa / 100) in chain
-    assert chain[-1] == ("split", mech.spacing / 2, mech.kappa)  # (the light grid finer, last)
+    assert ("split", mech.spacing / 2, mech.kappa) in chain  # (the light grid finer)
+    assert chain[-1] == ("geometric", mech.spacing, mech.kappa)  # (a short round's last resort at sigma >= 1)
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")
