@@ -75,6 +75,14 @@ MIN_SAMPLING_RATE = 1e-12
 SIGMA_RANGE = (1e-3, 1e12)
 
 
+def _deciding(d):
+    """The PLD whose bracket decides a point.  A run that is not tight (shuffling, k of t) meets
+    the target when its certified upper end does, so only its dominating composition is
+    queried: that composition's bracket also certifies where the upper end cannot meet the
+    target (the true epsilon's lower end, further down, would not)."""
+    return d if d.tight else d.bounds()[0]
+
+
 def calibrate_noise(target_epsilon: float | None = None, delta: float | None = None,
                     sampling_rate: float | None = None, steps: int | None = None, *,
                     sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None,
@@ -172,7 +180,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
         # sigma / (1 + rtol) separate the two; tighter ones only cost time
         from pld.mechanisms.allocation import run_spacing
 
-        d = dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling)
+        d = _deciding(dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling))
         for r in coarse:
             if r >= 1e-2 and last[0] < _ENDGAME:
                 # the coarse grid's laws cost about what the default's do (at
@@ -184,7 +192,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
                 # warnings are internal: a bracket that decides nothing falls through)
                 with run_spacing(0.08), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    lo, hi = dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling).epsilon_bounds(
+                    lo, hi = _deciding(dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling)).epsilon_bounds(
                         delta, rtol=r)
             else:
                 lo, hi = d.epsilon_bounds(delta, rtol=r)
@@ -279,7 +287,7 @@ def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float
 
     def engine(u):
         t = int(round(math.exp(-u)))
-        return dpsgd(noise_multiplier, sampling_rate, t, sampling=sampling).epsilon_bounds(delta)
+        return _deciding(dpsgd(noise_multiplier, sampling_rate, t, sampling=sampling)).epsilon_bounds(delta)
 
     search = Search(target_epsilon, engine, lambda u: sur.epsilon(noise_multiplier, sampling_rate, math.exp(-u)),
                      -math.log(MAX_STEPS), 0.0, lambda u: math.log1p(math.exp(u)), _snap_steps)
@@ -353,7 +361,7 @@ def calibrate_sampling_rate(target_epsilon: float, delta: float, noise_multiplie
     tol = math.log1p(rtol)
 
     def engine(u):
-        return dpsgd(noise_multiplier, math.exp(-u), steps, sampling=sampling).epsilon_bounds(
+        return _deciding(dpsgd(noise_multiplier, math.exp(-u), steps, sampling=sampling)).epsilon_bounds(
             delta, rtol=bracket_rtol(rtol))
 
     search = Search(target_epsilon, engine, lambda u: sur.epsilon(noise_multiplier, math.exp(-u), steps),
