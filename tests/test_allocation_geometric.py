@@ -17,7 +17,7 @@ import pld
 from pld.kernels import geometric_sum_merge, geometric_sum_spread
 from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation
 from pld.mechanisms.allocation.geometric import _band
-from test_random_allocation import _mc_delta, _round_hs, _t2_delta
+from test_random_allocation import _check_two_steps, _mc_delta, _round_hs
 
 H = 0.05
 N = 200
@@ -79,13 +79,7 @@ def _geo(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
 
 @pytest.mark.parametrize("sigma", [0.35, 0.5, 0.8])
 def test_two_steps_against_quadrature(sigma):
-    mech = _geo(sigma, 2)
-    for direction in ("remove", "add"):
-        for eps in (0.5, 2.0, 5.0):
-            truth = _t2_delta(sigma, eps, direction)
-            lo, hi = _round_hs(mech, direction, eps)
-            assert lo <= truth <= hi, (sigma, direction, eps, lo, truth, hi)
-            assert hi - lo <= 3e-4 * truth + 1e-15, (sigma, direction, eps, lo, truth, hi)
+    _check_two_steps(_geo(sigma, 2), (0.5, 2.0, 5.0), 3e-4)
 
 
 def test_four_steps_against_monte_carlo():

@@ -144,6 +144,12 @@ def test_refined_rounds_and_the_target():
     assert ("split", mech.spacing, mech.kappa / 100) in chain
     assert ("split", mech.spacing / 2, mech.kappa) in chain  # (the light grid finer)
     assert chain[-1] == ("geometric", mech.spacing, mech.kappa)  # (a short round's last resort at sigma >= 1)
+    # a long round leaves the finer split out (sigma 0.968, 1-of-18324: 9 more seconds for a
+    # bracket that still missed its target)
+    long_chain, r = [], RandomAllocation(pld.Gaussian(0.968), 18324)
+    while (r := r.refined()) is not None:
+        long_chain.append((r.construction, r.spacing))
+    assert ("split", mech.spacing / 2) not in long_chain and long_chain
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")

@@ -74,7 +74,7 @@ from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
-from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
+from pld.mechanisms.allocation.sums import _SPLIT_STEPS, CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
@@ -130,7 +130,7 @@ def _check_round(round_, what: str) -> None:
     object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
 
 
-def _check_tail(sigma: float, t: int, k: int) -> None:
+def _check_tail(sigma: float, steps: int) -> None:
     """Refuse a noise multiplier whose log-normal tail no grid of ``MAX_CELLS``
     cells resolves to 0.3 standard deviations (the bracket would be [0, inf]
     after minutes): below about 0.55, for a round of one step only, the base
@@ -140,7 +140,6 @@ def _check_tail(sigma: float, t: int, k: int) -> None:
     from pld.mechanisms.allocation.levels import MAX_CELLS, window
 
     a = 1.0 / sigma
-    steps = t
     if steps >= 2:
         return  # (a heavy tail goes on a geometric grid; blocks of one step are the base mechanism)
     cells = window(a, 1, steps) / (_COARSEST_SD * math.sqrt(math.expm1(min(a * a, 700.0))))
@@ -253,7 +252,7 @@ class RandomAllocation(Mechanism):
             raise ValueError(f"construction must be 'auto', 'linear', 'split', 'split_fine' or 'geometric', got "
                              f"{self.construction!r}")
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
-        _check_tail(self.noise_multiplier, self.steps, self.participations)
+        _check_tail(self.noise_multiplier, self.steps)
 
     def _construction(self) -> str:
         """The construction of this round's pair (``"auto"`` resolved; see
@@ -310,9 +309,10 @@ class RandomAllocation(Mechanism):
         pending = list(self.refine_next)
         s, t = self.noise_multiplier, self.steps
         first = self._construction()
-        if self.construction == "auto" and first == "geometric":  # (then the split, for a long round)
-            pending = [self._finer("geometric", self.spacing, self.kappa)] + [("split", self.spacing, self.kappa)] * (
-                t > geometric.GEOMETRIC_STEPS)
+        if self.construction == "auto" and first == "geometric":
+            pending = [self._finer("geometric", self.spacing, self.kappa)]
+            if t > geometric.GEOMETRIC_STEPS:  # (a long round: the split after)
+                pending.append(("split", self.spacing, self.kappa))
         elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"
             can_other = t >= 2 and (other == "split" or linear_fits(s, t, self.spacing))
@@ -323,10 +323,12 @@ class RandomAllocation(Mechanism):
                 # (small sigma: only a light grid in medians resolves the add direction, not a further cut)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))
                 first = "split_fine"
-            pending += [self._finer(first, self.spacing, self.kappa)] + ([self._finer(
-                other, self.spacing, self.kappa)] if can_other else [])
-            if t >= 2 and "split" in (first, other) and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
-                pending.append(("split", self.spacing / 2, self.kappa))  # (its light grid finer, last)
+            pending.append(self._finer(first, self.spacing, self.kappa))
+            if can_other:
+                pending.append(self._finer(other, self.spacing, self.kappa))
+            if 2 <= t < _SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
+                # (the split on a light grid twice as fine; for long rounds it costs many seconds)
+                pending.append(("split", self.spacing / 2, self.kappa))
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,

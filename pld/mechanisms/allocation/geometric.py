@@ -51,7 +51,8 @@ import math
 import numpy as np
 
 from pld._special import ndtr
-from pld.mechanisms.allocation.coordinate import SideAtoms, _with_inf
+from pld.mechanisms.allocation.coordinate import SideAtoms
+from pld.mechanisms.allocation.heavy import _atoms
 
 #: the coordinate cut: the marked coordinate's upper ``Phi(-z)`` quantile, and the
 #: grid's first point the coordinate's lower ``Phi(-z)`` quantile
@@ -170,8 +171,11 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     m_lo_, v_lo_, gam_lo = _binary_sum((m1, v1, gam1), add_lo, t)
 
     # atoms
-    upper = _upper_atoms(g, q_up, t, p_tail + (t - 1) * q_tail + over_up[0],
-                         t * q_tail + over_up[0])
+    # (remove: loss log(g/t) with P-mass (g/t) q; add: loss -log(g/t) with P-mass q; S = 0 an
+    # add loss of +inf)
+    empty = (np.zeros(0), np.zeros(0))
+    upper, _ = _atoms([(g, q_up)], t, empty, empty, p_tail + (t - 1) * q_tail + over_up[0],
+                      t * q_tail + over_up[0])
     lower = _lower_atoms(m_lo_, v_lo_, t, gam_lo)
     info = {"construction": "geometric", "log_ratio": h, "points": n, "band": band, "coordinate_cut": c,
             "grid_first": float(g[1]), "inf_mass_upper_remove": p_tail + (t - 1) * q_tail + over_up[0],
@@ -179,18 +183,6 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
             "lower_mass": float(np.sum(m_lo_)), "roundoff_upper": gamma_up[0], "roundoff_lower": gam_lo,
             "heavy": False, "geometric": True}
     return upper, lower, info
-
-
-def _upper_atoms(g: np.ndarray, q: np.ndarray, t: int, inf_remove: float, inf_add: float) -> SideAtoms:
-    """Remove: loss ``log(g/t)`` with P-mass ``(g/t) q``; add: loss ``-log(g/t)`` with P-mass
-    ``q``; ``S = 0`` is an add loss of ``+inf``."""
-    zero = float(q[0])
-    sel = (g > 0) & (q > 0)
-    lam = np.log(g[sel] / t)
-    lq = np.log(q[sel])
-    remove = _with_inf(lam, lq + lam, lq, min(1.0, inf_remove))
-    add = _with_inf(-lam, lq, lq + lam, min(1.0, inf_add + zero))
-    return SideAtoms(remove, add)
 
 
 def _lower_atoms(m: np.ndarray, v: np.ndarray, t: int, gamma: float) -> SideAtoms:
