@@ -134,7 +134,8 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
 
     # the cut E = {some Y > c}: Q(Y > c) and the marked coordinate's P(Y > c)
     zc = (math.log(c) - mu) / a
-    q_tail, p_tail = float(ndtr(-zc)), float(ndtr(-(zc - a)))
+    # (rounded up: they go to +inf)
+    q_tail, p_tail = float(ndtr(-zc)) * (1 + 1e-12), float(ndtr(-(zc - a))) * (1 + 1e-12)
 
     # upper: spread coordinate, spread sums
     coord = np.zeros(n)
