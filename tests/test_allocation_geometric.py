@@ -24,11 +24,17 @@ N = 200
 G = np.concatenate(([0.0], 1e-3 * np.exp(H * np.arange(N - 1))))
 
 
-def _law(seed: int) -> np.ndarray:
+def _law(seed: int, n: int = N) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    x = rng.random(N) ** 4 * (rng.random(N) < 0.6)
-    x[N // 2:] *= 0.0  # (room above, so no sum leaves the grid)
+    x = rng.random(n) ** 4 * (rng.random(n) < 0.6)
+    x[n // 2:] *= 0.0  # (room above, so no sum leaves the grid)
     return x / x.sum()
+
+
+#: a fine grid: long segments of pairs landing in one cell (windows of up to 2^7 entries)
+H_FINE = 0.01
+N_FINE = 1200
+G_FINE = np.concatenate(([0.0], 1e-3 * np.exp(H_FINE * np.arange(N_FINE - 1))))
 
 
 def _pairs(a: np.ndarray, b: np.ndarray, va: np.ndarray, vb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -36,32 +42,42 @@ def _pairs(a: np.ndarray, b: np.ndarray, va: np.ndarray, vb: np.ndarray) -> tupl
     return (va[:, None] + vb[None, :]).ravel(), (a[:, None] * b[None, :]).ravel()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_spread_sum_is_a_mean_preserving_spread_of_the_exact_sum(seed):
-    a, b = _law(seed), _law(seed + 10)
-    band = _band(H)
-    assert band < N // 2  # (the prefix-sum path is taken)
-    out, over = geometric_sum_spread(a, b, G, H, band)
+@pytest.mark.parametrize("seed, fine", [(1, False), (2, False), (3, False), (4, True), (5, True)])
+def test_spread_sum_is_a_mean_preserving_spread_of_the_exact_sum(seed, fine):
+    h, n, g = (H_FINE, N_FINE, G_FINE) if fine else (H, N, G)
+    a, b = _law(seed, n), _law(seed + 10, n)
+    band = _band(h)
+    assert band < n // 2  # (the prefix-sum path is taken)
+    out, over = geometric_sum_spread(a, b, g, h, band)
     assert over == 0.0
-    x, m = _pairs(a, b, G, G)
+    x, m = _pairs(a, b, g, g)
     # mass and mean kept (up to the shares' rounding up)
     assert math.fsum(m) <= math.fsum(out) <= math.fsum(m) * (1 + 1e-9)
     mean = math.fsum((x * m).tolist())
-    assert mean <= math.fsum((G * out).tolist()) <= mean * (1 + 1e-9)
+    assert mean <= math.fsum((g * out).tolist()) <= mean * (1 + 1e-9)
+    # the spread of each sum onto the ends of its own cell, pair by pair: the kernel's
+    # segments give the same shares (up to their rounding up)
+    x, m = x[m > 0], m[m > 0]
+    k = np.searchsorted(g, x, side="right") - 1
+    f = (x - g[k]) / (g[k + 1] - g[k])
+    exact = np.bincount(k, m * (1 - f), n) + np.bincount(k + 1, m * f, n)
+    assert np.all(out >= exact * (1 - 1e-12) - 1e-300)
+    assert np.all(out <= exact * (1 + 1e-8) + 1e-9 * np.max(exact))
     # larger in the convex order: every call and put price at least the exact sum's
     for c in np.quantile(x[m > 0], [0.01, 0.2, 0.5, 0.8, 0.99]):
-        assert math.fsum((np.maximum(G - c, 0) * out).tolist()) >= math.fsum((np.maximum(x - c, 0) * m).tolist())
-        assert math.fsum((np.maximum(c - G, 0) * out).tolist()) >= math.fsum((np.maximum(c - x, 0) * m).tolist())
+        assert math.fsum((np.maximum(g - c, 0) * out).tolist()) >= math.fsum((np.maximum(x - c, 0) * m).tolist())
+        assert math.fsum((np.maximum(c - g, 0) * out).tolist()) >= math.fsum((np.maximum(c - x, 0) * m).tolist())
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_merged_sum_is_a_conditional_mean_of_the_exact_sum(seed):
-    a, b = _law(seed), _law(seed + 10)
+@pytest.mark.parametrize("seed, fine", [(1, False), (2, False), (3, True)])
+def test_merged_sum_is_a_conditional_mean_of_the_exact_sum(seed, fine):
+    h, n, g = (H_FINE, N_FINE, G_FINE) if fine else (H, N, G)
+    a, b = _law(seed, n), _law(seed + 10, n)
     # atoms anywhere in their cells
     rng = np.random.default_rng(seed)
-    va = G + rng.random(N) * np.append(np.diff(G), 0.0)
-    vb = G + rng.random(N) * np.append(np.diff(G), 0.0)
-    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, G, _band(H))
+    va = g + rng.random(n) * np.append(np.diff(g), 0.0)
+    vb = g + rng.random(n) * np.append(np.diff(g), 0.0)
+    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, g, _band(h))
     assert over == 0.0
     x, m = _pairs(a, b, va, vb)
     assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)

@@ -9,7 +9,7 @@ has no light bulk to put on one (the light/heavy split of
 stochastically, or falls back to one Gaussian step in the add direction).  Here the
 whole law of ``S`` is carried on one geometric grid ``{0} u {g_1 e^{k h}}`` (relative
 spacing ``h``) by pairwise sums of partial sums (``S_2 = Y + Y'``, ``S_4 = S_2 + S_2'``,
-..., ``t`` by its binary digits), each in ``O(n log(1/h)/h)``
+..., ``t`` by its binary digits), each in ``O(n log(2)/h)``
 (:func:`pld.kernels.geometric_sum_spread`, :func:`pld.kernels.geometric_sum_merge`).
 
 Why the two constructions bound the pair
@@ -131,6 +131,8 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     # that many j's, each with i in a band below j, in each of the two passes; plus the prefix
     # sums' n additions behind the far groups
     terms = 4.0 * (math.ceil(math.log(2.0) / h) + 3) * (band + 2) + n + 16
+    # (and a segment's window sums: each term's own relative rounding, up to 2 log2(band) + 4 ulps)
+    terms += 2.0 * math.ceil(math.log2(band + 1)) + 8
 
     # the cut E = {some Y > c}: Q(Y > c) and the marked coordinate's P(Y > c)
     zc = (math.log(c) - mu) / a
