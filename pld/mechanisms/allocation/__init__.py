@@ -74,7 +74,7 @@ from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
-from pld.mechanisms.allocation.sums import _SPLIT_STEPS, CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
+from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
@@ -96,6 +96,9 @@ _REFINE_LIGHT_CELLS = 1 << 18
 _KAPPA_REFINE_SIGMA = 0.7
 #: a split round's add mass at +inf past which a missed target tries the light grid in medians
 _ADD_INF_REFINE = 1e-10
+#: longest round whose missed target tries the split on a light grid of half the spacing (about
+#: what the default split costs up to here; beyond, its cells and time grow with no gain seen)
+_FINER_SPLIT_STEPS = 4096
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
@@ -326,7 +329,7 @@ class RandomAllocation(Mechanism):
             pending.append(self._finer(first, self.spacing, self.kappa))
             if can_other:
                 pending.append(self._finer(other, self.spacing, self.kappa))
-            if 2 <= t < _SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
+            if 2 <= t <= _FINER_SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
                 # (the split on a light grid twice as fine; for long rounds it costs many seconds)
                 pending.append(("split", self.spacing / 2, self.kappa))
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
