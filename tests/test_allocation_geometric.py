@@ -89,6 +89,50 @@ def test_merged_sum_is_a_conditional_mean_of_the_exact_sum(seed, fine):
             (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
 
 
+@settings(max_examples=25, deadline=None)
+@given(h=st.floats(0.005, 0.2), extra=st.integers(20, 600), seed=st.integers(0, 2**31),
+       sparse=st.floats(0.05, 1.0), start=st.floats(-40.0, 5.0))
+def test_segments_match_every_pair_on_any_geometric_grid(h, extra, seed, sparse, start):
+    """Both kernels against every pair, on random grids (relative spacing, size, first point)
+    and random sparse laws: the spread at least each pair's own spread onto its cell's ends
+    (and no more than rounding above it), the merge a conditional mean (mass and moment kept,
+    every call price at most the exact sum's)."""
+    n = int(math.log(2.0) / h) + 4 + extra
+    g = np.concatenate(([0.0], math.exp(start) * np.exp(h * np.arange(n - 1))))
+    rng = np.random.default_rng(seed)
+    top = extra  # (room above: no sum leaves the grid)
+    laws = []
+    for _ in range(2):
+        x = rng.random(n) ** 3 * (rng.random(n) < sparse)
+        x[top:] = 0.0
+        x[rng.integers(0, top)] += 0.1
+        laws.append(x / x.sum())
+    a, b = laws
+    band = _band(h)
+    out, over = geometric_sum_spread(a, b, g, h, band)
+    assert over == 0.0
+    x, m = _pairs(a, b, g, g)
+    x, m = x[m > 0], m[m > 0]
+    k = np.searchsorted(g, x, side="right") - 1
+    f = np.clip((x - g[k]) / (g[k + 1] - g[k]), 0.0, 1.0)
+    exact = np.bincount(k, m * (1 - f), n) + np.bincount(k + 1, m * f, n)
+    assert np.all(out >= exact * (1 - 1e-12))
+    assert np.all(out <= exact * (1 + 1e-8) + 1e-8 * np.max(exact))
+    # the merge, atoms anywhere in their cells
+    va = g + rng.random(n) * np.append(np.diff(g), 0.0)
+    vb = g + rng.random(n) * np.append(np.diff(g), 0.0)
+    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, g, band)
+    assert over == 0.0
+    x, m = _pairs(a, b, va, vb)
+    assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)
+    assert math.fsum(ov) == pytest.approx(math.fsum((x * m).tolist()), rel=1e-12)
+    sel = om > 0
+    v = ov[sel] / om[sel]
+    for c in np.quantile(x[m > 0], [0.05, 0.5, 0.95]):
+        assert math.fsum((np.maximum(v - c, 0) * om[sel]).tolist()) <= math.fsum(
+            (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
+
+
 def _geo(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:
     return RandomAllocation(pld.Gaussian(sigma), t, construction="geometric", spacing=spacing)
 
