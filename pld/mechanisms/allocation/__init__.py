@@ -73,6 +73,7 @@ from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
+from pld.mechanisms.allocation.labels import prefers_log_labels
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
@@ -230,8 +231,9 @@ class RandomAllocation(Mechanism):
     (``t_j`` = ``floor(t/k)`` or ``ceil(t/k)``, summing to ``t``), the lower end
     the law of a statistic of the outputs: for ``k <= t/4`` the sum over the
     steps of the cell index of each step's likelihood ratio
-    (:func:`pld.mechanisms.allocation.sums.label_sum_pair`), else the sum of the outputs
-    (a Gaussian mechanism); :meth:`explain` gives the argument and, for a
+    (:func:`pld.mechanisms.allocation.sums.label_sum_pair`) or, at small noise, of its
+    logarithm (:func:`pld.mechanisms.allocation.labels.log_label_pair`), else the sum of
+    the outputs (a Gaussian mechanism); :meth:`explain` gives the argument and, for a
     ``delta``, the gap between the two.
     """
 
@@ -404,8 +406,13 @@ class RandomAllocation(Mechanism):
 
     def _lower_part(self) -> Mechanism:
         """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
+        s, t, k = self.noise_multiplier, self.steps, self.participations
+        if k <= _LABEL_SUM_SHARE * t and prefers_log_labels(s, t):
+            # (small noise: the marked steps stand out in log Y, and the likelihood ratio
+            # e_k(Y)/C(t, k) is close to a function of the logs of the k largest)
+            return _LabelSum(s, t, k, self.spacing, True)
         if self._uses_label_sum():
-            return _LabelSum(self.noise_multiplier, self.steps, self.participations, LABEL_SPACING)
+            return _LabelSum(s, t, k, LABEL_SPACING)
         return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from pld.mechanisms.allocation.labels import label_width
 from pld.mechanisms.allocation.pairs import LABEL_SPACING
 
 #: what Monte Carlo of the exact likelihood ratio ``e_k(Y)/C(t, k)`` found on a few rounds
@@ -41,7 +42,14 @@ def constructions(round_) -> dict[str, str]:
                 "lower": "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"}
     upper = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in round_.blocks())
              + " (joint convexity of the hockey-stick divergence)")
-    if round_._uses_label_sum():
+    part = round_._lower_part()
+    if getattr(part, "log_labels", False):
+        lower = ("log-label statistic: the sum over the steps of the label of each step's log likelihood "
+                 f"ratio (cells {label_width(part.spacing):g} nats wide from half a standard deviation below the "
+                 "unmarked steps' 1 - 1/t quantile), whose law is k marked and t - k unmarked labels whichever "
+                 "steps the record is in (a post-processing of the true pair; at small noise the likelihood "
+                 "ratio e_k(Y)/C(t, k) is close to a function of the k largest log ratios)")
+    elif round_._uses_label_sum():
         lower = ("label-sum statistic: the sum over the steps of the cell index (width "
                  f"{LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
                  "t - k unmarked coordinates whichever steps the record is in (a post-processing of "

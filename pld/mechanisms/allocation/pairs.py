@@ -1,9 +1,10 @@
 """The discrete pairs of one round of random allocation, in the engine's loss-model interface.
 
 :class:`_AtomsModel` (one direction's atoms), :class:`_SidedModel` (the dominating atoms with
-the dominated ones the engine's lower side reads) and the label-sum lower pair of ``k`` of
-``t`` (:class:`_LabelSum`); the constructions behind them are in
-:mod:`pld.mechanisms.allocation.sums` and :mod:`pld.mechanisms.allocation.heavy`.
+the dominated ones the engine's lower side reads) and the lower pairs of ``k`` of ``t``
+(:class:`_LabelSum`: the label sum, or at small noise the log labels); the constructions
+behind them are in :mod:`pld.mechanisms.allocation.sums`, :mod:`pld.mechanisms.allocation.heavy`
+and :mod:`pld.mechanisms.allocation.labels`.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def _model(sigma: float, t: int, spacing: float, direction: str, construction: s
 @dataclass(frozen=True)
 class _LabelSum(Mechanism):
     """The lower pair of ``k``-of-``t`` allocation from the sum of the cell labels of
-    the per-step likelihood ratios (:func:`pld.mechanisms.allocation.sums.label_sum_pair`);
-    internal, used as a lower-only part."""
+    the per-step likelihood ratios (:func:`pld.mechanisms.allocation.sums.label_sum_pair`),
+    or with ``log_labels`` of their logarithms (:func:`pld.mechanisms.allocation.labels.log_label_pair`,
+    ``spacing`` then the rounds' spacing); internal, used as a lower-only part."""
 
     adjacency = adj.ADD_OR_REMOVE
 
@@ -101,12 +103,15 @@ class _LabelSum(Mechanism):
     steps: int
     participations: int
     spacing: float
+    log_labels: bool = False
     symmetric: bool = field(default=False, init=False)
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
+        from pld.mechanisms.allocation.labels import log_label_pair
         from pld.mechanisms.allocation.sums import label_sum_pair
 
-        side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
+        pair = log_label_pair if self.log_labels else label_sum_pair
+        side, _ = pair(self.sigma, self.steps, self.participations, self.spacing)
         lo = _AtomsModel(*_atoms(side, direction), direction=direction)
         return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)

@@ -1,0 +1,85 @@
+"""k-of-t random allocation at small noise: the log-label lower end (a post-processing of the
+true pair) against truths not computed by pld: Monte Carlo of the exact likelihood ratio
+e_k(Y)/C(t, k), the exact 1-of-t pair (a statistic of it can only lose), and the block
+argument's upper end."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pld
+from pld.mechanisms.allocation import RandomAllocation
+from pld.mechanisms.allocation.labels import prefers_log_labels
+from pld.mechanisms.allocation.pairs import _LabelSum
+from test_random_allocation import _mc_k_of_t
+
+
+def _quiet():
+    w = warnings.catch_warnings()
+    w.__enter__()
+    warnings.simplefilter("ignore", pld.NotTightWarning)
+    warnings.simplefilter("ignore", pld.TargetMissedWarning)
+    return w
+
+
+def test_small_noise_takes_the_log_labels():
+    mech = RandomAllocation(pld.Gaussian(0.4), 8, participations=2)
+    assert mech._lower_part().log_labels
+    assert "log-label" in mech.explain()["lower"]
+    # at larger noise, or where the label origin lies above most marked steps, the label sum
+    assert not RandomAllocation(pld.Gaussian(0.9), 100, participations=4)._lower_part().log_labels
+    assert not prefers_log_labels(0.73, 4235)
+
+
+@pytest.mark.parametrize("eps", [1.0, 3.0, 6.0])
+def test_log_labels_below_monte_carlo_of_the_true_pair(eps):
+    """sigma 0.4, 2 of 8 steps, one round: the statistic's delta is at most the true one
+    (Monte Carlo over every 2-subset, both directions), and far above the sum statistic's
+    (the Gaussian mechanism of mu = k / (sigma sqrt(t)), the lower end here before)."""
+    sigma, t, k = 0.4, 8, 2
+    low = pld.PLD(((_LabelSum(sigma, t, k, 0.02, True), 1),))
+    lo, _ = low.delta_bounds(eps)
+    truth, truth_se = max(_mc_k_of_t(sigma, t, k, eps, "remove", n=200_000, seed=5),
+                          _mc_k_of_t(sigma, t, k, eps, "add", n=200_000, seed=6))
+    assert lo <= truth + 5 * truth_se, (eps, lo, truth, truth_se)
+    assert lo >= 0.25 * truth, (eps, lo, truth)  # (measured: 0.96, 0.81, 0.27 of it at eps 1, 3, 6)
+    before, _ = pld.Gaussian(sigma * math.sqrt(t) / k).pld().delta_bounds(eps)
+    assert lo >= 1.5 * before, (eps, lo, before)
+    # and the whole k-of-t bracket holds the truth
+    w = _quiet()
+    try:
+        b_lo, b_hi = RandomAllocation(pld.Gaussian(sigma), t, participations=k).pld().delta_bounds(eps)
+    finally:
+        w.__exit__(None, None, None)
+    assert b_lo <= truth + 5 * truth_se and b_hi >= truth - 5 * truth_se
+
+
+@pytest.mark.parametrize("sigma, t", [(0.35, 10), (0.5, 40), (0.6, 200)])
+def test_log_labels_of_one_participation_below_the_exact_pair(sigma, t):
+    """With k = 1 the statistic is a post-processing of the exact 1-of-t pair, which pld
+    brackets tightly: its delta stays below that pair's certified upper end."""
+    low = pld.PLD(((_LabelSum(sigma, t, 1, 0.02, True), 1),))
+    exact = RandomAllocation(pld.Gaussian(sigma), t).pld()
+    for eps in (0.5, 2.0, 5.0):
+        s_lo, _ = low.delta_bounds(eps)
+        _, e_hi = exact.delta_bounds(eps)
+        assert s_lo <= e_hi * (1 + 1e-9), (eps, s_lo, e_hi)
+
+
+@settings(max_examples=8, deadline=None)
+@given(sigma=st.floats(0.3, 0.74), t=st.integers(8, 400), share=st.floats(0.0, 1.0), epochs=st.integers(1, 20),
+       log_delta=st.floats(-10.0, -4.0))
+def test_bracket_is_ordered_at_small_noise(sigma, t, share, epochs, log_delta):
+    k = max(2, int(share * t / 4))
+    w = _quiet()
+    try:
+        lo, hi = RandomAllocation(pld.Gaussian(sigma), t, participations=k).pld().self_compose(
+            epochs).epsilon_bounds(10.0 ** log_delta, rtol=1e-2)
+    finally:
+        w.__exit__(None, None, None)
+    assert 0.0 <= lo <= hi and math.isfinite(lo), (lo, hi)
