@@ -83,3 +83,21 @@ def test_bracket_is_ordered_at_small_noise(sigma, t, share, epochs, log_delta):
     finally:
         w.__exit__(None, None, None)
     assert 0.0 <= lo <= hi and math.isfinite(lo), (lo, hi)
+
+
+def test_long_windows_by_fft_below_monte_carlo(monkeypatch):
+    """The FFT path (windows too long to convolve directly, l2 error bounds) is a lower end too."""
+    import pld.mechanisms.allocation.labels as labels
+
+    monkeypatch.setattr(labels, "_DIRECT_CELLS", 0)
+    labels.log_label_pair.cache_clear()
+    try:
+        sigma, t, k, eps = 0.4, 8, 2, 3.0
+        side, info = labels.log_label_pair(sigma, t, k, 0.02)
+        assert not info["direct"]
+        lo, _ = pld.PLD(((_LabelSum(sigma, t, k, 0.02, True), 1),)).delta_bounds(eps)
+        truth, truth_se = max(_mc_k_of_t(sigma, t, k, eps, "remove", n=200_000, seed=5),
+                              _mc_k_of_t(sigma, t, k, eps, "add", n=200_000, seed=6))
+        assert 0.25 * truth <= lo <= truth + 5 * truth_se, (lo, truth, truth_se)
+    finally:
+        labels.log_label_pair.cache_clear()
