@@ -137,6 +137,8 @@ class PLD:
         self._refined_box: list[PLD | None] = []
         #: (upper view, lower view or None) of a composition that is not tight, once built
         self._bounds_box: list[tuple[PLD, PLD | None]] = []
+        #: the lower views: the first is ``bounds()[1]``, the others its parts' alternatives
+        self._lowers_box: list[tuple[PLD, ...]] = []
 
     # ----------------------------------------------------------- building
     @classmethod
@@ -238,6 +240,26 @@ class PLD:
             self._bounds_box.append((upper, lower))
         return self._bounds_box[0]
 
+    def _lowers(self) -> tuple[PLD, ...]:
+        """Every lower view: ``bounds()[1]`` and, where parts offer other dominated
+        compositions (:meth:`pld.mechanisms.base.Mechanism.lower_alternatives`), the view
+        with the ``i``-th alternative of each part (its own lower part where it has fewer).
+        Each is a dominated composition: the largest of their answers is a lower end."""
+        if not self._lowers_box:
+            lower = self._bounds()[1]
+            views: list[PLD] = [] if lower is None else [lower]
+            if lower is not None:
+                alts = [m.lower_alternatives() for m, _ in self._components]
+                for i in range(max((len(a) for a in alts), default=0)):
+                    parts: list = []
+                    for (m, k), a in zip(self._components, alts):
+                        lo = a[i] if i < len(a) else m.bound_parts()[1]
+                        parts.extend((mm, c * k) for mm, c in lo)
+                    views.append(PLD(tuple(parts), value_discretization_interval=self._h_fixed,
+                                     _relation=self._adjacency))
+            self._lowers_box.append(tuple(views))
+        return self._lowers_box[0]
+
     @property
     def directions(self) -> tuple[str, ...]:
         """The directions the answers take the maximum over."""
@@ -288,7 +310,9 @@ class PLD:
         if not self.tight:
             upper, lower = self._bounds()
             _, hi = upper.epsilon_bounds(d, rtol=rtol)
-            lo = lower.epsilon_bounds(d, rtol=rtol)[0] if lower is not None else np.zeros(d.shape)
+            lo = np.zeros(d.shape)
+            for view in self._lowers():
+                lo = np.maximum(lo, view.epsilon_bounds(d, rtol=rtol)[0])
             self._say_not_tight(np.asarray(lo), np.asarray(hi), d, rtol)
             if scalar:
                 return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
@@ -338,7 +362,9 @@ class PLD:
         if not self.tight:
             upper, lower = self._bounds()
             _, hi = upper.delta_bounds(e)
-            lo = lower.delta_bounds(e)[0] if lower is not None else np.zeros(e.shape)
+            lo = np.zeros(e.shape)
+            for view in self._lowers():
+                lo = np.maximum(lo, view.delta_bounds(e)[0])
             if scalar:
                 return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
             return np.asarray(lo, float).reshape(e.shape), np.asarray(hi, float).reshape(e.shape)
@@ -431,7 +457,9 @@ class PLD:
         upper, lower = self._bounds()
         out = upper.explain(delta, tilt=tilt)
         up_lo, up_hi = out["epsilon_lower"], out["epsilon_upper"]
-        low = lower.explain(delta) if lower is not None else None
+        # (the lower view whose lower end is the bracket's)
+        lows = [view.explain(delta) for view in self._lowers()]
+        low = max(lows, key=lambda x: x["epsilon_lower"]) if lows else None
         notes = [(repr(m), m.bound_notes()) for m, _ in self._components if not m.tight]
         out.update({
             "epsilon_lower": low["epsilon_lower"] if low is not None else 0.0,

@@ -81,6 +81,12 @@ class Mechanism:
         """
         return ((self, 1),), ((self, 1),)
 
+    def lower_alternatives(self) -> tuple[tuple, ...]:
+        """Other dominated compositions than ``bound_parts()[1]``, each a valid lower end of its
+        own (a bracket's lower end is the largest of their answers; which is largest depends on
+        the query).  Default: none."""
+        return ()
+
     def bound_notes(self) -> dict[str, str]:
         """What the two ends of a bracket bound, in words (reports, ``explain()``)."""
         if self.tight:

@@ -411,8 +411,12 @@ class RandomAllocation(Mechanism):
             # (small noise: the marked steps stand out in log Y, and the likelihood ratio
             # e_k(Y)/C(t, k) is close to a function of the logs of the k largest)
             return _LabelSum(s, t, k, self.spacing, True)
+        return self._sum_statistic()
+
+    def _sum_statistic(self) -> Mechanism:
+        """The label sum (``k <= t/4``, where its window fits) or the sum of the outputs."""
         if self._uses_label_sum():
-            return _LabelSum(s, t, k, LABEL_SPACING)
+            return _LabelSum(self.noise_multiplier, self.steps, self.participations, LABEL_SPACING)
         return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
 
     @property
@@ -429,6 +433,13 @@ class RandomAllocation(Mechanism):
                                                                       self.construction, self.kappa), c)
                       for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)
+
+    def lower_alternatives(self) -> tuple[tuple, ...]:
+        """With the log labels, the sum statistic too: which is larger depends on the query
+        (many participations: the sum of the outputs can be ahead)."""
+        if self.participations == 1 or not getattr(self._lower_part(), "log_labels", False):
+            return ()
+        return (((self._sum_statistic(), 1),),)
 
     def bound_notes(self) -> dict[str, str]:
         if self.participations == 1:

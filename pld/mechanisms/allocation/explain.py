@@ -42,21 +42,23 @@ def constructions(round_) -> dict[str, str]:
                 "lower": "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"}
     upper = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in round_.blocks())
              + " (joint convexity of the hockey-stick divergence)")
-    part = round_._lower_part()
-    if getattr(part, "log_labels", False):
-        lower = ("log-label statistic: the sum over the steps of the label of each step's log likelihood "
-                 f"ratio (cells {label_width(part.spacing):g} nats wide from half a standard deviation below the "
-                 "unmarked steps' 1 - 1/t quantile), whose law is k marked and t - k unmarked labels whichever "
-                 "steps the record is in (a post-processing of the true pair; at small noise the likelihood "
-                 "ratio e_k(Y)/C(t, k) is close to a function of the k largest log ratios)")
-    elif round_._uses_label_sum():
-        lower = ("label-sum statistic: the sum over the steps of the cell index (width "
-                 f"{LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
-                 "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
-                 "the true pair; close to sufficient when k << t)")
+    if round_._uses_label_sum():
+        classic = ("label-sum statistic: the sum over the steps of the cell index (width "
+                   f"{LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
+                   "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
+                   "the true pair; close to sufficient when k << t)")
     else:
-        lower = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
-                 f"{round_._sum_mu():.6g} (a post-processing of the true pair; not tight)")
+        classic = (f"sum statistic: Gaussian mechanism with mu = k/(sigma sqrt(t)) = "
+                   f"{round_._sum_mu():.6g} (a post-processing of the true pair; not tight)")
+    part = round_._lower_part()
+    lower = classic
+    if getattr(part, "log_labels", False):
+        lower = ("the larger of two statistics' lower ends: the log-label statistic, the sum over the steps "
+                 "of the label of each step's log likelihood ratio (cells "
+                 f"{label_width(part.spacing):g} nats wide from half a standard deviation below the unmarked "
+                 "steps' 1 - 1/t quantile), whose law is k marked and t - k unmarked labels whichever steps "
+                 "the record is in (a post-processing of the true pair; at small noise the likelihood ratio "
+                 "e_k(Y)/C(t, k) is close to a function of the k largest log ratios); and the " + classic)
     return {"upper": upper, "lower": lower}
 
 
@@ -71,9 +73,10 @@ def width_parts(d, delta: float, lo: float, hi: float) -> dict:
     truth by some amount and the statistic's (at most ``l_hi``) below it by the rest.  Nothing
     certified splits that part further, so it is stated, with what Monte Carlo measured
     (:data:`MEASURED`), not attributed."""
-    upper, lower = d.bounds()
+    upper, _ = d.bounds()
     u_lo, u_hi = upper.epsilon_bounds(delta)
-    l_lo, l_hi = lower.epsilon_bounds(delta) if lower is not None else (0.0, 0.0)
+    # (the lower view whose lower end is the bracket's: the largest)
+    l_lo, l_hi = max((view.epsilon_bounds(delta) for view in d._lowers()), default=(0.0, 0.0))
     width = hi - lo
     structural = max(0.0, u_lo - l_hi)
     parts = {"upper_grid": u_hi - u_lo, "lower_grid": l_hi - l_lo, "structural": structural}
