@@ -73,7 +73,7 @@ from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
-from pld.mechanisms.allocation.labels import prefers_log_labels
+from pld.mechanisms.allocation.labels import ORIGINS_TOO, prefers_log_labels
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
@@ -435,11 +435,14 @@ class RandomAllocation(Mechanism):
         return upper, ((self._lower_part(), 1),)
 
     def lower_alternatives(self) -> tuple[tuple, ...]:
-        """With the log labels, the sum statistic too: which is larger depends on the query
-        (many participations: the sum of the outputs can be ahead)."""
+        """With the log labels, their other origins and the sum statistic too: which is
+        largest depends on the setting and the query (many participations: the sum of the
+        outputs can be ahead)."""
         if self.participations == 1 or not getattr(self._lower_part(), "log_labels", False):
             return ()
-        return (((self._sum_statistic(), 1),),)
+        s, t, k = self.noise_multiplier, self.steps, self.participations
+        return (tuple(((_LabelSum(s, t, k, self.spacing, True, o), 1),) for o in ORIGINS_TOO)
+                + (((self._sum_statistic(), 1),),))
 
     def bound_notes(self) -> dict[str, str]:
         if self.participations == 1:

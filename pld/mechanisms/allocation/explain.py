@@ -53,12 +53,13 @@ def constructions(round_) -> dict[str, str]:
     part = round_._lower_part()
     lower = classic
     if getattr(part, "log_labels", False):
-        lower = ("the larger of two statistics' lower ends: the log-label statistic, the sum over the steps "
-                 "of the label of each step's log likelihood ratio (cells "
-                 f"{label_width(part.spacing):g} nats wide from half a standard deviation below the unmarked "
-                 "steps' 1 - 1/t quantile), whose law is k marked and t - k unmarked labels whichever steps "
-                 "the record is in (a post-processing of the true pair; at small noise the likelihood ratio "
-                 "e_k(Y)/C(t, k) is close to a function of the k largest log ratios); and the " + classic)
+        lower = ("the larger of two statistics' lower ends: the log-label statistic, the sum over the "
+                 "steps of the label of each step's log likelihood ratio (cells "
+                 f"{label_width(part.spacing):g} nats wide, from half a standard deviation below, at or "
+                 "above the unmarked steps' 1 - 1/t quantile: the largest of the three), whose law is k "
+                 "marked and t - k unmarked labels whichever steps the record is in (a post-processing of "
+                 "the true pair; at small noise the likelihood ratio e_k(Y)/C(t, k) is close to a function "
+                 "of the k largest log ratios); and the " + classic)
     return {"upper": upper, "lower": lower}
 
 

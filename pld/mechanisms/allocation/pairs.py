@@ -104,6 +104,8 @@ class _LabelSum(Mechanism):
     participations: int
     spacing: float
     log_labels: bool = False
+    #: the log labels' origin (:data:`pld.mechanisms.allocation.labels.ORIGIN`)
+    origin: float = -0.5
     symmetric: bool = field(default=False, init=False)
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
@@ -111,7 +113,9 @@ class _LabelSum(Mechanism):
         from pld.mechanisms.allocation.labels import log_label_pair
         from pld.mechanisms.allocation.sums import label_sum_pair
 
-        pair = log_label_pair if self.log_labels else label_sum_pair
-        side, _ = pair(self.sigma, self.steps, self.participations, self.spacing)
+        if self.log_labels:
+            side, _ = log_label_pair(self.sigma, self.steps, self.participations, self.spacing, self.origin)
+        else:
+            side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
         lo = _AtomsModel(*_atoms(side, direction), direction=direction)
         return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
