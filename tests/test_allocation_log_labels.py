@@ -34,6 +34,10 @@ def test_small_noise_takes_the_log_labels():
     # at larger noise, or where the label origin lies above most marked steps, the label sum
     assert not RandomAllocation(pld.Gaussian(0.9), 100, participations=4)._lower_part().log_labels
     assert not prefers_log_labels(0.73, 4235)
+    # nor where so many steps hold the record that the window is long (the sum of the outputs
+    # is far ahead there: 39036 against 60 at 25000 of 1e5 steps)
+    assert not RandomAllocation(pld.Gaussian(0.5), 10**5, participations=25_000)._lower_part().__dict__.get(
+        "log_labels", False)
 
 
 @pytest.mark.parametrize("eps", [1.0, 3.0, 6.0])

@@ -407,7 +407,7 @@ class RandomAllocation(Mechanism):
     def _lower_part(self) -> Mechanism:
         """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
         s, t, k = self.noise_multiplier, self.steps, self.participations
-        if k <= _LABEL_SUM_SHARE * t and prefers_log_labels(s, t):
+        if k <= _LABEL_SUM_SHARE * t and prefers_log_labels(s, t, k, self.spacing):
             # (small noise: the marked steps stand out in log Y, and the likelihood ratio
             # e_k(Y)/C(t, k) is close to a function of the logs of the k largest)
             return _LabelSum(s, t, k, self.spacing, True)
