@@ -164,19 +164,32 @@ def _terms(start, stop, levels):
 
 
 @njit(cache=True)
-def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out):
+def _segment_sums(win, ptr, lev, at, sg, j, a0, a1, whole, levels):
+    """Mass and moment of entries ``a0 .. a1 - 1``: segment ``sg``'s windows at ``j`` when it
+    is ``whole`` (not cut by the array's ends), else :func:`_range_sum`."""
+    if not whole:
+        return _range_sum(win, a0, a1, levels)
+    m0 = 0.0
+    m1 = 0.0
+    for q in range(ptr[sg], ptr[sg + 1]):
+        m0 += win[j + at[q], lev[q], 0]
+        m1 += win[j + at[q], lev[q], 1]
+    return m0, m1
+
+
+@njit(cache=True)
+def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out, seg_start, seg_stop, seg_cell):
     """Pairs with the larger point from ``big`` (index ``j``) and the smaller from ``small``
     (index ``i <= j``, or ``< j`` unless ``inclusive``); returns the mass past the last point.
 
-    Beyond the first ``band + 1`` cells the pairs of one ``j`` that land in one cell are
-    spread together (:func:`_offsets`): the spread of a sum onto the two ends of its cell
-    is linear in the sum, so a group's shares follow from its mass and first moment
-    (:func:`_windows`), the same shares as pair by pair up to rounding."""
+    The pairs of one ``j`` that land in one cell are spread together (:func:`_segments`):
+    the spread of a sum onto the two ends of its cell is linear in the sum, so a
+    segment's shares follow from its mass and first moment (:func:`_windows`), the same
+    shares as pair by pair up to rounding."""
     n = g.size
     over = 0.0
-    # (the rounding of a group's shares: its sums' relative rounding (window sums, below
+    # (the rounding of a segment's shares: its sums' relative rounding (window sums, below
     # 2 (levels + 2) u) over the cell's relative width e^h - 1; and of a pair's fraction)
-    seg_start, seg_stop, seg_cell = _segments(log_ratio, band)
     levels = _levels(seg_start, seg_stop)
     slack = (8.0 * (levels + 8) * _U + 32.0 * _U) / math.expm1(log_ratio) + 8.0 * _U
     win = _windows(small, small * g, levels)
@@ -215,14 +228,8 @@ def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out):
                 if seg_cell[sg] < 0:
                     over += _spread_pairs(bj, small, g, j, a0, a1, slack, out)
                     continue
-                if a1 - a0 == seg_stop[sg] - seg_start[sg]:
-                    m0 = 0.0
-                    m1 = 0.0
-                    for q in range(ptr[sg], ptr[sg + 1]):
-                        m0 += win[j + at[q], lev[q], 0]
-                        m1 += win[j + at[q], lev[q], 1]
-                else:
-                    m0, m1 = _range_sum(win, a0, a1, levels)
+                m0, m1 = _segment_sums(win, ptr, lev, at, sg, j, a0, a1,
+                                       a1 - a0 == seg_stop[sg] - seg_start[sg], levels)
                 if m0 == 0.0:
                     continue
                 k = j + seg_cell[sg]
@@ -286,8 +293,9 @@ def geometric_sum_spread(a, b, g, log_ratio, band):
     out = np.zeros(g.size)
     pma, pxa = _prefix(a, g)
     pmb, pxb = _prefix(b, g)
-    over = _spread_pass(b, a, pma, pxa, g, log_ratio, band, True, out)
-    over += _spread_pass(a, b, pmb, pxb, g, log_ratio, band, False, out)
+    seg = _segments(log_ratio, band)
+    over = _spread_pass(b, a, pma, pxa, g, log_ratio, band, True, out, seg[0], seg[1], seg[2])
+    over += _spread_pass(a, b, pmb, pxb, g, log_ratio, band, False, out, seg[0], seg[1], seg[2])
     return out, over
 
 
@@ -318,15 +326,12 @@ def _merge_tables(log_ratio, band):
 
 
 @njit(cache=True)
-def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov):
+def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov, tables):
     n = g.size
     over = 0.0
-    # (the segments of the grid's own ratio: any grouping of atoms is a merge, so the
-    # grid's rounding only moves atoms between neighbouring groups)
-    h = math.log(g[2] / g[1])
-    seg_start, seg_stop, tab, ptr, lev, at, levels = _merge_tables(h, band)
+    seg_start, seg_stop, tab, ptr, lev, at, levels = tables
     win = _windows(sm, sv, levels)
-    width = math.expm1(h)
+    width = math.expm1(math.log(g[2] / g[1]))
     for j in range(n):
         mj = bm[j]
         if mj == 0.0:
@@ -353,14 +358,8 @@ def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov):
                 if j + seg_start[sg] > hi:
                     break
                 continue
-            if a1 - a0 == seg_stop[sg] - seg_start[sg]:
-                mi = 0.0
-                vi = 0.0
-                for q in range(ptr[sg], ptr[sg + 1]):
-                    mi += win[j + at[q], lev[q], 0]
-                    vi += win[j + at[q], lev[q], 1]
-            else:
-                mi, vi = _range_sum(win, a0, a1, levels)
+            mi, vi = _segment_sums(win, ptr, lev, at, sg, j, a0, a1,
+                                   a1 - a0 == seg_stop[sg] - seg_start[sg], levels)
             if mi == 0.0:
                 continue
             m = mj * mi
@@ -412,6 +411,9 @@ def geometric_sum_merge(am, av, bm, bv, g, band):
         pva[i + 1] = pva[i] + av[i]
         pmb[i + 1] = pmb[i] + bm[i]
         pvb[i + 1] = pvb[i] + bv[i]
-    over = _merge_pass(bm, bv, am, av, pma, pva, g, band, True, om, ov)
-    over += _merge_pass(am, av, bm, bv, pmb, pvb, g, band, False, om, ov)
+    # (the segments of the grid's own ratio: any grouping of atoms is a merge, so the
+    # grid's rounding only moves atoms between neighbouring groups)
+    tables = _merge_tables(math.log(g[2] / g[1]), band)
+    over = _merge_pass(bm, bv, am, av, pma, pva, g, band, True, om, ov, tables)
+    over += _merge_pass(am, av, bm, bv, pmb, pvb, g, band, False, om, ov, tables)
     return om, ov, over

@@ -31,6 +31,32 @@ def _law(seed: int, n: int = N) -> np.ndarray:
     return x / x.sum()
 
 
+def _pair_spread(a: np.ndarray, b: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Every sum of two grid points spread onto the ends of its own cell, by brute force."""
+    x, m = _pairs(a, b, g, g)
+    x, m = x[m > 0], m[m > 0]
+    k = np.searchsorted(g, x, side="right") - 1
+    f = np.clip((x - g[k]) / (g[k + 1] - g[k]), 0.0, 1.0)
+    return np.bincount(k, m * (1 - f), g.size) + np.bincount(k + 1, m * f, g.size)
+
+
+def _check_merge(a: np.ndarray, b: np.ndarray, g: np.ndarray, band: int, rng, quantiles) -> None:
+    """The merge of two laws with atoms anywhere in their cells against every pair: mass and
+    moment kept, every call price at most the exact sum's (a conditional mean)."""
+    va = g + rng.random(g.size) * np.append(np.diff(g), 0.0)
+    vb = g + rng.random(g.size) * np.append(np.diff(g), 0.0)
+    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, g, band)
+    assert over == 0.0
+    x, m = _pairs(a, b, va, vb)
+    assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)
+    assert math.fsum(ov) == pytest.approx(math.fsum((x * m).tolist()), rel=1e-12)
+    sel = om > 0
+    v = ov[sel] / om[sel]
+    for c in np.quantile(x[m > 0], quantiles):
+        assert math.fsum((np.maximum(v - c, 0) * om[sel]).tolist()) <= math.fsum(
+            (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
+
+
 #: a fine grid: long segments of pairs landing in one cell (windows of up to 2^7 entries)
 H_FINE = 0.01
 N_FINE = 1200
@@ -57,10 +83,7 @@ def test_spread_sum_is_a_mean_preserving_spread_of_the_exact_sum(seed, fine):
     assert mean <= math.fsum((g * out).tolist()) <= mean * (1 + 1e-9)
     # the spread of each sum onto the ends of its own cell, pair by pair: the kernel's
     # segments give the same shares (up to their rounding up)
-    x, m = x[m > 0], m[m > 0]
-    k = np.searchsorted(g, x, side="right") - 1
-    f = (x - g[k]) / (g[k + 1] - g[k])
-    exact = np.bincount(k, m * (1 - f), n) + np.bincount(k + 1, m * f, n)
+    exact = _pair_spread(a, b, g)
     assert np.all(out >= exact * (1 - 1e-12) - 1e-300)
     assert np.all(out <= exact * (1 + 1e-8) + 1e-9 * np.max(exact))
     # larger in the convex order: every call and put price at least the exact sum's
@@ -72,21 +95,8 @@ def test_spread_sum_is_a_mean_preserving_spread_of_the_exact_sum(seed, fine):
 @pytest.mark.parametrize("seed, fine", [(1, False), (2, False), (3, True)])
 def test_merged_sum_is_a_conditional_mean_of_the_exact_sum(seed, fine):
     h, n, g = (H_FINE, N_FINE, G_FINE) if fine else (H, N, G)
-    a, b = _law(seed, n), _law(seed + 10, n)
-    # atoms anywhere in their cells
-    rng = np.random.default_rng(seed)
-    va = g + rng.random(n) * np.append(np.diff(g), 0.0)
-    vb = g + rng.random(n) * np.append(np.diff(g), 0.0)
-    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, g, _band(h))
-    assert over == 0.0
-    x, m = _pairs(a, b, va, vb)
-    assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)
-    assert math.fsum(ov) == pytest.approx(math.fsum((x * m).tolist()), rel=1e-12)
-    sel = om > 0
-    v = ov[sel] / om[sel]
-    for c in np.quantile(x[m > 0], [0.01, 0.2, 0.5, 0.8, 0.99]):
-        assert math.fsum((np.maximum(v - c, 0) * om[sel]).tolist()) <= math.fsum(
-            (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
+    _check_merge(_law(seed, n), _law(seed + 10, n), g, _band(h), np.random.default_rng(seed),
+                 [0.01, 0.2, 0.5, 0.8, 0.99])
 
 
 @settings(max_examples=25, deadline=None)
@@ -111,26 +121,10 @@ def test_segments_match_every_pair_on_any_geometric_grid(h, extra, seed, sparse,
     band = _band(h)
     out, over = geometric_sum_spread(a, b, g, h, band)
     assert over == 0.0
-    x, m = _pairs(a, b, g, g)
-    x, m = x[m > 0], m[m > 0]
-    k = np.searchsorted(g, x, side="right") - 1
-    f = np.clip((x - g[k]) / (g[k + 1] - g[k]), 0.0, 1.0)
-    exact = np.bincount(k, m * (1 - f), n) + np.bincount(k + 1, m * f, n)
+    exact = _pair_spread(a, b, g)
     assert np.all(out >= exact * (1 - 1e-12))
     assert np.all(out <= exact * (1 + 1e-8) + 1e-8 * np.max(exact))
-    # the merge, atoms anywhere in their cells
-    va = g + rng.random(n) * np.append(np.diff(g), 0.0)
-    vb = g + rng.random(n) * np.append(np.diff(g), 0.0)
-    om, ov, over = geometric_sum_merge(a, a * va, b, b * vb, g, band)
-    assert over == 0.0
-    x, m = _pairs(a, b, va, vb)
-    assert math.fsum(om) == pytest.approx(math.fsum(m), rel=1e-12)
-    assert math.fsum(ov) == pytest.approx(math.fsum((x * m).tolist()), rel=1e-12)
-    sel = om > 0
-    v = ov[sel] / om[sel]
-    for c in np.quantile(x[m > 0], [0.05, 0.5, 0.95]):
-        assert math.fsum((np.maximum(v - c, 0) * om[sel]).tolist()) <= math.fsum(
-            (np.maximum(x - c, 0) * m).tolist()) * (1 + 1e-12)
+    _check_merge(a, b, g, band, rng, [0.05, 0.5, 0.95])
 
 
 def _geo(sigma: float, t: int, spacing: float = 0.02) -> RandomAllocation:

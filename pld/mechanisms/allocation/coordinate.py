@@ -143,6 +143,20 @@ class SideAtoms:
     add: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def bracket_atoms(p_lo: np.ndarray, p_hi: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray) -> SideAtoms:
+    """A dominated pair from entrywise brackets of the two laws of a statistic (the same
+    outcomes): remove atoms take the lower P-mass against the upper Q-mass, add atoms the
+    lower Q-mass against the upper P-mass (lower P-masses and losses: dominated)."""
+    with np.errstate(divide="ignore"):
+        sel = p_lo > 0
+        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
+        remove = (lp - lq, lp, lq)
+        sel = q_lo > 0
+        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
+        add = (lp - lq, lp, lq)
+    return SideAtoms(remove, add)
+
+
 def atoms(side: SideAtoms, direction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(loss, log P, log Q)`` of one direction's discrete pair, ``+inf`` atom included."""
     return side.remove if direction == "remove" else side.add

@@ -47,7 +47,7 @@ import math
 import numpy as np
 
 from pld import _special
-from pld.mechanisms.allocation.coordinate import SideAtoms
+from pld.mechanisms.allocation.coordinate import SideAtoms, bracket_atoms
 from pld.mechanisms.allocation.levels import MAX_CELLS, _conv, _pad
 
 #: below this noise multiplier ``k``-of-``t`` takes its lower end from the log labels
@@ -185,14 +185,7 @@ def log_label_pair(sigma: float, t: int, k: int, spacing: float,
         q, p = _pad(qt[:size], size), _pad(pk[:size], size)
         p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
         q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
-    with np.errstate(divide="ignore"):
-        sel = p_lo > 0
-        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
-        remove = (lp - lq, lp, lq)
-        sel = q_lo > 0
-        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
-        add = (lp - lq, lp, lq)
     info = {"label_width": w, "label_origin": l0, "labels": n_lab + 1, "cells": size, "direct": direct,
             "roundoff_p": ep,
             "roundoff_q": eq, "mass_p": float(np.sum(p_lo)), "mass_q": float(np.sum(q_lo))}
-    return SideAtoms(remove, add), info
+    return bracket_atoms(p_lo, p_hi, q_lo, q_hi), info

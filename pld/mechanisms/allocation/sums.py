@@ -97,6 +97,7 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_atoms,
     _upper_jump,
     _upper_runs,
+    bracket_atoms,
     coordinate_spread,
 )
 from pld.mechanisms.allocation.geometric import GEOMETRIC_STEPS, geometric_laws
@@ -359,14 +360,7 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     p = _pad(pk, size)
     p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
     q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
-    with np.errstate(divide="ignore"):
-        sel = p_lo > 0
-        lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])
-        remove = (lp - lq, lp, lq)
-        sel = q_lo > 0
-        lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
-        add = (lp - lq, lp, lq)
     info = {"label_spacing": d, "cells": size, "window": w, "roundoff_p": ep, "roundoff_q": eq,
             "mass_p": float(np.sum(p_lo)), "mass_q": float(np.sum(q_lo))}
-    return SideAtoms(remove, add), info
+    return bracket_atoms(p_lo, p_hi, q_lo, q_hi), info
 
