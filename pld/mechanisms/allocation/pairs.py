@@ -17,6 +17,7 @@ import numpy as np
 from pld.mechanisms import Mechanism
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation.coordinate import atoms as _atoms
+from pld.mechanisms.allocation.labels import ORIGIN, log_label_pair
 from pld.mechanisms.allocation.sums import sum_laws
 from pld.mechanisms.models import _PairInBase
 
@@ -104,13 +105,12 @@ class _LabelSum(Mechanism):
     participations: int
     spacing: float
     log_labels: bool = False
-    #: the log labels' origin (:data:`pld.mechanisms.allocation.labels.ORIGIN`)
-    origin: float = -0.5
+    #: the log labels' origin (see :data:`pld.mechanisms.allocation.labels.ORIGIN`)
+    origin: float = ORIGIN
     symmetric: bool = field(default=False, init=False)
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
-        from pld.mechanisms.allocation.labels import log_label_pair
         from pld.mechanisms.allocation.sums import label_sum_pair
 
         if self.log_labels:
