@@ -457,7 +457,11 @@ class Planner:
         last_target = math.inf
         # atoms between grid points make the dominated side's error first order
         # and erratic in h: give such compositions more tries
-        tries, patience = (12, 5) if self.laws.exploration(direction).all_atoms else (8, 3)
+        erratic = self.laws.exploration(direction).all_atoms
+        tries, patience = (12, 5) if erratic else (8, 3)
+        # (futile double grids in a row before refining stops: atoms make a
+        # single extrapolation unreliable)
+        futile_needed, futile_seen = (2 if erratic else 1), 0
         weakened_for_mass = 0
         seen = False
         for _ in range(tries):
@@ -510,19 +514,26 @@ class Planner:
                 # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
                 # tilt, each a 1.1M-point grid, both worse), so no more tilts
                 break
-            if (precision == "extended" and prev is not None and prev[1] == lam and prev[3] == precision
-                    and h < prev[0]):
-                # Once the round-off is small, what h does not control shows:
-                # the discretisation part extrapolated to h = 0 (linearly, the
-                # most hopeful of the orders h^1 .. h^2).  Where that already
-                # misses the target and no grid could take off a quarter of
-                # the width, finer grids cost time for nothing (after the
-                # switch the spacing is refined from a grid sized for a
-                # round-off-bound bracket: 1e6-point grids were built so)
-                # (h < prev: a new truncation budget keeps the spacing)
+            # What h does not control shows in two grids of one tilt and
+            # precision: the discretisation part extrapolated to h = 0
+            # (linearly, the most hopeful of the orders h^1 .. h^2).  Where
+            # that already misses the target and no grid could take off a
+            # quarter of the width, finer grids cost time for nothing: in
+            # extended precision (after the switch the spacing is refined from
+            # a grid sized for a round-off-bound bracket: 1e6-point grids were
+            # built so), and on big double grids of a composition whose own
+            # model carries a bias (an allocation law's grid: the model is
+            # refined instead, by the caller).  Where atoms between grid
+            # points make the width erratic in h, only twice in a row.
+            # (h < prev: a new truncation budget keeps the spacing.)
+            futile = False
+            if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
+                    and (precision == "extended" or points(direction, h, lam, log_eta) > FUTILE_POINTS)):
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
-                if rest > target and rest > 0.75 * width:
-                    break
+                futile = rest > target and rest > 0.75 * width
+            futile_seen = futile_seen + 1 if futile else 0
+            if futile and precision == "extended":
+                break
             prev = (h, lam, width, precision, err_part)
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} {precision} width={width:.3g} "
@@ -533,6 +544,8 @@ class Planner:
             if tighter is not None:
                 log_eta = tighter
                 continue
+            if futile_seen >= futile_needed:
+                break  # (a double grid: only once the truncation budget is not what is left)
             if (stop_above is not None and err_part > 0.5 * width
                     and points(direction, h, lam, log_eta) > TERMS_ROUND_OFF_POINTS):
                 # round-off of a heavy tail on a big grid: extended precision
