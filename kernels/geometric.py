@@ -86,23 +86,23 @@ def _segments(log_ratio, band, shift=0.0, exact=True):
 
 @njit(cache=True)
 def _windows(x, y, levels):
-    """``w[i, p] = (x_i + ... + x_{i + 2^p - 1}, the same of y)`` (cut at the end), by pairs
-    of the level below: each a sum of non-negative terms, its relative rounding below
-    ``p u``.  (Laid out by ``i`` first: a segment's windows lie close together.)"""
+    """``w[0, p, i] = x_i + ... + x_{i + 2^p - 1}`` and ``w[1, p, i]`` the same of ``y`` (cut
+    at the end), by pairs of the level below: each a sum of non-negative terms, its relative
+    rounding below ``p u``.  (Laid out by level, then ``i``: the callers read one window of
+    a segment for ``j``, ``j + 1``, ..., so consecutive reads share cache lines.)"""
     n = x.size
-    w = np.zeros((n, levels + 1, 2))
+    w = np.zeros((2, levels + 1, n))
     for i in range(n):
-        w[i, 0, 0] = x[i]
-        w[i, 0, 1] = y[i]
+        w[0, 0, i] = x[i]
+        w[1, 0, i] = y[i]
     for p in range(1, levels + 1):
         half = 1 << (p - 1)
-        for i in range(n):
-            if i + half < n:
-                w[i, p, 0] = w[i, p - 1, 0] + w[i + half, p - 1, 0]
-                w[i, p, 1] = w[i, p - 1, 1] + w[i + half, p - 1, 1]
-            else:
-                w[i, p, 0] = w[i, p - 1, 0]
-                w[i, p, 1] = w[i, p - 1, 1]
+        for c in range(2):
+            for i in range(n):
+                if i + half < n:
+                    w[c, p, i] = w[c, p - 1, i] + w[c, p - 1, i + half]
+                else:
+                    w[c, p, i] = w[c, p - 1, i]
     return w
 
 
@@ -117,8 +117,8 @@ def _range_sum(w, start, stop, levels):
     while i < stop:
         while (1 << p) > stop - i:
             p -= 1
-        total_x += w[i, p, 0]
-        total_y += w[i, p, 1]
+        total_x += w[0, p, i]
+        total_y += w[1, p, i]
         i += 1 << p
     return total_x, total_y
 
@@ -163,17 +163,15 @@ def _terms(start, stop, levels):
     return ptr, lev, at
 
 
-@njit(cache=True)
-def _segment_sums(win, ptr, lev, at, sg, j, a0, a1, whole, levels):
-    """Mass and moment of entries ``a0 .. a1 - 1``: segment ``sg``'s windows at ``j`` when it
-    is ``whole`` (not cut by the array's ends), else :func:`_range_sum`."""
-    if not whole:
-        return _range_sum(win, a0, a1, levels)
+@njit(cache=True, inline="always")
+def _segment_sums(wx, wy, lev, at, q0, q1, j):
+    """Mass and moment of a whole segment at ``j``: its windows ``q0 .. q1 - 1`` (:func:`_terms`).
+    (Inlined: as a call, with the windows' array passed whole, it took over half of a sum.)"""
     m0 = 0.0
     m1 = 0.0
-    for q in range(ptr[sg], ptr[sg + 1]):
-        m0 += win[j + at[q], lev[q], 0]
-        m1 += win[j + at[q], lev[q], 1]
+    for q in range(q0, q1):
+        m0 += wx[lev[q], j + at[q]]
+        m1 += wy[lev[q], j + at[q]]
     return m0, m1
 
 
@@ -194,6 +192,7 @@ def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out, seg_sta
     slack = (8.0 * (levels + 8) * _U + 32.0 * _U) / math.expm1(log_ratio) + 8.0 * _U
     win = _windows(small, small * g, levels)
     ptr, lev, at = _terms(seg_start, seg_stop, levels)
+    wx, wy = win[0], win[1]
     for j in range(n):
         bj = big[j]
         if bj == 0.0:
@@ -228,8 +227,10 @@ def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out, seg_sta
                 if seg_cell[sg] < 0:
                     over += _spread_pairs(bj, small, g, j, a0, a1, slack, out)
                     continue
-                m0, m1 = _segment_sums(win, ptr, lev, at, sg, j, a0, a1,
-                                       a1 - a0 == seg_stop[sg] - seg_start[sg], levels)
+                if a1 - a0 == seg_stop[sg] - seg_start[sg]:
+                    m0, m1 = _segment_sums(wx, wy, lev, at, ptr[sg], ptr[sg + 1], j)
+                else:
+                    m0, m1 = _range_sum(win, a0, a1, levels)
                 if m0 == 0.0:
                     continue
                 k = j + seg_cell[sg]
@@ -331,6 +332,7 @@ def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov, tables):
     over = 0.0
     seg_start, seg_stop, tab, ptr, lev, at, levels = tables
     win = _windows(sm, sv, levels)
+    wx, wy = win[0], win[1]
     width = math.expm1(math.log(g[2] / g[1]))
     for j in range(n):
         mj = bm[j]
@@ -358,8 +360,10 @@ def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov, tables):
                 if j + seg_start[sg] > hi:
                     break
                 continue
-            mi, vi = _segment_sums(win, ptr, lev, at, sg, j, a0, a1,
-                                   a1 - a0 == seg_stop[sg] - seg_start[sg], levels)
+            if a1 - a0 == seg_stop[sg] - seg_start[sg]:
+                mi, vi = _segment_sums(wx, wy, lev, at, ptr[sg], ptr[sg + 1], j)
+            else:
+                mi, vi = _range_sum(win, a0, a1, levels)
             if mi == 0.0:
                 continue
             m = mj * mi
