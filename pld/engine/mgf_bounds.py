@@ -47,8 +47,9 @@ def _coarsen_mgf_growth(h: float) -> np.ndarray:
 _MGF_EDGE = 512
 
 
-def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndarray:
-    """Upper bound on ``log sum_i e^{log_mass_i + theta l_i}`` on ``THETA``.
+def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float,
+                    thetas: np.ndarray | None = None) -> np.ndarray:
+    """Upper bound on ``log sum_i e^{log_mass_i + theta l_i}`` on ``THETA`` (or ``thetas``).
 
     Computed to rounding (:func:`pld.kernels.log_mgf_grid`, ~1e-13 relative
     in the sum) and inflated by 1e-12 plus the rounding of the exponents
@@ -56,14 +57,15 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndar
     matters only at large ``theta l``); any looseness here would be multiplied
     by the number of composed steps.
     """
+    theta = THETA if thetas is None else np.ascontiguousarray(thetas, dtype=float)
     if log_mass.size == 0:
-        return np.full(THETA.size, -np.inf)
+        return np.full(theta.size, -np.inf)
     # the spacing as given, not loss[1] - loss[0]: that difference carries the
     # rounding of loss[0], which n steps of the kernel would multiply by n
     fin = log_mass[np.isfinite(log_mass)]
     top_lm = float(np.max(np.abs(fin))) if fin.size else 0.0
     top_l = max(abs(float(loss[0])), abs(float(loss[-1])))
-    slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(THETA) * top_l)
+    slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(theta) * top_l)
     lm = np.ascontiguousarray(log_mass, dtype=float)
     # |theta| h > 2 on a long grid: the kernel's exact pass (an exp per entry)
     # would dominate, yet the sum lives in the last entries on the theta side.
@@ -71,19 +73,19 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float) -> np.ndar
     # largest weight it can have (a wall, e.g. the bounded losses of the add
     # direction, needs these large theta: they are not dropped).
     fin_idx = np.flatnonzero(np.isfinite(lm))
-    steep = (np.abs(THETA) * h > 2.0) & (fin_idx.size > 4 * _MGF_EDGE)
-    out = np.empty(THETA.size)
-    out[~steep] = log_mgf_grid(lm, float(loss[0]), h, THETA[~steep])
+    steep = (np.abs(theta) * h > 2.0) & (fin_idx.size > 4 * _MGF_EDGE)
+    out = np.empty(theta.size)
+    out[~steep] = log_mgf_grid(lm, float(loss[0]), h, theta[~steep])
     if np.any(steep):
         k = _MGF_EDGE
         # (the entries with mass, in order: the k at each end exactly)
         body = lm[fin_idx]
         ls = loss[fin_idx]
         for positive in (True, False):
-            idx = np.flatnonzero(steep & ((THETA > 0) if positive else (THETA < 0)))
+            idx = np.flatnonzero(steep & ((theta > 0) if positive else (theta < 0)))
             if idx.size == 0:
                 continue
-            th = THETA[idx][:, None]
+            th = theta[idx][:, None]
             # the k entries at the theta side, exactly, and the rest at most
             # its total mass at the largest weight it can have
             edge, edge_l = (body[-k:], ls[-k:]) if positive else (body[:k], ls[:k])
