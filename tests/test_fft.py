@@ -237,6 +237,26 @@ def test_fft_self_and_copy_agree_within_bound():
         assert l2_error_fixed(c, groups, 2 * e) <= bd
 
 
+@pytest.mark.parametrize("pyfftw", [True, False])
+def test_shared_transforms_give_convolve_bit_for_bit(monkeypatch, pyfftw):
+    """``convolve_shared`` transforms each distinct array once; its values and bounds
+    are ``convolve``'s on each pair exactly (squares, shared factors, both backends),
+    and pairs of other lengths or short ones take ``convolve`` itself."""
+    if not pyfftw:
+        monkeypatch.setattr(_fft, "_HAVE_PYFFTW", False)
+    rng = np.random.default_rng(5)
+    q, p, d = (rng.random(3000) * np.exp(-rng.random(3000) * 30) for _ in range(3))
+    q2, p2 = rng.random(2999), rng.random(2999)
+    for pairs in ([(q, q), (p, q), (d, q)],
+                  [(q, q2), (p, q2), (q, p2), (d, q2), (q, d)],
+                  [(q, q), (q[:40], p)],  # a short pair: every pair by convolve
+                  [(q, q), (q[:1000], p[:1000])]):  # two lengths
+        for (c, bound), (a, b) in zip(_fft.convolve_shared(pairs), pairs):
+            c0, bound0 = _fft.convolve(a, b)
+            assert np.array_equal(c, c0)
+            assert bound == bound0
+
+
 def test_fft_repeated_plan_reuse():
     """Plans are cached per size: a second call of the same size is still correct."""
     A, a, ea = fixed_point(gaussian_pmf(5000, 2500, 300))

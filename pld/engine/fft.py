@@ -437,3 +437,39 @@ def convolve(a: np.ndarray, b: np.ndarray, norms: tuple | None = None) -> tuple[
     b1, b2 = (a1, a2) if same else (l1_l2_norms(b) if norms is None else norms[1])
     bound = _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
     return c, bound
+
+
+def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, float]]:
+    """:func:`convolve` of each pair, every distinct input (by identity) transformed once.
+
+    Where the pairs share one transform length (none short enough for the
+    direct sum), the forward transforms are computed once per array and the
+    spectra multiplied in the order :func:`convolve` multiplies them, on the
+    same plans: the values and bounds are those of ``convolve`` on each pair,
+    bit for bit.  (A level of the allocation sums convolves its Q-, P- and
+    deviation arrays with the same factors: 6 forward transforms instead of 10.)
+    """
+    sizes = {_canonical_size(a.size + b.size - 1) for a, b in pairs}
+    if len(sizes) != 1 or any(is_direct(a.size, b.size) for a, b in pairs):
+        return [convolve(a, b) for a, b in pairs]
+    n = sizes.pop()
+    norms: dict[int, tuple] = {}
+    spectra: dict[int, np.ndarray] = {}
+    out = []
+    with transform(n) as (buf, f, g, fwd, inv):
+        def spectrum(x: np.ndarray) -> np.ndarray:
+            if id(x) not in spectra:
+                buf[: x.size] = x
+                buf[x.size:] = 0.0
+                fwd()
+                spectra[id(x)] = f.copy()
+                norms[id(x)] = l1_l2_norms(x)
+            return spectra[id(x)]
+
+        for a, b in pairs:
+            np.multiply(spectrum(a), spectrum(b), out=g)
+            inv()
+            (a1, a2), (b1, b2) = norms[id(a)], norms[id(b)]
+            out.append((buf[: a.size + b.size - 1].copy(),
+                        _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)))
+    return out

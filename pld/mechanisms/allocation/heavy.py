@@ -85,7 +85,7 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_runs,
     _with_inf,
 )
-from pld.mechanisms.allocation.levels import _COARSE_RATIO, _U, _conv
+from pld.mechanisms.allocation.levels import _COARSE_RATIO, _U, _convs
 
 #: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
 KAPPA = 1e-4
@@ -597,12 +597,14 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             qa, pa, eqa, epa, ma, step = x
             qb, pb, eqb, epb, mb, _ = y
             m = ma + mb
-            q, eq = _conv(qa, eqa, qb, eqb)
-            pa_, e1 = _conv(pa, epa, qb, eqb)
+            # (one call: each array transformed once)
+            items = [(qa, eqa, qb, eqb), (pa, epa, qb, eqb)] + ([] if x is y else [(qa, eqa, pb, epb)])
+            done = _convs(items)
+            (q, eq), (pa_, e1) = done[0], done[1]
             if x is y:
                 p, ep = pa_, e1
             else:
-                pb_, e2 = _conv(qa, eqa, pb, epb)
+                pb_, e2 = done[2]
                 p = (ma / m) * pa_ + (mb / m) * pb_
                 ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
             k = keep(m, step)

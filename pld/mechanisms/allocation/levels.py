@@ -139,10 +139,18 @@ class _Run:
 
 def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float) -> tuple[np.ndarray, float]:
     """Convolution with an l2 bound on the error of the result (Young's inequality)."""
-    c, fft_err = _fft.convolve(a, b)
-    a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
-    b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
-    return c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)
+    return _convs([(a, ea, b, eb)])[0]
+
+
+def _convs(items: list[tuple[np.ndarray, float, np.ndarray, float]]) -> list[tuple[np.ndarray, float]]:
+    """:func:`_conv` of each ``(a, ea, b, eb)``, each distinct array transformed once
+    (:func:`pld.engine.fft.convolve_shared`: the same values)."""
+    out = []
+    for (a, ea, b, eb), (c, fft_err) in zip(items, _fft.convolve_shared([(a, b) for a, _, b, _ in items])):
+        a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
+        b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
+        out.append((c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)))
+    return out
 
 
 def _regrid(x: np.ndarray, th: float) -> np.ndarray:
@@ -252,31 +260,40 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
     ``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b`` (one convolution for a square).
     """
     m = a.m + b.m
-    q, eq = _conv(a.q, a.eq, b.q, b.eq)
-    p, ep = None, 0.0
+    # (every convolution of the level in one call: each array is transformed once)
+    items = [(a.q, a.eq, b.q, b.eq)]
     if a.p is not None:
         assert b.p is not None
-        if a is b:
-            p, ep = _conv(a.p, a.ep, b.q, b.eq)
-        else:
-            p1, e1 = _conv(a.p, a.ep, b.q, b.eq)
-            p2, e2 = _conv(a.q, a.eq, b.p, b.ep)
-            p = (a.m / m) * p1 + (b.m / m) * p2
-            ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
-    dev, edev, rho_s = None, 0.0, 0.0
-    if run.merge and a.dev is None and b.dev is None:
-        # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed
-        rho_s = max(a.rho_s, b.rho_s)
-    elif run.merge:
+        items += [(a.p, a.ep, b.q, b.eq)] if a is b else [(a.p, a.ep, b.q, b.eq), (a.q, a.eq, b.p, b.ep)]
+    deviations = run.merge and not (a.dev is None and b.dev is None)
+    if deviations:
         # |m - v| Q of a sum atom <= (dev_a * Q_b + Q_a * dev_b)
         da, ea = _dev(a, run.d)
         if a is b:
-            dev, edev = _conv(da, ea, a.q, a.eq)
-            dev, edev = 2.0 * dev, 2.0 * edev
+            items.append((da, ea, a.q, a.eq))
         else:
             db, eb = _dev(b, run.d)
-            d1, e1 = _conv(da, ea, b.q, b.eq)
-            d2, e2 = _conv(a.q, a.eq, db, eb)
+            items += [(da, ea, b.q, b.eq), (a.q, a.eq, db, eb)]
+    done = iter(_convs(items))
+    q, eq = next(done)
+    p, ep = None, 0.0
+    if a.p is not None:
+        if a is b:
+            p, ep = next(done)
+        else:
+            (p1, e1), (p2, e2) = next(done), next(done)
+            p = (a.m / m) * p1 + (b.m / m) * p2
+            ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+    dev, edev, rho_s = None, 0.0, 0.0
+    if run.merge and not deviations:
+        # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed
+        rho_s = max(a.rho_s, b.rho_s)
+    elif deviations:
+        if a is b:
+            dev, edev = next(done)
+            dev, edev = 2.0 * dev, 2.0 * edev
+        else:
+            (d1, e1), (d2, e2) = next(done), next(done)
             dev = d1 + d2
             edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     lost_q = lost_p = 0.0
