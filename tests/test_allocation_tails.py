@@ -212,6 +212,24 @@ def test_upper_atoms_dominate_lower_atoms(t):
             assert 0.0 <= lo <= hi <= 1.0, (direction, eps, lo, hi)
 
 
+def _chain(mech) -> list[str]:
+    out = []
+    while (mech := mech.refined()) is not None:
+        out.append(mech.construction)
+    return out
+
+
+@pytest.mark.parametrize("sigma, steps", [(0.95, 500), (0.8, 40), (0.9, 5000)])
+def test_split_rounds_below_sigma_1_skip_the_linear_grid(sigma, steps):
+    """Below sigma = 1 the linear grid must span one coordinate's log-normal tail at a spacing
+    of 0.02 standard deviations: on seeded settings it never moved an end and took most of
+    the time, so a split round's refinement leaves it out; from sigma = 1 on it stays."""
+    mech = RandomAllocation(pld.Gaussian(sigma), steps)
+    assert mech._construction() == "split"
+    assert "linear" not in _chain(mech)
+    assert "linear" in _chain(RandomAllocation(pld.Gaussian(1.05), steps))
+
+
 def test_structural_gaps_are_said_not_refined():
     """k > 1 and shuffling are wide by construction: each end comes from a composition of
     tight pairs refined to its own target, and the gap is said as NotTightWarning (a
