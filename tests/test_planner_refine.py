@@ -3,8 +3,8 @@
 The width of a direction's bracket is ``a + b h`` in these tests (a stub of
 :meth:`pld.engine.planner.Planner.width`): ``a`` is a bias the grid spacing does
 not control (an allocation law's own grid), ``b h`` the discretisation.  The
-loop must refine to the target where ``a`` leaves room for it, and stop after
-the grids that show ``a`` above the target otherwise, rather than build grids
+loop must refine to the target where ``a`` leaves room for it, and stop once
+two pairs of grids in a row show ``a`` above three targets, rather than build grids
 up to the memory cap (a stop-hook probe: balls-in-bins, sigma 3.026, 8343 steps
 per epoch, 18 epochs, spent 4.5 of 5.5 s on such grids).
 """
@@ -21,15 +21,16 @@ from pld.engine.targets import LogEta, Query, Settings
 TARGET = 1e-4
 
 
-def _run(monkeypatch, bias: float, slope: float, all_atoms: bool):
-    """``(met, settings, spacings tried)`` of one refinement on the stubbed width."""
+def _run(monkeypatch, bias: float, slope: float, all_atoms: bool, round_off: float = 0.0):
+    """``(met, settings, spacings tried)`` of one refinement on the stubbed width
+    (``round_off``: the part of it the stub calls round-off)."""
     engine = pld.dpsgd(1.0, 1e-2, 1000)._engine()
     planner = engine.planner
     tried: list[float] = []
 
     def width(direction, query, h, lam, log_eta, precision="double"):
         tried.append(h)
-        return bias + slope * h, TARGET, 1.0, 0.0
+        return bias + slope * h + round_off, TARGET, 1.0, round_off
 
     monkeypatch.setattr(planner, "width", width)
     # big grids from the start: the futile rule only spares grids worth sparing
@@ -49,14 +50,30 @@ def test_refining_reaches_a_target_that_the_bias_leaves_room_for(monkeypatch, al
     assert 0.2 * TARGET + 2.0 * found.h <= TARGET
 
 
-@pytest.mark.parametrize("all_atoms, grids", [(False, 2), (True, 3)])
-def test_refining_stops_once_two_grids_show_the_bias_above_the_target(monkeypatch, all_atoms, grids):
-    # width 3e-4 + 0.05 h: each finer grid takes off a sliver; the line through
-    # two of them leaves 3x the target at h = 0
-    met, found, tried = _run(monkeypatch, bias=3.0 * TARGET, slope=0.05, all_atoms=all_atoms)
+@pytest.mark.parametrize("all_atoms", [False, True])
+def test_refining_stops_once_the_grids_show_the_bias_above_the_target_twice(monkeypatch, all_atoms):
+    # width 5e-4 + 0.05 h: each finer grid takes off a sliver; the line through
+    # two of them leaves 5x the target at h = 0, and so does the next pair
+    met, found, tried = _run(monkeypatch, bias=5.0 * TARGET, slope=0.05, all_atoms=all_atoms)
     assert not met
-    assert len(tried) == grids, tried
+    assert len(tried) == 3, tried
     assert found.h == min(tried)
+
+
+def test_a_width_near_its_round_off_is_not_extrapolated(monkeypatch):
+    # width 3.45e-4 + 0.05 h: three grids show it 3.45x the target at h = 0; the same
+    # with 0.45e-4 of it round-off (over a tenth of the width): the split of the width
+    # into round-off and discretisation is too rough to extrapolate, and refining goes on
+    _, _, tried = _run(monkeypatch, bias=3.45 * TARGET, slope=0.05, all_atoms=False)
+    assert len(tried) == 3, tried
+    _, _, tried = _run(monkeypatch, bias=3.0 * TARGET, slope=0.05, all_atoms=False, round_off=0.45 * TARGET)
+    assert len(tried) > 3, tried
+
+
+def test_a_bias_within_three_targets_is_refined_on(monkeypatch):
+    # (refinements there still lifted lower ends that a refined model's bracket kept)
+    _, _, tried = _run(monkeypatch, bias=2.5 * TARGET, slope=0.05, all_atoms=False)
+    assert len(tried) > 3, tried
 
 
 def test_a_curve_that_still_falls_steeply_is_refined_on(monkeypatch):

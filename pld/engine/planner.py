@@ -67,6 +67,10 @@ PROBE_COARSENING = 4.0
 #: grids above this size stop refining once a 3x finer spacing gains < 25%
 #: (the rest of the width is then not discretisation)
 FUTILE_POINTS = 1 << 15
+#: ... and (double precision) once two pairs of grids in a row put the width left at h = 0 above
+#: this many targets (at 1-2.5 the lost refinements still lifted lower ends
+#: that the intersection with a refined model's bracket kept)
+FUTILE_FLOOR = 3.0
 #: largest tilt times grid spacing on a fixed (user-given) grid: beyond a few
 #: dozen per cell a tilt only pushes the grid's low end out of the float range
 MAX_TILT_PER_CELL = 30.0
@@ -459,9 +463,7 @@ class Planner:
         # and erratic in h: give such compositions more tries
         erratic = self.laws.exploration(direction).all_atoms
         tries, patience = (12, 5) if erratic else (8, 3)
-        # (futile double grids in a row before refining stops: atoms make a
-        # single extrapolation unreliable)
-        futile_needed, futile_seen = (2 if erratic else 1), 0
+        futile_seen = 0
         weakened_for_mass = 0
         seen = False
         for _ in range(tries):
@@ -523,14 +525,21 @@ class Planner:
             # a grid sized for a round-off-bound bracket: 1e6-point grids were
             # built so), and on big double grids of a composition whose own
             # model carries a bias (an allocation law's grid: the model is
-            # refined instead, by the caller).  Where atoms between grid
-            # points make the width erratic in h, only twice in a row.
+            # refined instead, by the caller).  In double precision only where
+            # the round-off is a small part of both widths (near it, the
+            # discretisation part is not a smooth curve in h), twice in a row
+            # (a schedule's term at a delta of 5e-15: one extrapolation said
+            # 9e-15, the next grid gave 5.3e-15) and with FUTILE_FLOOR targets
+            # left at h = 0.
             # (h < prev: a new truncation budget keeps the spacing.)
             futile = False
             if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
-                    and (precision == "extended" or points(direction, h, lam, log_eta) > FUTILE_POINTS)):
+                    and (precision == "extended"
+                         or (points(direction, h, lam, log_eta) > FUTILE_POINTS
+                             and err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]))):
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
-                futile = rest > target and rest > 0.75 * width
+                left = target if precision == "extended" else FUTILE_FLOOR * target
+                futile = rest > left and rest > 0.75 * width
             futile_seen = futile_seen + 1 if futile else 0
             if futile and precision == "extended":
                 break
@@ -544,7 +553,7 @@ class Planner:
             if tighter is not None:
                 log_eta = tighter
                 continue
-            if futile_seen >= futile_needed:
+            if futile_seen >= 2:
                 break  # (a double grid: only once the truncation budget is not what is left)
             if (stop_above is not None and err_part > 0.5 * width
                     and points(direction, h, lam, log_eta) > TERMS_ROUND_OFF_POINTS):
