@@ -67,9 +67,8 @@ PROBE_COARSENING = 4.0
 #: grids above this size stop refining once a 3x finer spacing gains < 25%
 #: (the rest of the width is then not discretisation)
 FUTILE_POINTS = 1 << 15
-#: ... and (double precision) once two pairs of grids in a row put the width left at h = 0 above
-#: this many targets (at 1-2.5 the lost refinements still lifted lower ends
-#: that the intersection with a refined model's bracket kept)
+#: ... and (double precision) once two pairs of grids in a row leave this many targets at h = 0
+#: (at 1-2.5, refinements cut so had lifted lower ends that the refined model's bracket kept)
 FUTILE_FLOOR = 3.0
 #: largest tilt times grid spacing on a fixed (user-given) grid: beyond a few
 #: dozen per cell a tilt only pushes the grid's low end out of the float range
@@ -526,12 +525,10 @@ class Planner:
             # built so), and on big double grids of a composition whose own
             # model carries a bias (an allocation law's grid: the model is
             # refined instead, by the caller).  In double precision only where
-            # the round-off is a small part of both widths (near it, the
-            # discretisation part is not a smooth curve in h), twice in a row
-            # (a schedule's term at a delta of 5e-15: one extrapolation said
-            # 9e-15, the next grid gave 5.3e-15) and with FUTILE_FLOOR targets
-            # left at h = 0.
-            # (h < prev: a new truncation budget keeps the spacing.)
+            # the round-off is under a tenth of both widths (near it the rest is
+            # no smooth curve in h), twice in a row (a schedule's term at delta
+            # 5e-15: one line said 9e-15, the next grid gave 5.3e-15), with
+            # FUTILE_FLOOR targets left.  (h < prev: a new truncation budget.)
             futile = False
             if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
                     and (precision == "extended"
