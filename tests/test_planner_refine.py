@@ -3,8 +3,9 @@
 The width of a direction's bracket is ``a + b h`` in these tests (a stub of
 :meth:`pld.engine.planner.Planner.width`): ``a`` is a bias the grid spacing does
 not control (an allocation law's own grid), ``b h`` the discretisation.  The
-loop must refine to the target where ``a`` leaves room for it, and stop once
-two pairs of grids in a row show ``a`` above three targets, rather than build grids
+loop must refine to the target where ``a`` leaves room for it, and, where the
+composition has a finer model to try, stop once two pairs of grids in a row show ``a``
+above three targets, rather than build grids
 up to the memory cap (a stop-hook probe: balls-in-bins, sigma 3.026, 8343 steps
 per epoch, 18 epochs, spent 4.5 of 5.5 s on such grids).
 """
@@ -21,11 +22,14 @@ from pld.engine.targets import LogEta, Query, Settings
 TARGET = 1e-4
 
 
-def _run(monkeypatch, bias: float, slope: float, all_atoms: bool, round_off: float = 0.0):
+def _run(monkeypatch, bias: float, slope: float, all_atoms: bool, round_off: float = 0.0,
+         model_refines: bool = True):
     """``(met, settings, spacings tried)`` of one refinement on the stubbed width
-    (``round_off``: the part of it the stub calls round-off)."""
+    (``round_off``: the part of it the stub calls round-off; ``model_refines``: whether
+    the composition has a finer model for :class:`pld.PLD` to try next)."""
     engine = pld.dpsgd(1.0, 1e-2, 1000)._engine()
     planner = engine.planner
+    planner.model_refines = model_refines  # (an instance attribute over the cached property)
     tried: list[float] = []
 
     def width(direction, query, h, lam, log_eta, precision="double"):
@@ -68,6 +72,14 @@ def test_a_width_near_its_round_off_is_not_extrapolated(monkeypatch):
     assert len(tried) == 3, tried
     _, _, tried = _run(monkeypatch, bias=3.0 * TARGET, slope=0.05, all_atoms=False, round_off=0.45 * TARGET)
     assert len(tried) > 3, tried
+
+
+def test_without_a_finer_model_refining_goes_on(monkeypatch):
+    # (the narrowest grid is then the answer: cutting refinement short would widen it)
+    _, _, tried = _run(monkeypatch, bias=5.0 * TARGET, slope=0.05, all_atoms=False, model_refines=False)
+    assert len(tried) > 3, tried
+    assert not pld.dpsgd(1.0, 1e-2, 1000)._engine().planner.model_refines
+    assert pld.dpsgd(1.0, 1e-2, 1000, sampling="balls_in_bins")._bounds()[0]._engine().planner.model_refines
 
 
 def test_a_bias_within_three_targets_is_refined_on(monkeypatch):

@@ -20,6 +20,7 @@ Koskela et al. 2021).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from pld.engine import budget as _budget
@@ -64,11 +65,10 @@ EXTENDED_FIRST_SHARE = 0.08
 #: a direction that should not bind is first tried on a grid this much coarser
 #: (the bias grows like h^2: 16x the bias, a fraction of the cost)
 PROBE_COARSENING = 4.0
-#: grids above this size stop refining once a 3x finer spacing gains < 25%
-#: (the rest of the width is then not discretisation)
+#: grids above this size stop refining once a 3x finer spacing gains < 25% (the rest is not discretisation)
 FUTILE_POINTS = 1 << 15
 #: ... and (double precision) once two pairs of grids in a row leave this many targets at h = 0
-#: (at 1-2.5, refinements cut so had lifted lower ends that the refined model's bracket kept)
+#: (at 1-2.5, cut refinements had lifted lower ends the refined model's bracket kept)
 FUTILE_FLOOR = 3.0
 #: largest tilt times grid spacing on a fixed (user-given) grid: beyond a few
 #: dozen per cell a tilt only pushes the grid's low end out of the float range
@@ -98,6 +98,11 @@ class Planner:
         self.composer = composer
         self.cache = cache
         self.h_fixed = h_fixed
+
+    @functools.cached_property
+    def model_refines(self) -> bool:
+        """Whether a component has a finer model (``refined()``), which :class:`pld.PLD` builds on a miss."""
+        return any(getattr(m, "refined", lambda: None)() is not None for m, _ in self.laws.components)
 
     # ------------------------------------------------------------ tilts
     def chernoff(self, direction: str, delta: float) -> tuple[float, float]:
@@ -515,24 +520,20 @@ class Planner:
                 # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
                 # tilt, each a 1.1M-point grid, both worse), so no more tilts
                 break
-            # What h does not control shows in two grids of one tilt and
-            # precision: the discretisation part extrapolated to h = 0
-            # (linearly, the most hopeful of the orders h^1 .. h^2).  Where
-            # that already misses the target and no grid could take off a
-            # quarter of the width, finer grids cost time for nothing: in
-            # extended precision (after the switch the spacing is refined from
-            # a grid sized for a round-off-bound bracket: 1e6-point grids were
-            # built so), and on big double grids of a composition whose own
-            # model carries a bias (an allocation law's grid: the model is
-            # refined instead, by the caller).  In double precision only where
-            # the round-off is under a tenth of both widths (near it the rest is
-            # no smooth curve in h), twice in a row (a schedule's term at delta
+            # What h does not control shows in two grids of one tilt and precision:
+            # the discretisation part extrapolated to h = 0 (linearly, the most
+            # hopeful of the orders h^1 .. h^2).  Where that misses the target and
+            # no grid could take off a quarter of the width, finer grids cost time
+            # for nothing: in extended precision (1e6-point grids were built so),
+            # and on big double grids of a model with a finer one (an allocation
+            # law's grid: the caller refines it) where the round-off is under a
+            # tenth of both widths, twice in a row (a schedule's term at delta
             # 5e-15: one line said 9e-15, the next grid gave 5.3e-15), with
             # FUTILE_FLOOR targets left.  (h < prev: a new truncation budget.)
             futile = False
             if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
                     and (precision == "extended"
-                         or (points(direction, h, lam, log_eta) > FUTILE_POINTS
+                         or (points(direction, h, lam, log_eta) > FUTILE_POINTS and self.model_refines
                              and err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]))):
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
                 left = target if precision == "extended" else FUTILE_FLOOR * target
