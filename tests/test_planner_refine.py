@@ -23,7 +23,7 @@ TARGET = 1e-4
 
 
 def _run(monkeypatch, bias: float, slope: float, all_atoms: bool, round_off: float = 0.0,
-         model_refines: bool = True):
+         model_refines: bool = True, kind: str = "delta"):
     """``(met, settings, spacings tried)`` of one refinement on the stubbed width
     (``round_off``: the part of it the stub calls round-off; ``model_refines``: whether
     the composition has a finer model for :class:`pld.PLD` to try next)."""
@@ -43,7 +43,8 @@ def _run(monkeypatch, bias: float, slope: float, all_atoms: bool, round_off: flo
     exploration = engine.laws.exploration("remove")
     monkeypatch.setattr(type(exploration), "all_atoms", property(lambda self: all_atoms), raising=False)
     start = Settings(1e-3, 1.0, LogEta(-40.0, -35.0))
-    met, found = planner._refine("remove", Query("delta", 1e-5, 1e-4), start, 1.0, -1.0)
+    monkeypatch.setattr(planner, "_tighter_budget", lambda *a: None)
+    met, found = planner._refine("remove", Query(kind, 1e-5, 1e-4), start, 1.0, -1.0)
     return met, found, tried
 
 
@@ -80,6 +81,12 @@ def test_without_a_finer_model_refining_goes_on(monkeypatch):
     assert len(tried) > 3, tried
     assert not pld.dpsgd(1.0, 1e-2, 1000)._engine().planner.model_refines
     assert pld.dpsgd(1.0, 1e-2, 1000, sampling="balls_in_bins")._bounds()[0]._engine().planner.model_refines
+
+
+def test_a_delta_query_is_refined_on(monkeypatch):
+    # (only epsilon brackets refine the model after a miss: a delta query's grid is its answer)
+    _, _, tried = _run(monkeypatch, bias=5.0 * TARGET, slope=0.05, all_atoms=False, kind="epsilon")
+    assert len(tried) > 3, tried
 
 
 def test_a_bias_within_three_targets_is_refined_on(monkeypatch):

@@ -101,7 +101,7 @@ class Planner:
 
     @functools.cached_property
     def model_refines(self) -> bool:
-        """Whether a component has a finer model (``refined()``), which :class:`pld.PLD` builds on a miss."""
+        """Whether a component has a finer model (``refined()``): a missed epsilon bracket builds it."""
         return any(getattr(m, "refined", lambda: None)() is not None for m, _ in self.laws.components)
 
     # ------------------------------------------------------------ tilts
@@ -465,8 +465,7 @@ class Planner:
         last_target = math.inf
         # atoms between grid points make the dominated side's error first order
         # and erratic in h: give such compositions more tries
-        erratic = self.laws.exploration(direction).all_atoms
-        tries, patience = (12, 5) if erratic else (8, 3)
+        tries, patience = (12, 5) if self.laws.exploration(direction).all_atoms else (8, 3)
         futile_seen = 0
         weakened_for_mass = 0
         seen = False
@@ -533,7 +532,8 @@ class Planner:
             futile = False
             if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
                     and (precision == "extended"
-                         or (points(direction, h, lam, log_eta) > FUTILE_POINTS and self.model_refines
+                         or (query.kind == "delta" and self.model_refines  # (an epsilon query)
+                             and points(direction, h, lam, log_eta) > FUTILE_POINTS
                              and err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]))):
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
                 left = target if precision == "extended" else FUTILE_FLOOR * target
