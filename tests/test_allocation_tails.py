@@ -219,17 +219,18 @@ def _chain(mech) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("sigma, steps", [(0.95, 500), (0.8, 40), (0.9, 3000)])
-def test_split_rounds_below_sigma_1_skip_the_linear_grid(sigma, steps):
-    """Below sigma = 1 the linear grid must span one coordinate's log-normal tail at a spacing
-    of 0.02 standard deviations: on seeded settings of fewer than 4096 steps it never moved an
-    end and took most of the time, so a split round's refinement leaves it out; from sigma = 1
-    on, and for long rounds (sigma 0.985, 16631 steps: it lifted the lower end), it stays."""
+@pytest.mark.parametrize("sigma, steps", [(0.8, 40), (0.9, 3000), (0.913, 14026)])
+def test_split_rounds_skip_a_linear_grid_too_wide_for_its_tail(sigma, steps):
+    """Below sigma ~0.95 the linear grid must span one coordinate's log-normal tail at a spacing
+    of 0.02 standard deviations: over 200k cells; on seeded settings it never moved an end
+    there and took most of the time, so a split round's refinement leaves it out.  It stays
+    where it lifted lower ends: from sigma 1 on, and at sigma 0.985, 16631 steps (172k cells)."""
     mech = RandomAllocation(pld.Gaussian(sigma), steps)
     assert mech._construction() == "split"
+    assert mech._linear_cells() > 200_000
     assert "linear" not in _chain(mech)
     assert "linear" in _chain(RandomAllocation(pld.Gaussian(1.05), steps))
-    assert "linear" in _chain(RandomAllocation(pld.Gaussian(sigma), 5000))
+    assert "linear" in _chain(RandomAllocation(pld.Gaussian(0.985), 16631))
 
 
 def test_structural_gaps_are_said_not_refined():

@@ -157,13 +157,12 @@ def _check_tail(sigma: float, steps: int) -> None:
 
 #: below this noise multiplier a short round's refinement tries the geometric grid first
 _GEOMETRIC_FIRST_SIGMA = 1.0
-#: below this noise multiplier the refinement of a split round of fewer than _LINEAR_REFINE_STEPS
-#: steps skips the single linear grid: it must span one coordinate's tail, ``e^{a^2/2 + 7.6 a}``,
-#: at a spacing of ``0.02`` standard deviations.  On 8 seeded settings at sigma 0.6 .. 1 that
-#: built it, it never moved either end and took 73% of their time; it lifted lower ends of long
-#: rounds (6 of 17 from sigma 1 on, from 1350 steps; sigma 0.985, 16631 steps: by 1.6e-4)
-_LINEAR_REFINE_SIGMA = 1.0
-_LINEAR_REFINE_STEPS = 4096
+#: a split round's refinement skips the single linear grid where, at its spacing of 0.02 standard
+#: deviations, one coordinate's tail ``e^{a^2/2 + 7.6 a}`` spans more cells than this: on seeded
+#: settings it never moved an end from 259k cells on (sigma 0.79-0.91, 44-14365 steps, up to
+#: 75% of their time) and lifted lower ends up to 172k (sigma 0.985, 1-of-16631: by 1.6e-4; from
+#: sigma 1, at most 190k cells, 6 of 17)
+_LINEAR_REFINE_CELLS = 200_000
 #: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
 _LABEL_SUM_SHARE = 0.25
 
@@ -296,6 +295,13 @@ class RandomAllocation(Mechanism):
             return None
         return ("split", spacing, kappa / 100)
 
+    def _linear_cells(self) -> float:
+        """Cells of the single linear grid's first window (sizing only)."""
+        from pld.mechanisms.allocation.levels import window
+
+        a = 1.0 / self.noise_multiplier
+        return window(a, 1, self.steps) / (self.spacing * math.sqrt(math.expm1(min(a * a, 700.0))))
+
     @property
     def noise_multiplier(self) -> float:
         return self.mechanism.sigma / self.mechanism.sensitivity
@@ -327,8 +333,8 @@ class RandomAllocation(Mechanism):
                 pending.append(("split", self.spacing, self.kappa))
         elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"
-            can_other = t >= 2 and (other == "split" or ((s >= _LINEAR_REFINE_SIGMA or t >= _LINEAR_REFINE_STEPS)
-                                                         and linear_fits(s, t, self.spacing)))
+            can_other = t >= 2 and (other == "split" or (linear_fits(s, t, self.spacing)
+                                                         and self._linear_cells() <= _LINEAR_REFINE_CELLS))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
             info = self.grid_info() if first == "split" else {}
             if ((info.get("gaussian_add") and fine_resolves(s, t, self.spacing, self.kappa))
