@@ -435,11 +435,17 @@ def convolve(a: np.ndarray, b: np.ndarray, norms: tuple | None = None) -> tuple[
         c = _conv_scipy(a, b, n, same)
     a1, a2 = l1_l2_norms(a) if norms is None else norms[0]
     b1, b2 = (a1, a2) if same else (l1_l2_norms(b) if norms is None else norms[1])
-    bound = _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
-    return c, bound
+    return c, _fft_bound(n, a1, a2, b1, b2)
 
 
-def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, float]]:
+def _fft_bound(n: int, a1: float, a2: float, b1: float, b2: float) -> float:
+    """l2 bound on the round-off of an FFT convolution of length ``n`` of inputs with l1 and
+    l2 norms ``(a1, a2)``, ``(b1, b2)``."""
+    return _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
+
+
+def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]],
+                    norms: dict[int, tuple] | None = None) -> list[tuple[np.ndarray, float]]:
     """:func:`convolve` of each pair, every distinct input (by identity) transformed once.
 
     Where the pairs share one transform length (none short enough for the
@@ -448,12 +454,20 @@ def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np
     same plans: the values and bounds are those of ``convolve`` on each pair,
     bit for bit.  (A level of the allocation sums convolves its Q-, P- and
     deviation arrays with the same factors: 6 forward transforms instead of 10.)
+    ``norms``: ``{id(x): l1_l2_norms(x)}``, filled in for every input (the caller's
+    own error bounds read them too).
     """
+    norms = {} if norms is None else norms
+
+    def norm(x: np.ndarray) -> tuple:
+        if id(x) not in norms:
+            norms[id(x)] = l1_l2_norms(x)
+        return norms[id(x)]
+
     sizes = {_canonical_size(a.size + b.size - 1) for a, b in pairs}
     if len(sizes) != 1 or any(is_direct(a.size, b.size) for a, b in pairs):
-        return [convolve(a, b) for a, b in pairs]
+        return [convolve(a, b, (norm(a), norm(b))) for a, b in pairs]
     n = sizes.pop()
-    norms: dict[int, tuple] = {}
     spectra: dict[int, np.ndarray] = {}
     out = []
     with transform(n) as (buf, f, g, fwd, inv):
@@ -463,13 +477,11 @@ def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np
                 buf[x.size:] = 0.0
                 fwd()
                 spectra[id(x)] = f.copy()
-                norms[id(x)] = l1_l2_norms(x)
             return spectra[id(x)]
 
         for a, b in pairs:
             np.multiply(spectrum(a), spectrum(b), out=g)
             inv()
-            (a1, a2), (b1, b2) = norms[id(a)], norms[id(b)]
-            out.append((buf[: a.size + b.size - 1].copy(),
-                        _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)))
+            (a1, a2), (b1, b2) = norm(a), norm(b)
+            out.append((buf[: a.size + b.size - 1].copy(), _fft_bound(n, a1, a2, b1, b2)))
     return out

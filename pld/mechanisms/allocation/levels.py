@@ -146,9 +146,10 @@ def _convs(items: list[tuple[np.ndarray, float, np.ndarray, float]]) -> list[tup
     """:func:`_conv` of each ``(a, ea, b, eb)``, each distinct array transformed once
     (:func:`pld.engine.fft.convolve_shared`: the same values)."""
     out = []
-    for (a, ea, b, eb), (c, fft_err) in zip(items, _fft.convolve_shared([(a, b) for a, _, b, _ in items])):
-        a1 = float(l1_l2_norms(a)[0]) + math.sqrt(a.size) * ea
-        b1 = float(l1_l2_norms(b)[0]) + math.sqrt(b.size) * eb
+    norms: dict[int, tuple] = {}  # (each distinct array's norms, once)
+    for (a, ea, b, eb), (c, fft_err) in zip(items, _fft.convolve_shared([(a, b) for a, _, b, _ in items], norms)):
+        a1 = float(norms[id(a)][0]) + math.sqrt(a.size) * ea
+        b1 = float(norms[id(b)][0]) + math.sqrt(b.size) * eb
         out.append((c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)))
     return out
 
