@@ -83,6 +83,16 @@ def test_without_a_finer_model_refining_goes_on(monkeypatch):
     assert pld.dpsgd(1.0, 1e-2, 1000, sampling="balls_in_bins")._bounds()[0]._engine().planner.model_refines
 
 
+def test_refining_stops_once_two_finer_grids_in_a_row_are_wider(monkeypatch):
+    # width 3e-4 - 0.05 h: each finer grid wider than the last (its round-off grown); the
+    # narrowest, the first, is kept
+    met, found, tried = _run(monkeypatch, bias=3.0 * TARGET, slope=-0.05, all_atoms=False)
+    assert len(tried) == 3, tried
+    assert found.h == tried[0]
+    _, _, tried = _run(monkeypatch, bias=3.0 * TARGET, slope=-0.05, all_atoms=False, model_refines=False)
+    assert len(tried) > 3, tried
+
+
 def test_a_delta_query_is_refined_on(monkeypatch):
     # (only epsilon brackets refine the model after a miss: a delta query's grid is its answer)
     _, _, tried = _run(monkeypatch, bias=5.0 * TARGET, slope=0.05, all_atoms=False, kind="epsilon")

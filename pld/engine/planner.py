@@ -528,16 +528,16 @@ class Planner:
             # law's grid: the caller refines it) where the round-off is under a
             # tenth of both widths, twice in a row (a schedule's term at delta
             # 5e-15: one line said 9e-15, the next grid gave 5.3e-15), with
-            # FUTILE_FLOOR targets left.  (h < prev: a new truncation budget.)
+            # FUTILE_FLOOR targets left, or wider than the last.  (h < prev: new truncation budget.)
             futile = False
-            if (prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]
-                    and (precision == "extended"
-                         or (query.kind == "delta" and self.model_refines  # (an epsilon query)
-                             and points(direction, h, lam, log_eta) > FUTILE_POINTS
-                             and err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]))):
+            if prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]:
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
-                left = target if precision == "extended" else FUTILE_FLOOR * target
-                futile = rest > left and rest > 0.75 * width
+                if precision == "extended":
+                    futile = rest > target and rest > 0.75 * width
+                elif (query.kind == "delta" and self.model_refines  # (an epsilon query)
+                        and points(direction, h, lam, log_eta) > FUTILE_POINTS):
+                    futile = width > prev[2] or (err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]
+                                                 and rest > FUTILE_FLOOR * target and rest > 0.75 * width)
             futile_seen = futile_seen + 1 if futile else 0
             if futile and precision == "extended":
                 break
