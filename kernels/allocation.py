@@ -30,19 +30,19 @@ _U = 2.0 ** -53
 _SQRT2 = math.sqrt(2.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _phi(x):
     return 0.5 * math.erfc(-x / _SQRT2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _z(y, m, a):
     if y <= 0.0:
         return -math.inf
     return (math.log(y) - m) / a
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _interval(za, zb):
     """``Phi(zb) - Phi(za)`` for ``za <= zb``, and a bound on its rounding error."""
     if zb <= 0.0:
@@ -55,7 +55,7 @@ def _interval(za, zb):
     return hi - lo, 8.0 * _U * (hi + lo)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cell(ya, yb, m, a):
     """Q-mass and partial mean of ``(ya, yb]`` with rounding bounds."""
     za, zb = _z(ya, m, a), _z(yb, m, a)
@@ -65,7 +65,7 @@ def _cell(ya, yb, m, a):
 
 
 @called_with(f64, f64, f64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def spread_law(m, a, d, n):
     """Mean-preserving spread of ``Y`` restricted to ``[0, n d]`` onto ``g_k = k d``, rounded up.
 
@@ -83,7 +83,7 @@ def spread_law(m, a, d, n):
     return mass
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _spread_cell(mass, k, ya, yb, w, m, a):
     """Add cell ``(ya, yb]``'s spread onto points ``k`` and ``k + 1`` (``w``: their
     distance), each share rounded up by a bound on its rounding error."""
@@ -98,7 +98,7 @@ def _spread_cell(mass, k, ya, yb, w, m, a):
     mass[k] += (low + e_up + eq + 2.0 * _U * qm) * (1.0 + 4.0 * _U)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _solve_edge(e0, g, m, a, top):
     """Right edge ``e`` of the cell ``(e0, e]`` whose conditional mean is ``g``.
 
@@ -135,7 +135,7 @@ def _solve_edge(e0, g, m, a, top):
 
 
 @called_with(f64, f64, f64, i64, f64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def merged_law(m, a, d, n, rho_cap):
     """Conditional-mean merge of ``Y`` restricted to ``(0, e_last]`` onto ``g_k = k d``.
 
@@ -180,7 +180,7 @@ def merged_law(m, a, d, n, rho_cap):
 
 
 @called_with(F64, F64, F64, i64, f64, f64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def merge_half(q, p, dev, width_cap, e_in, unit):
     """Merge a law on ``i d`` onto ``2 j d`` with (nearly) exact conditional means.
 
@@ -263,7 +263,7 @@ def merge_half(q, p, dev, width_cap, e_in, unit):
 
 
 @called_with(f64, f64, f64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def centred_cells(m, a, d, n):
     """Q-mass and P-mass (partial mean) of the cells ``((k - 1/2) d, (k + 1/2) d]``, ``k = 0..n``.
 
@@ -291,7 +291,7 @@ def centred_cells(m, a, d, n):
 
 
 @called_with(f64, f64, F64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def spread_on(m, a, g):
     """Mean-preserving spread of ``Y`` restricted to ``[g_0, g_n]`` onto the points ``g`` (any
     increasing grid, e.g. geometric), rounded up as in :func:`spread_law`.
@@ -307,7 +307,7 @@ def spread_on(m, a, g):
 
 
 @called_with(f64, f64, F64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cells_on(m, a, g):
     """Q-mass and partial mean of each cell ``(g_k, g_{k+1}]`` of ``Y``, with rounding bounds:
     ``(q, eq, p, ep)``, ``p_k = E[Y; cell k]``."""
@@ -326,7 +326,7 @@ def cells_on(m, a, g):
 
 
 @called_with(F64, f64, F64, F64, f64, f64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     """The law of ``R + H`` (``R`` on ``k dr`` with masses ``r``, ``H`` on the points ``hv``
     with masses ``hm``, independent) spread onto the geometric grid ``g_i = g0 e^{i log_ratio}``,
@@ -380,7 +380,7 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     return g, out, over
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block_table(x):
     """Sums of ``x`` over the aligned blocks ``[b 2^l, (b + 1) 2^l)``, level by level
     (level ``l`` starts at ``offsets[l]``); each a binary tree of additions."""
@@ -403,7 +403,7 @@ def _block_table(x):
     return table, offsets, levels
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _range_sum(table, offsets, levels, lo, hi):
     """``sum(x[lo:hi])`` from at most ``2 log2 n`` aligned blocks of :func:`_block_table`."""
     s = 0.0
@@ -417,7 +417,7 @@ def _range_sum(table, offsets, levels, lo, hi):
 
 
 @called_with(F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, f64, f64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, g0, log_ratio, n_out):
     """Products of two independent laws' masses, summed by a geometric group of ``rv_k + hv_j``.
 
@@ -494,7 +494,7 @@ def group_pairs(rq_lo, rq_hi, rp_lo, rp_hi, rv, hq_lo, hq_hi, hp_lo, hp_hi, hv, 
 
 
 @called_with(F64, F64, F64, F64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sum_round_up(ca, cb, hv, g):
     """The law of ``A + B`` (independent; ``A`` in cell ``(hv_i, hv_{i+1}]`` with mass ``ca[i]``,
     ``B`` likewise with ``cb``), each cell's value rounded up to ``hv_{i+1}`` and each sum

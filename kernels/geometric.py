@@ -34,7 +34,7 @@ from ._signatures import F64, called_with, f64, i64
 _U = 2.0 ** -53
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _prefix(x, g):
     """Prefix sums of the masses and first moments: ``pm[i] = sum_{l < i} x_l``,
     ``px[i] = sum_{l < i} x_l g_l``."""
@@ -47,7 +47,7 @@ def _prefix(x, g):
     return pm, px
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _segments(log_ratio, band, shift=0.0, exact=True):
     """The pairs ``(i, j)``, ``1 <= j - band <= i <= j``, grouped by the cell their sum lands in.
 
@@ -84,7 +84,7 @@ def _segments(log_ratio, band, shift=0.0, exact=True):
     return start[:m], stop[:m], cell[:m]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _windows(x, y, levels):
     """``w[0, p, i] = x_i + ... + x_{i + 2^p - 1}`` and ``w[1, p, i]`` the same of ``y`` (cut
     at the end), by pairs of the level below: each a sum of non-negative terms, its relative
@@ -106,7 +106,7 @@ def _windows(x, y, levels):
     return w
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _range_sum(w, start, stop, levels):
     """``(x_start + ... + x_{stop-1}, the same of y)`` from the windows: at most ``levels + 1``
     of them, so its relative rounding is below ``2 (levels + 1) u``."""
@@ -123,7 +123,7 @@ def _range_sum(w, start, stop, levels):
     return total_x, total_y
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _levels(start, stop):
     """Window levels that cover the longest segment."""
     longest = 1
@@ -135,7 +135,7 @@ def _levels(start, stop):
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _terms(start, stop, levels):
     """Each segment as windows: ``(level, offset)`` for ``ptr[m] <= q < ptr[m + 1]``, the
     windows :func:`_range_sum` takes (they depend on the length only)."""
@@ -163,7 +163,7 @@ def _terms(start, stop, levels):
     return ptr, lev, at
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _segment_sums(wx, wy, lev, at, q0, q1, j):
     """Mass and moment of a whole segment at ``j``: its windows ``q0 .. q1 - 1`` (:func:`_terms`).
     (Inlined: as a call, with the windows' array passed whole, it took over half of a sum.)"""
@@ -175,7 +175,7 @@ def _segment_sums(wx, wy, lev, at, q0, q1, j):
     return m0, m1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out, seg_start, seg_stop, seg_cell):
     """Pairs with the larger point from ``big`` (index ``j``) and the smaller from ``small``
     (index ``i <= j``, or ``< j`` unless ``inclusive``); returns the mass past the last point.
@@ -247,7 +247,7 @@ def _spread_pass(big, small, pm, px, g, log_ratio, band, inclusive, out, seg_sta
     return over
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _spread_pairs(bj, small, g, j, i0, i1, slack, out):
     """The pairs ``(i, j)``, ``i0 <= i < i1``, one by one; returns the mass past the last point."""
     n = g.size
@@ -273,7 +273,7 @@ def _spread_pairs(bj, small, g, j, i0, i1, slack, out):
 
 
 @called_with(F64, F64, F64, f64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def geometric_sum_spread(a, b, g, log_ratio, band):
     """The law of ``A + B`` (masses ``a``, ``b`` on the points ``g``, independent), each sum
     spread onto its neighbouring points.  Returns ``(mass, over)``.
@@ -304,7 +304,7 @@ def geometric_sum_spread(a, b, g, log_ratio, band):
 _SHIFTS = 8
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge_tables(log_ratio, band):
     """Segments (:func:`_segments`) for atoms ``g_j (1 + s)``, ``s`` at the centres of
     ``_SHIFTS`` equal parts of ``[0, e^h - 1)``, concatenated: table ``b`` is segments
@@ -326,7 +326,7 @@ def _merge_tables(log_ratio, band):
     return start, stop, tab, ptr, lev, at, levels
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov, tables):
     n = g.size
     over = 0.0
@@ -384,7 +384,7 @@ def _merge_pass(bm, bv, sm, sv, pm, pv, g, band, inclusive, om, ov, tables):
 
 
 @called_with(F64, F64, F64, F64, F64, i64)
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def geometric_sum_merge(am, av, bm, bv, g, band):
     """The law of ``A + B`` for laws given as atoms per cell (``am`` masses, ``av`` masses
     times values; cell ``k`` holds values in ``[g_k, g_{k+1})``), merged per cell.

@@ -9,13 +9,14 @@ brackets are the same either way, to the bit.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 
 import pytest
 
 import pld
 from pld.engine import composer as C
-from pld.engine.cache import side_pool, single_threaded
+from pld.engine.cache import in_background, in_parallel, side_pool, single_threaded
 
 needs_two_cores = pytest.mark.skipif(side_pool() is None, reason="one core: no side threads at all")
 
@@ -63,3 +64,76 @@ def test_threads_never_change_the_bracket(sigma, q, steps, delta):
     with single_threaded():
         alone = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     assert default == alone
+
+
+# ---- parts of one construction on threads of their own (pld.engine.cache.in_parallel)
+_VAR = contextvars.ContextVar("_VAR", default="unset")
+
+
+@needs_two_cores
+def test_parts_run_on_threads_of_their_own_in_the_callers_context():
+    _VAR.set("caller")
+    names = in_parallel(*(lambda: (threading.current_thread().name, _VAR.get()) for _ in range(3)))
+    assert names[0] == (threading.current_thread().name, "caller")
+    assert {n for n, _ in names[1:]} == {"pld-part"} and all(v == "caller" for _, v in names)
+
+
+def test_parts_run_in_the_calling_thread_when_single_threaded():
+    with single_threaded():
+        names = in_parallel(*(lambda: threading.current_thread().name for _ in range(3)))
+    assert set(names) == {threading.current_thread().name}
+
+
+def test_a_parts_exception_reaches_the_caller_after_all_parts_end():
+    ended = threading.Event()
+
+    def slow():
+        ended.wait(0.05)
+        ended.set()
+        return 1
+
+    def bad():
+        raise ValueError("part failed")
+
+    with pytest.raises(ValueError, match="part failed"):
+        in_parallel(slow, bad)
+    assert ended.is_set()
+    part = in_background(bad)
+    with pytest.raises(ValueError, match="part failed"):
+        part.result()
+    assert in_background(lambda: 7).result() == 7
+
+
+@pytest.mark.parametrize("build, args", [
+    ("geometric", (0.45, 10, 0.02)),
+    ("heavy", (0.7406, 100, 0.02)),
+    ("linear", (1.0, 100, 0.02)),
+    ("label", (1.0, 1024, 8, 0.02)),
+])
+def test_a_rounds_laws_are_the_same_built_in_parts_or_in_one_thread(build, args):
+    """The dominating and dominated sides of a round (and the label sums) are built
+    concurrently: the same arrays, bit for bit, as built one after the other."""
+    import dataclasses
+
+    import numpy as np
+
+    from pld.mechanisms.allocation import geometric, heavy, sums
+
+    fn = {"geometric": geometric.geometric_laws.__wrapped__, "heavy": heavy.heavy_laws,
+          "linear": lambda *a: sums.sum_laws.__wrapped__(*a, "linear"),
+          "label": sums.label_sum_pair.__wrapped__}[build]
+
+    def flat(x):
+        if dataclasses.is_dataclass(x):
+            return flat(dataclasses.astuple(x))
+        if isinstance(x, (tuple, list)):
+            return [y for v in x for y in flat(v)]
+        if isinstance(x, dict):
+            return [y for k in sorted(x) for y in flat(x[k])]
+        return [np.asarray(x)]
+
+    concurrent = flat(fn(*args))
+    with single_threaded():
+        alone = flat(fn(*args))
+    assert len(concurrent) == len(alone)
+    assert all(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") for a, b in zip(concurrent, alone))

@@ -149,3 +149,64 @@ def side_pool() -> ThreadPoolExecutor | None:
         if not _POOL:
             _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="pld-side"))
         return _POOL[0]
+
+
+
+class Part:
+    """A call computed on a thread of its own (:func:`in_background`); :meth:`result` waits for it."""
+
+    def __init__(self, call: Callable[[], Any], concurrent: bool) -> None:
+        import contextvars
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        ctx = contextvars.copy_context()
+        if concurrent:
+            self._thread = threading.Thread(target=self._run, args=(call, ctx), daemon=True, name="pld-part")
+            self._thread.start()
+        else:
+            self._run(call, ctx)
+
+    def _run(self, call: Callable[[], Any], ctx: Any) -> None:
+        try:
+            self._value = ctx.run(call)
+        except BaseException as exc:  # (re-raised by result, in the caller's thread)
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def in_background(call: Callable[[], Any]) -> Part:
+    """``call()`` started on a thread of its own (at once, in this thread, where
+    :func:`side_pool` is off); ``.result()`` returns its value or raises its exception.
+
+    For independent parts of one construction (the dominating and dominated
+    sides of a round's law): a part computes what it would alone, so the
+    results are the same bit for bit, concurrent or not, and the kernels
+    release the GIL, so two cores overlap them.  A fresh thread, not one of
+    :func:`side_pool`'s workers: a part started from one of those must not wait
+    on its own pool.  It runs in a copy of the caller's context (numpy's error
+    state, pld's context variables).
+    """
+    return Part(call, side_pool() is not None)
+
+
+def in_parallel(*calls: Callable[[], Any]) -> list[Any]:
+    """``[call() for call in calls]``, the calls after the first started on threads
+    of their own (:func:`in_background`) and all of them waited for."""
+    parts = [in_background(call) for call in calls[1:]]
+    try:
+        first = calls[0]()
+    finally:
+        for part in parts:
+            part.wait()
+    return [first] + [part.result() for part in parts]

@@ -51,6 +51,7 @@ import math
 import numpy as np
 
 from pld._special import ndtr
+from pld.engine.cache import in_parallel
 from pld.mechanisms.allocation.coordinate import SideAtoms
 from pld.mechanisms.allocation.heavy import _atoms
 
@@ -139,39 +140,43 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     # (rounded up: they go to +inf)
     q_tail, p_tail = float(ndtr(-zc)) * (1 + 1e-12), float(ndtr(-(zc - a))) * (1 + 1e-12)
 
-    # upper: spread coordinate, spread sums
-    coord = np.zeros(n)
-    coord[: nc + 1] = spread_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
     over_up = [0.0]
-    gamma_up = [0.0]
-
-    def add_up(x: tuple, y: tuple) -> tuple:
-        out, over = geometric_sum_spread(x[0], y[0], g, h, band)
-        over_up[0] += over
-        return out, (x[1] + y[1] + terms * _U) * (1.0 + 1e-9)
-
-    s_up, gam = _binary_sum((coord, 0.0), add_up, t)
-    q_up = s_up * (1.0 + 2.0 * gam + 4.0 * _U)
-    gamma_up[0] = gam
-
-    # lower: cells (mass, partial mean), merged sums
-    cq, ceq, cp, cep = cells_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.maximum(np.where(cq > 0, ceq / cq, 0.0), np.where(cp > 0, cep / cp, 0.0))
-    keep = (cq > 0) & (cp > 0) & (rel < 1e-6)
-    m1 = np.zeros(n)
-    v1 = np.zeros(n)
-    m1[:nc][keep] = cq[keep]
-    v1[:nc][keep] = cp[keep]
-    gam1 = float(np.max(rel[keep])) if np.any(keep) else 0.0
     over_lo = [0.0]
 
-    def add_lo(x: tuple, y: tuple) -> tuple:
-        om, ov, over = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
-        over_lo[0] += over
-        return om, ov, (x[2] + y[2] + terms * _U + 4 * _U) * (1.0 + 1e-9)
+    def upper_sums() -> tuple:
+        """The spread coordinate and its spread sums."""
+        coord = np.zeros(n)
+        coord[: nc + 1] = spread_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
 
-    m_lo_, v_lo_, gam_lo = _binary_sum((m1, v1, gam1), add_lo, t)
+        def add_up(x: tuple, y: tuple) -> tuple:
+            out, over = geometric_sum_spread(x[0], y[0], g, h, band)
+            over_up[0] += over
+            return out, (x[1] + y[1] + terms * _U) * (1.0 + 1e-9)
+
+        return _binary_sum((coord, 0.0), add_up, t)
+
+    def lower_sums() -> tuple:
+        """The cells (mass, partial mean) and their merged sums."""
+        cq, ceq, cp, cep = cells_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.maximum(np.where(cq > 0, ceq / cq, 0.0), np.where(cp > 0, cep / cp, 0.0))
+        keep = (cq > 0) & (cp > 0) & (rel < 1e-6)
+        m1 = np.zeros(n)
+        v1 = np.zeros(n)
+        m1[:nc][keep] = cq[keep]
+        v1[:nc][keep] = cp[keep]
+        gam1 = float(np.max(rel[keep])) if np.any(keep) else 0.0
+
+        def add_lo(x: tuple, y: tuple) -> tuple:
+            om, ov, over = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
+            over_lo[0] += over
+            return om, ov, (x[2] + y[2] + terms * _U + 4 * _U) * (1.0 + 1e-9)
+
+        return _binary_sum((m1, v1, gam1), add_lo, t)
+
+    # (the two sides share nothing but their inputs: built concurrently)
+    (s_up, gam), (m_lo_, v_lo_, gam_lo) = in_parallel(upper_sums, lower_sums)
+    q_up = s_up * (1.0 + 2.0 * gam + 4.0 * _U)
 
     # atoms
     # (remove: loss log(g/t) with P-mass (g/t) q; add: loss -log(g/t) with P-mass q; S = 0 an
@@ -183,7 +188,7 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     info = {"construction": "geometric", "log_ratio": h, "points": n, "band": band, "coordinate_cut": c,
             "grid_first": float(g[1]), "inf_mass_upper_remove": p_tail + (t - 1) * q_tail + over_up[0],
             "inf_mass_upper_add": min(1.0, t * q_tail + over_up[0] + float(q_up[0])),
-            "lower_mass": float(np.sum(m_lo_)), "roundoff_upper": gamma_up[0], "roundoff_lower": gam_lo,
+            "lower_mass": float(np.sum(m_lo_)), "roundoff_upper": gam, "roundoff_lower": gam_lo,
             "heavy": False, "geometric": True}
     return upper, lower, info
 

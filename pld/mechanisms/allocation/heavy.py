@@ -70,12 +70,14 @@ References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from pld import _special
 from pld._special import ndtr
+from pld.engine.cache import in_background
 from pld.kernels import l1_l2_norms
 from pld.mechanisms.allocation.coordinate import (
     SideAtoms,
@@ -289,7 +291,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     what resolves the add direction of a short round at small sigma (whose mass at
     ``Lambda = 0`` otherwise sends it to one Gaussian step).  Any grid gives a certified
     pair; only the width changes."""
-    from pld.kernels import cells_on, group_pairs, spread_on, sum_round_up, sum_spread_geometric
+    from pld.kernels import spread_on, sum_spread_geometric
 
     if t < 2:
         raise ValueError("heavy_laws needs t >= 2")
@@ -310,6 +312,17 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     z_w = (math.log(w_top) - mu) / a
     tail_q = float(ndtr(-z_w)) * (1 + 1e-12) + 1e-300
     tail_p = float(ndtr(a - z_w)) * (1 + 1e-12) + 1e-300
+
+    # tails of one heavy coordinate given Y > B: unmarked (the Q-law) and marked (size-biased)
+    z_hv = (np.log(hv) - mu) / a
+    tail_q_h = np.minimum(ndtr(-z_hv) / float(ndtr(-z_b)), 1.0)
+    tail_sb = np.minimum(ndtr(a - z_hv) / float(ndtr(a - z_b)), 1.0)
+    tail_q_h[0] = tail_sb[0] = 1.0
+    # (the dominated side, and the sums of two heavy coordinates for {N = 2}, share nothing
+    # with the dominating side's light sums but these inputs)
+    two_heavy = [in_background(functools.partial(_two_heavy, x, tail_q_h, hv, big_b, lr))
+                 for x in (tail_q_h, tail_sb)]
+    lower_part = in_background(functools.partial(_lower_side, mu, a, d, n_l, t, coarse, big_b, w_top, lr))
 
     # ---------------------------------------------------------------- upper: R = L^{*(t-1)}
     coord = _coordinate_upper(mu, a, d, n_l, t)
@@ -402,11 +415,6 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
                      for tau in _TAUS])
     w_up = -np.diff(np.concatenate(([1.0], np.array(_TAUS))))  # (mass between consecutive quantiles)
-    # tails of one heavy coordinate given Y > B: unmarked (the Q-law) and marked (size-biased)
-    z_hv = (np.log(hv) - mu) / a
-    tail_q_h = np.minimum(ndtr(-z_hv) / float(ndtr(-z_b)), 1.0)
-    tail_sb = np.minimum(ndtr(a - z_hv) / float(ndtr(a - z_b)), 1.0)
-    tail_q_h[0] = tail_sb[0] = 1.0
     rem_loss, rem_mass = [], []
     for j in range(2, J + 1):
         # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
@@ -427,13 +435,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
             if j == 2:
                 # two heavy ones: their sum itself (each rounded up to its cell's top, the sum
                 # up to the next point of a geometric grid), not twice the larger
-                tail_a = tail_sb if n_sb else tail_q_h
-                cells = [np.maximum(x[:-1] - x[1:], 0.0) + 1e-13 * x[:-1] for x in (tail_a, tail_q_h)]
-                g2 = 2.0 * big_b * np.exp(np.arange(int(math.ceil(math.log(hv[-1] / big_b) / lr)) + 3) * lr)
-                two, over2 = sum_round_up(cells[0], cells[1], hv, g2)
-                two = two * (1.0 + 2.0 * (hv.size * hv.size + 4) * _U)
-                heavy_v, heavy_m = g2, two
-                beyond = float(tail_a[-1] + tail_q_h[-1]) + over2
+                heavy_v, heavy_m, beyond = two_heavy[n_sb].result()
             else:
                 heavy_v = j * hv[1:]
                 heavy_m = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
@@ -464,7 +466,39 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
         # the add direction is then taken from one Gaussian step instead, which dominates it
         upper = SideAtoms(upper.remove, _gaussian_add_atoms(a))
 
-    # ---------------------------------------------------------------- lower
+    lower, rows = lower_part.result()
+
+    info = {"construction": "split", "spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
+            "light_cut": big_b, "kappa": kappa, "fine": fine, "heavy_points": int(hv.size), "ratio": RATIO,
+            "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
+            "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
+            "lower_cells": rows,
+            "lower_mass": float(np.sum(np.exp(lower.remove[1]))), "roundoff_upper": up.roundoff,
+            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": add_floor,
+            "gaussian_add": gaussian_add}
+    return upper, lower, info
+
+
+def _two_heavy(tail_a: np.ndarray, tail_q: np.ndarray, hv: np.ndarray, big_b: float,
+               lr: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Two heavy coordinates' sum (tails ``tail_a``, ``tail_q`` on the heavy grid ``hv``), each
+    rounded up to its cell's top and the sum up to the next point of a geometric grid from
+    ``2 B`` with log-ratio ``lr``: ``(grid, masses, mass beyond it)``, a stochastically larger law."""
+    from pld.kernels import sum_round_up
+
+    cells = [np.maximum(x[:-1] - x[1:], 0.0) + 1e-13 * x[:-1] for x in (tail_a, tail_q)]
+    g2 = 2.0 * big_b * np.exp(np.arange(int(math.ceil(math.log(hv[-1] / big_b) / lr)) + 3) * lr)
+    two, over2 = sum_round_up(cells[0], cells[1], hv, g2)
+    two = two * (1.0 + 2.0 * (hv.size * hv.size + 4) * _U)
+    return g2, two, float(tail_a[-1] + tail_q[-1]) + over2
+
+
+def _lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, big_b: float, w_top: float,
+                lr: float) -> tuple[SideAtoms, int]:
+    """The dominated pair of a split round (``{N = 0}`` by :func:`_lower_labels`, ``{N = 1}``
+    by geometric groups) and the label rows it used."""
+    from pld.kernels import cells_on, group_pairs
+
     low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
     lo_edges = top0 * np.exp(np.arange(int(math.ceil(math.log(w_top / top0) / lr)) + 2) * lr)
     cq, ceq, cp, cep = cells_on(mu, a, lo_edges)
@@ -493,17 +527,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
         lp, lq = np.log(q1_lo[ok]), np.log(p1_hi[ok])
         add = (np.concatenate((low0.add[0], lp - lq)), np.concatenate((low0.add[1], lp)),
                np.concatenate((low0.add[2], lq)))
-    lower = SideAtoms(rem, add)
-
-    info = {"construction": "split", "spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
-            "light_cut": big_b, "kappa": kappa, "fine": fine, "heavy_points": int(hv.size), "ratio": RATIO,
-            "final_spacing": df, "final_cells": int(up.size), "tilts": tuple(float(x) for x in up.thetas),
-            "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
-            "lower_cells": rows,
-            "lower_mass": float(np.sum(np.exp(rem[1]))), "roundoff_upper": up.roundoff,
-            "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": add_floor,
-            "gaussian_add": gaussian_add}
-    return upper, lower, info
+    return SideAtoms(rem, add), rows
 
 
 def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,

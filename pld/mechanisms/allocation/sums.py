@@ -89,6 +89,7 @@ import math
 import numpy as np
 
 from pld import _special
+from pld.engine.cache import in_background, in_parallel
 from pld.mechanisms.allocation.coordinate import (
     _TILT_CELLS,
     SideAtoms,
@@ -267,6 +268,8 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
         # (past the valley the tilted law climbs: its largest value on [0, nb] there is at nb)
         return nb <= valley(theta) or float(e[nb]) <= float(e[k0]) - 5.0
 
+    # (the dominated side shares nothing with the dominating one but these inputs)
+    lower_part = in_background(functools.partial(_lower_merged, mu, a, d, n, t, coarse))
     up = _upper_runs(a, d, n, t, coarse, cut, lambda nb: _coordinate_upper(mu, a, d, nb, t, spread_full
                                                                               if nb == n else None), valley=valley)
     thetas, step, size, s = up.thetas, up.step, up.size, up.s
@@ -289,7 +292,7 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
         else:
             jump = None
     upper = _upper_atoms(q_hi, p_hi, s, t, lost_q, lost_p, extra_remove, extra_add)
-    lower, rho, rho_worst = _lower_merged(mu, a, d, n, t, coarse)
+    lower, rho, rho_worst = lower_part.result()
     info = {"construction": "linear", "spacing": d, "spacing_sd": d / sd1, "first_cells": n, "first_window": w1,
             "final_spacing": step * d, "final_cells": size, "tilts": tuple(float(x) for x in thetas),
             "coordinate_cuts": tuple(cut(x) * d for x in thetas), "one_jump": jump is not None,
@@ -348,9 +351,9 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
 
     e_q1 = float(np.sqrt(np.sum(eq1 ** 2)))
     e_p1 = float(np.sqrt(np.sum(ep1 ** 2)))
-    qt = power(q1, e_q1, t)
-    rest = power(q1, e_q1, t - k) if t > k else None
-    marked = power(p1, e_p1, k)
+    # (three independent sums)
+    qt, rest, marked = in_parallel(lambda: power(q1, e_q1, t), lambda: power(q1, e_q1, t - k) if t > k else None,
+                                   lambda: power(p1, e_p1, k))
     if rest is None:
         pk, ep = marked.q, marked.eq
     else:
