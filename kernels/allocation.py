@@ -325,12 +325,12 @@ def cells_on(m, a, g):
     return q, eq, p, ep
 
 
-@called_with(F64, f64, F64, F64, f64, f64, i64)
+@called_with(F64, f64, F64, F64, f64, f64, i64, i64, i64)
 @njit(cache=True, nogil=True)
-def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
+def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out, lo, hi):
     """The law of ``R + H`` (``R`` on ``k dr`` with masses ``r``, ``H`` on the points ``hv``
     with masses ``hm``, independent) spread onto the geometric grid ``g_i = g0 e^{i log_ratio}``,
-    ``i = 0..n_out-1``.  Returns ``(g, mass, over)``.
+    ``i = 0..n_out-1``: its entries ``lo <= i < hi`` (the others 0).  Returns ``(g, mass, over)``.
 
     Each sum ``s = k dr + hv_j`` sends ``(s - g_i)/(g_{i+1} - g_i)`` of its mass
     to ``g_{i+1}`` and the rest to ``g_i`` (a mean-preserving spread: every
@@ -339,9 +339,16 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
     a few ulps of ``s`` over the spacing, ``~u / (e^{log_ratio} - 1)``, so each
     share is at least the exact spread's.  The grid ``g`` returned is the one
     the fractions were computed on.  Callers pass ``hv >= g0``; the mass of
-    sums beyond the last point is ``over``.  Additions: ``mass`` entries are
-    sums of at most ``r.size * hv.size`` positive terms (the caller rounds
-    them up by that many ulps).
+    sums beyond the last point is ``over`` (counted where ``hi = n_out``).
+    Additions: ``mass`` entries are sums of at most ``r.size * hv.size``
+    positive terms (the caller rounds them up by that many ulps).
+
+    Ranges ``[0, m)`` and ``[m, n_out)`` computed apart (two threads) give the
+    whole range's entries bit for bit: each entry takes the same terms in the
+    same order (``j``, then ``k``), and a pair's cell is the same wherever its
+    ``j``'s scan starts (the first cell at or above the scan's start whose upper
+    point is at least ``s``), so a range's scan of ``j`` starts at the first ``k``
+    that reaches it and ends where it leaves it.
     """
     g = np.empty(n_out)
     for i in range(n_out):
@@ -360,13 +367,24 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
         i = min(max(i, 0), n_out - 1)
         while i > 0 and g[i] > hj:
             i -= 1
-        for k in range(r.size):
+        k0 = 0
+        if lo > 0 and i < lo - 1:
+            # the first k whose sum lies above g[lo - 1] (its cell is then lo - 1 or above)
+            k0 = max(0, int((g[lo - 1] - hj) / dr) - 1)
+            while k0 < r.size and k0 * dr + hj <= g[lo - 1]:
+                k0 += 1
+            while k0 > 0 and (k0 - 1) * dr + hj > g[lo - 1]:
+                k0 -= 1
+            i = lo - 1
+        for k in range(k0, r.size):
             w = r[k] * mj
             if w == 0.0:
                 continue
             s = k * dr + hj
             while i < n_out - 1 and g[i + 1] < s:
                 i += 1
+            if i >= hi:
+                break
             if i >= n_out - 1:
                 over += w
                 continue
@@ -375,8 +393,10 @@ def sum_spread_geometric(r, dr, hv, hm, g0, log_ratio, n_out):
                 f = 0.0
             elif f > 1.0:
                 f = 1.0
-            out[i] += w * (1.0 - f + slack)
-            out[i + 1] += w * (f + slack)
+            if i >= lo:
+                out[i] += w * (1.0 - f + slack)
+            if i + 1 < hi:
+                out[i + 1] += w * (f + slack)
     return g, out, over
 
 

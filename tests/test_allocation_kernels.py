@@ -46,3 +46,52 @@ def test_group_pairs_equals_every_pair_summed(seed):
     for g, w in zip(got, want):
         # the same pairs in the same groups; sums to the round-off of n m terms
         np.testing.assert_allclose(g, w, rtol=4 * (n * m + 4) * 2.0 ** -53, atol=1e-300)
+
+
+def _spread_brute(r, dr, hv, hm, g0, log_ratio, n_out):
+    """Every pair ``k dr + hv_j`` spread onto the two grid points around it (the
+    fractions by the definition), summed with ``math.fsum``."""
+    g = g0 * np.exp(np.arange(n_out) * log_ratio)
+    terms = [[] for _ in range(n_out)]
+    over = []
+    for j in range(hv.size):
+        for k in range(r.size):
+            w, s = r[k] * hm[j], k * dr + hv[j]
+            i = int(np.searchsorted(g, s, side="left")) - 1  # (g_i < s <= g_{i+1})
+            i = max(i, 0)
+            if i >= n_out - 1:
+                over.append(w)
+                continue
+            f = min(max((s - g[i]) / (g[i + 1] - g[i]), 0.0), 1.0)
+            terms[i].append(w * (1.0 - f))
+            terms[i + 1].append(w * f)
+    return np.array([math.fsum(t) for t in terms]), math.fsum(over)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sum_spread_geometric_is_a_spread_of_every_pair_and_its_ranges_are_its_entries(seed):
+    """The kernel against every pair spread by hand (to its rounding slack), and any cut of
+    its output range into two computed apart (two threads do so) equal to the whole, bit for bit."""
+    from pld.kernels import sum_spread_geometric
+
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 150)), int(rng.integers(1, 60))
+    lr = float(rng.choice([2e-3, 0.05, 0.3]))
+    g0 = 1.0
+    r = rng.random(n) * (rng.random(n) < 0.8)
+    r[int(rng.integers(0, n)):] *= float(rng.choice([0.0, 1.0]))  # (trailing zeros, or not)
+    hm = rng.random(m)
+    hv = np.sort(g0 * np.exp(rng.random(m) * 3.0))
+    dr = float(rng.choice([1e-3, 0.05, 0.7]))
+    n_out = int(math.ceil(math.log((n * dr + hv[-1]) / g0) / lr * float(rng.choice([0.6, 1.2])))) + 2
+    g, whole, over = sum_spread_geometric(r, dr, hv, hm, g0, lr, n_out, 0, n_out)
+    ref, ref_over = _spread_brute(r, dr, hv, hm, g0, lr, n_out)
+    slack = 32.0 * 2.0 ** -53 / math.expm1(lr) + 8.0 * 2.0 ** -53
+    tol = 2 * slack * float(np.sum(r) * np.sum(hm)) + 1e-12 * (ref + float(np.sum(r) * np.sum(hm)))
+    assert np.all(whole >= ref - 1e-15) and np.all(whole - ref <= tol)
+    assert over == pytest.approx(ref_over, rel=1e-12, abs=1e-300)
+    for cut in sorted({0, 1, n_out - 1, n_out, *rng.integers(0, n_out + 1, size=6).tolist()}):
+        _, first, _ = sum_spread_geometric(r, dr, hv, hm, g0, lr, n_out, 0, cut)
+        _, second, over2 = sum_spread_geometric(r, dr, hv, hm, g0, lr, n_out, cut, n_out)
+        assert np.array_equal(first[cut:], np.zeros(n_out - cut)) and np.array_equal(second[:cut], np.zeros(cut))
+        assert np.array_equal(first + second, whole) and over2 == over
