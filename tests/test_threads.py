@@ -137,3 +137,25 @@ def test_a_rounds_laws_are_the_same_built_in_parts_or_in_one_thread(build, args)
         alone = flat(fn(*args))
     assert len(concurrent) == len(alone)
     assert all(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") for a, b in zip(concurrent, alone))
+
+
+def test_a_k_of_t_bracket_is_the_same_with_its_block_rounds_built_side_by_side(monkeypatch):
+    """A k-of-t round's upper end composes block rounds of two lengths, whose laws the
+    engine builds side by side (``build_laws``): both are built, and the bracket is the
+    one built one after the other."""
+    from pld.mechanisms.allocation import RandomAllocation, sums
+
+    def bracket():
+        sums.sum_laws.cache_clear()
+        d = RandomAllocation(pld.Gaussian(1.5), 101, 2).pld().self_compose(3)
+        with pytest.warns(pld.NotTightWarning):
+            return d.epsilon_bounds(1e-6)
+
+    built = []
+    original = RandomAllocation.build_laws
+    monkeypatch.setattr(RandomAllocation, "build_laws", lambda self: built.append(self.steps) or original(self))
+    default = bracket()
+    assert sorted(built[:2]) == [50, 51]
+    with single_threaded():
+        alone = bracket()
+    assert default == alone

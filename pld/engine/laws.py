@@ -15,7 +15,7 @@ import math
 import threading
 
 from pld.engine import windows as w
-from pld.engine.cache import SMALL_ENTRIES, EngineCache, LRUStore
+from pld.engine.cache import SMALL_ENTRIES, EngineCache, LRUStore, in_parallel
 from pld.engine.outward import sum_bounds
 
 DIRECTIONS = ("remove", "add")
@@ -93,5 +93,10 @@ class Laws:
         """``(lo, hi)`` around the sum of the components' largest losses in one
         direction, summed exactly and rounded outward (:func:`pld.engine.outward.sum_bounds`)."""
         def compute() -> tuple[float, float]:
+            # (components whose laws are costly to build, such as a k-of-t round's block rounds
+            # of two lengths, are built side by side first: the same laws, built once)
+            builds = [b for b in (getattr(m, "build_laws", None) for m, _ in self.components) if b is not None]
+            if len(builds) > 1:
+                in_parallel(*builds)
             return sum_bounds((k, *m.loss_model(direction).sup_loss_bounds()) for m, k in self.components)
         return self.cache.scalar(("largest", direction), compute)
