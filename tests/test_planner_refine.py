@@ -111,3 +111,18 @@ def test_a_curve_that_still_falls_steeply_is_refined_on(monkeypatch):
     met, found, tried = _run(monkeypatch, bias=1.5 * TARGET, slope=5.0, all_atoms=False)
     assert not met
     assert len(tried) > 2
+
+
+def test_refining_stops_on_a_flat_curve_well_above_the_target(monkeypatch):
+    # width 2.5e-4 + 0.05 h: the line through two grids leaves 2.5 targets at h = 0 (under
+    # the three the extrapolation rule asks), but each finer grid takes off under 5% of a
+    # width still above 2.4 targets: the model's own bias, which the caller refines instead
+    _, found, tried = _run(monkeypatch, bias=2.5 * TARGET, slope=0.05, all_atoms=True)
+    assert len(tried) <= 5, tried
+    assert found.h == min(tried)
+    _, _, tried_without = _run(monkeypatch, bias=2.5 * TARGET, slope=0.05, all_atoms=True, model_refines=False)
+    assert len(tried_without) > len(tried), (tried, tried_without)
+    # a flat curve nearer the target (2.2 targets: a finer grid's ends can still count
+    # in the intersection with the refined model's bracket) is refined on
+    _, _, tried_near = _run(monkeypatch, bias=2.2 * TARGET, slope=0.05, all_atoms=True)
+    assert len(tried_near) > len(tried), (tried, tried_near)

@@ -68,8 +68,9 @@ PROBE_COARSENING = 4.0
 #: grids above this size stop refining once a 3x finer spacing gains < 25% (the rest is not discretisation)
 FUTILE_POINTS = 1 << 15
 #: ... and (double precision) once two pairs of grids in a row leave this many targets at h = 0
-#: (at 1-2.5, cut refinements had lifted lower ends the refined model's bracket kept)
-FUTILE_FLOOR = 3.0
+#: (at 1-2.5, cut refinements had lifted lower ends the refined model's bracket kept), or each
+#: take off under FLAT_GAIN of a width above FLAT_FLOOR targets (a flat curve: the model's bias)
+FUTILE_FLOOR, FLAT_GAIN, FLAT_FLOOR = 3.0, 0.05, 2.4
 #: largest tilt times grid spacing on a fixed (user-given) grid: beyond a few
 #: dozen per cell a tilt only pushes the grid's low end out of the float range
 MAX_TILT_PER_CELL = 30.0
@@ -479,9 +480,8 @@ class Planner:
             try:
                 width, target, value, err_part = self.width(direction, query, h, lam, log_eta, precision)
             except _budget.BudgetSpent:
-                # the hard time limit passed while this grid was built: keep
-                # the narrowest bracket so far, or (none yet) try a grid 8x
-                # coarser, which every direction needs to answer at all
+                # the hard time limit passed while this grid was built: keep the narrowest
+                # bracket so far, or (none yet) try a grid 8x coarser (every direction must answer)
                 if seen or not _budget.grace():
                     if seen:
                         break
@@ -489,10 +489,9 @@ class Planner:
                 h = self.align(direction, round_spacing(8.0 * h))
                 continue
             except FloatingPointError:
-                # every mass of a level fell outside its window: a tilt so
-                # strong (a heavy tail's Chernoff tilt at a tiny delta) that
-                # the tilted law underflows where the windows are drawn
-                # (sigma 1.45, q 4.6e-5, T 1.6e6 at delta 3.9e-29, the add
+                # every mass of a level fell outside its window: a tilt so strong (a heavy
+                # tail's Chernoff tilt at a tiny delta) that the tilted law underflows where the
+                # windows are drawn (sigma 1.45, q 4.6e-5, T 1.6e6 at delta 3.9e-29, the add
                 # direction); a weaker one, a few times
                 if weakened_for_mass < 3 and lam > 1e-3:
                     lam, weakened_for_mass = w.quantize_tilt(lam / 8.0), weakened_for_mass + 1
@@ -519,16 +518,15 @@ class Planner:
                 # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
                 # tilt, each a 1.1M-point grid, both worse), so no more tilts
                 break
-            # What h does not control shows in two grids of one tilt and precision:
-            # the discretisation part extrapolated to h = 0 (linearly, the most
-            # hopeful of the orders h^1 .. h^2).  Where that misses the target and
-            # no grid could take off a quarter of the width, finer grids cost time
-            # for nothing: in extended precision (1e6-point grids were built so),
-            # and on big double grids of a model with a finer one (an allocation
-            # law's grid: the caller refines it) where the round-off is under a
-            # tenth of both widths, twice in a row (a schedule's term at delta
-            # 5e-15: one line said 9e-15, the next grid gave 5.3e-15), with
-            # FUTILE_FLOOR targets left, or wider than the last.  (h < prev: new truncation budget.)
+            # What h does not control shows in two grids of one tilt and precision: the
+            # discretisation part extrapolated to h = 0 (linearly, the most hopeful of the
+            # orders h^1 .. h^2).  Where that misses the target and no grid could take off a
+            # quarter of the width, finer grids cost time for nothing: in extended precision,
+            # and on big double grids of a model with a finer one (an allocation law's grid:
+            # the caller refines it) where the round-off is under a tenth of both widths,
+            # twice in a row (a schedule's term at delta 5e-15: one line said 9e-15, the next
+            # grid gave 5.3e-15), with FUTILE_FLOOR targets left, on a flat curve above
+            # FLAT_FLOOR targets, or wider than the last.  (h < prev: new truncation budget.)
             futile = False
             if prev is not None and prev[1] == lam and prev[3] == precision and h < prev[0]:
                 rest = _width_floor(prev[0], prev[2] - prev[4], h, width - err_part) + err_part
@@ -537,7 +535,9 @@ class Planner:
                 elif (query.kind == "delta" and self.model_refines  # (an epsilon query)
                         and points(direction, h, lam, log_eta) > FUTILE_POINTS):
                     futile = width > prev[2] or (err_part <= 0.1 * width and prev[4] <= 0.1 * prev[2]
-                                                 and rest > FUTILE_FLOOR * target and rest > 0.75 * width)
+                                                 and ((rest > FUTILE_FLOOR * target and rest > 0.75 * width)
+                                                      or (width > FLAT_FLOOR * target
+                                                          and width > (1.0 - FLAT_GAIN) * prev[2])))
             futile_seen = futile_seen + 1 if futile else 0
             if futile and precision == "extended":
                 break
