@@ -4,7 +4,9 @@ A :class:`pld.PLD` is immutable, but answering a query builds laws, grids and
 settings that later queries reuse.  All of that lives in one
 :class:`EngineCache` per PLD: one lock, bounded stores with one eviction
 policy (least recently used), and the set of materialisations being built in
-the background.  The worker threads are process-wide (:func:`side_pool`).
+the background.  The worker threads are process-wide (:func:`side_pool`); the
+independent parts of one construction run on threads of their own
+(:func:`in_parallel`, :func:`in_background`).
 
 Nothing here affects a certificate: an evicted entry is rebuilt from the same
 inputs by the same deterministic code.
@@ -13,6 +15,7 @@ inputs by the same deterministic code.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 from collections import OrderedDict
@@ -151,13 +154,10 @@ def side_pool() -> ThreadPoolExecutor | None:
         return _POOL[0]
 
 
-
 class Part:
     """A call computed on a thread of its own (:func:`in_background`); :meth:`result` waits for it."""
 
     def __init__(self, call: Callable[[], Any], concurrent: bool) -> None:
-        import contextvars
-
         self._value: Any = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -168,7 +168,7 @@ class Part:
         else:
             self._run(call, ctx)
 
-    def _run(self, call: Callable[[], Any], ctx: Any) -> None:
+    def _run(self, call: Callable[[], Any], ctx: contextvars.Context) -> None:
         try:
             self._value = ctx.run(call)
         except BaseException as exc:  # (re-raised by result, in the caller's thread)
