@@ -176,8 +176,12 @@ def test_refinement_chain():
     while (m := m.refined()) is not None:
         chain.append(m.construction)
     assert chain[-1] == "geometric" and chain.count("geometric") == 1
-    # long rounds never take it
-    m = RandomAllocation(pld.Gaussian(1.5), 1000)
+    # a longer round takes it, and its finer variant, last (up to 1024 steps); longer ones never
+    chain, m = [], RandomAllocation(pld.Gaussian(1.5), 1000)
+    while (m := m.refined()) is not None:
+        chain.append((m.construction, m.spacing))
+    assert chain[-2:] == [("geometric", 0.02), ("geometric", 0.01)] and len(chain) > 2
+    m = RandomAllocation(pld.Gaussian(1.5), 2000)
     while (m := m.refined()) is not None:
         assert m.construction != "geometric"
 

@@ -93,6 +93,9 @@ _REFINE_CELLS = 1 << 20
 _FINEST_KAPPA = 1e-6
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
+#: longest round, and most points of the finer geometric grid, with which a missed target
+#: tries the geometric grid last (beyond, its sums cost seconds and rarely moved an end)
+_GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS = 1024, 1 << 14
 #: the split's light cut is refined (kappa / 100) from this noise multiplier on only
 _KAPPA_REFINE_SIGMA = 0.7
 #: a split round's add mass at +inf past which a missed target tries the light grid in medians
@@ -315,7 +318,9 @@ class RandomAllocation(Mechanism):
         construction (the single linear grid or the light/heavy split, where
         it can be built), then the finer variant of the first
         (:meth:`_finer`), then that of the other; a short round also tries the
-        geometric grid (first below sigma = 1, else last).  For ``participations > 1``
+        geometric grid (first below sigma = 1, else last), a round of up to 1024
+        steps the geometric grid and its finer variant last (where the finer grid
+        is small).  For ``participations > 1``
         (the block rounds are refined as rounds of their own): a first grid
         twice as fine, down to ``FINEST_SPACING``.
         """
@@ -352,6 +357,12 @@ class RandomAllocation(Mechanism):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
                                                                                    self.kappa))
+            elif (2 <= t <= _GEOMETRIC_LAST_STEPS
+                  and geometric.grid_points(s, t, self.spacing / 2) <= _GEOMETRIC_LAST_POINTS):
+                # (a longer round: the geometric grid and its finer variant last, whose dominated
+                # side can be the best of all: sigma 1, 1-of-98, 2 epochs, delta 1e-5 missed at
+                # 1.43x its target after the others, and meets it on the geometric grid at 0.01)
+                pending += [("geometric", self.spacing, self.kappa), self._finer("geometric", self.spacing, self.kappa)]
         pending = [p for p in pending if p is not None]
         if not pending:
             return None
