@@ -93,9 +93,10 @@ _REFINE_CELLS = 1 << 20
 _FINEST_KAPPA = 1e-6
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
-#: longest round, and most points of the finer geometric grid, with which a missed target
-#: tries the geometric grid last (beyond, its sums cost seconds and rarely moved an end)
-_GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS = 1024, 1 << 14
+#: longest round, most points of the finer geometric grid and fewest of its cells per standard
+#: deviation of log(S/t), with which a missed target tries the geometric grid last (beyond, its
+#: sums cost seconds and rarely moved an end)
+_GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS, _GEOMETRIC_LAST_RESOLVES = 1024, 1 << 14, 40.0
 #: the split's light cut is refined (kappa / 100) from this noise multiplier on only
 _KAPPA_REFINE_SIGMA = 0.7
 #: a split round's add mass at +inf past which a missed target tries the light grid in medians
@@ -358,10 +359,14 @@ class RandomAllocation(Mechanism):
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
                                                                                    self.kappa))
             elif (2 <= t <= _GEOMETRIC_LAST_STEPS
-                  and geometric.grid_points(s, t, self.spacing / 2) <= _GEOMETRIC_LAST_POINTS):
-                # (a longer round: the geometric grid and its finer variant last, whose dominated
-                # side can be the best of all: sigma 1, 1-of-98, 2 epochs, delta 1e-5 missed at
-                # 1.43x its target after the others, and meets it on the geometric grid at 0.01)
+                  and geometric.grid_points(s, t, self.spacing / 2) <= _GEOMETRIC_LAST_POINTS
+                  and math.sqrt(math.expm1(min(1.0 / (s * s), 700.0)) / t)
+                  >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(self.spacing / 2)):
+                # (a longer round whose loss log(S/t) spans many cells of the finer geometric grid:
+                # that grid and its finer variant last, whose dominated side can be the best of
+                # all: sigma 1, 1-of-98, 2 epochs, delta 1e-5 missed at 1.43x its target after the
+                # others, and meets it at spacing 0.01; at sigma 2, 1-of-1000, 6.7 cells per
+                # standard deviation, the geometric brackets were 10-100x wider than the others)
                 pending += [("geometric", self.spacing, self.kappa), self._finer("geometric", self.spacing, self.kappa)]
         pending = [p for p in pending if p is not None]
         if not pending:
