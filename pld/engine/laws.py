@@ -95,8 +95,9 @@ class Laws:
         def compute() -> tuple[float, float]:
             # (components whose laws are costly to build, such as a k-of-t round's block rounds
             # of two lengths, are built side by side first: the same laws, built once)
-            builds = [b for b in (getattr(m, "build_laws", None) for m, _ in self.components) if b is not None]
-            if len(builds) > 1:
-                in_parallel(*builds)
+            # (each distinct one once: two threads building the same laws would both build them)
+            costly = dict.fromkeys(m for m, _ in self.components if hasattr(m, "build_laws"))
+            if len(costly) > 1:
+                in_parallel(*(m.build_laws for m in costly))
             return sum_bounds((k, *m.loss_model(direction).sup_loss_bounds()) for m, k in self.components)
         return self.cache.scalar(("largest", direction), compute)

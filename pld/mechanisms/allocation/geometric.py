@@ -141,7 +141,6 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     q_tail, p_tail = float(ndtr(-zc)) * (1 + 1e-12), float(ndtr(-(zc - a))) * (1 + 1e-12)
 
     over_up = [0.0]
-    over_lo = [0.0]
 
     def upper_sums() -> tuple:
         """The spread coordinate and its spread sums."""
@@ -168,8 +167,8 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
         gam1 = float(np.max(rel[keep])) if np.any(keep) else 0.0
 
         def add_lo(x: tuple, y: tuple) -> tuple:
-            om, ov, over = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
-            over_lo[0] += over
+            # (the merged mass past the last point is dropped: the dominated pair may drop mass)
+            om, ov, _ = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
             return om, ov, (x[2] + y[2] + terms * _U + 4 * _U) * (1.0 + 1e-9)
 
         return _binary_sum((m1, v1, gam1), add_lo, t)
