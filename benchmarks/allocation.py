@@ -36,12 +36,16 @@ def _opake():
 
 
 def _cold() -> None:
-    """Forget every law a query built (the allocation sums, the label-sum pairs and the
-    process-wide explored laws), keeping the compiled kernels and FFT plans."""
+    """Forget every law a query built (the allocation sums, the geometric rounds and their
+    partial sums, the label-sum pairs and the process-wide explored laws), keeping the
+    compiled kernels and FFT plans."""
     from pld.engine import laws
+    from pld.mechanisms.allocation import geometric, partial_sums
 
     _allocation_sum.sum_laws.cache_clear()
     _allocation_sum.label_sum_pair.cache_clear()
+    geometric.geometric_laws.cache_clear()
+    partial_sums.clear()
     with laws._SHARED_LOCK:
         laws._SHARED.clear()
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 
@@ -54,6 +55,7 @@ from pld._special import ndtr
 from pld.engine.cache import in_parallel
 from pld.mechanisms.allocation.coordinate import SideAtoms
 from pld.mechanisms.allocation.heavy import _atoms
+from pld.mechanisms.allocation.partial_sums import partial_sum
 
 #: the coordinate cut: the marked coordinate's upper ``Phi(-z)`` quantile, and the
 #: grid's first point the coordinate's lower ``Phi(-z)`` quantile
@@ -91,16 +93,42 @@ def _band(h: float) -> int:
     return int(math.ceil((h - math.log(math.expm1(h))) / h)) + 2
 
 
-def _binary_sum(first, add, t: int):
-    """``t`` independent copies summed by doubling and the binary digits of ``t``."""
-    total, power, m = None, first, t
-    while True:
-        if m & 1:
-            total = power if total is None else add(total, power)
-        m >>= 1
-        if not m:
-            return total
-        power = add(power, power)
+#: the grid of each (sigma, spacing) family, its longest so far: every round and partial
+#: sum of a family reads its points as a prefix of one array
+_grids: dict = {}
+_grids_lock = threading.Lock()
+
+
+def _family(sigma: float, spacing: float, n: int) -> tuple[tuple, tuple, np.ndarray]:
+    """``(upper key, lower key, grid)``: the partial-sum families of ``(sigma, spacing)`` and
+    their grid ``{0} u {g_1 e^{k h}}`` of at least ``n`` points.
+
+    A longer grid is computed afresh; where its prefix differs from the shorter one's in a
+    bit (``exp`` evaluated at another position), the family takes a new generation, so
+    that no partial sum is read on points other than its own."""
+    a = 1.0 / sigma
+    h = log_ratio(spacing)
+    log_g1 = -0.5 * a * a - _CUT_Z * a
+    with _grids_lock:
+        gen, grid = _grids.get((sigma, spacing), (0, None))
+        if grid is None or grid.size < n:
+            longer = np.concatenate(([0.0], np.exp(log_g1 + h * np.arange(n - 1))))
+            if grid is not None and not np.array_equal(longer[: grid.size], grid):
+                gen += 1
+            grid = longer
+            if len(_grids) >= 64:
+                _grids.pop(next(iter(_grids)))
+            _grids[(sigma, spacing)] = (gen, grid)
+    return ("geometric-spread", sigma, spacing, gen), ("geometric-merge", sigma, spacing, gen), grid
+
+
+def _padded(x: np.ndarray, size: int) -> np.ndarray:
+    """``x`` with zeros appended up to ``size`` entries (a partial sum read on a longer grid)."""
+    if x.size >= size:
+        return x
+    out = np.zeros(size)
+    out[: x.size] = x
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -120,73 +148,83 @@ def geometric_laws(sigma: float, t: int, spacing: float) -> tuple[SideAtoms, Sid
     if n > MAX_POINTS:
         raise ValueError(f"the geometric grid needs {n} points (more than {MAX_POINTS}); "
                          "raise spacing or use another construction")
-    log_g1 = mu - _CUT_Z * a
-    g = np.concatenate(([0.0], np.exp(log_g1 + h * np.arange(n - 1))))
+    upper_family, lower_family, grid = _family(sigma, spacing, n)
+    g = grid[:n]
     # the coordinate's last point: the marked coordinate's upper Phi(-z) quantile (or above;
     # log Y ~ N(a^2/2, a^2) under P)
     nc = int(math.ceil((2.0 * _CUT_Z * a + a * a) / h)) + 2
     c = float(g[nc])
     band = _band(h)
-    # additions into one entry (recursive summation: relative error below their count times u):
-    # a sum g_i + g_j lands at most log(2)/h + 1 cells above g_j, so an entry takes the pairs of
-    # that many j's, each with i in a band below j, in each of the two passes; plus the prefix
-    # sums' n additions behind the far groups
-    terms = 4.0 * (math.ceil(math.log(2.0) / h) + 3) * (band + 2) + n + 16
-    # (and a segment's window sums: each term's own relative rounding, up to 2 log2(band) + 4 ulps)
-    terms += 2.0 * math.ceil(math.log2(band + 1)) + 8
 
     # the cut E = {some Y > c}: Q(Y > c) and the marked coordinate's P(Y > c)
     zc = (math.log(c) - mu) / a
     # (rounded up: they go to +inf)
     q_tail, p_tail = float(ndtr(-zc)) * (1 + 1e-12), float(ndtr(-(zc - a))) * (1 + 1e-12)
 
-    over_up = [0.0]
+    def terms_on(size: int) -> float:
+        # additions into one entry (recursive summation: relative error below their count
+        # times u): a sum g_i + g_j lands at most log(2)/h + 1 cells above g_j, so an entry
+        # takes the pairs of that many j's, each with i in a band below j, in each of the two
+        # passes; plus the prefix sums' `size` additions behind the far groups, and a
+        # segment's window sums (each term's own relative rounding, up to 2 log2(band) + 4 ulps)
+        return (4.0 * (math.ceil(math.log(2.0) / h) + 3) * (band + 2) + size + 16
+                + 2.0 * math.ceil(math.log2(band + 1)) + 8)
 
-    def upper_sums() -> tuple:
-        """The spread coordinate and its spread sums."""
-        coord = np.zeros(n)
-        coord[: nc + 1] = spread_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
+    def size_of(m: int) -> int:
+        return grid_points(sigma, m, spacing) if m > 1 else nc + 1
 
-        def add_up(x: tuple, y: tuple) -> tuple:
-            out, over = geometric_sum_spread(x[0], y[0], g, h, band)
-            over_up[0] += over
-            return out, (x[1] + y[1] + terms * _U) * (1.0 + 1e-9)
+    def upper_first() -> tuple:
+        """The spread coordinate: ``(Q-masses, relative rounding, mass past the grid)``."""
+        return spread_on(mu, a, np.ascontiguousarray(grid[: nc + 1])), 0.0, 0.0
 
-        return _binary_sum((coord, 0.0), add_up, t)
+    def add_up(x: tuple, y: tuple, m: int) -> tuple:
+        size = size_of(m)
+        out, over = geometric_sum_spread(_padded(x[0], size), _padded(y[0], size), grid[:size], h, band)
+        return out, (x[1] + y[1] + terms_on(size) * _U) * (1.0 + 1e-9), x[2] + y[2] + over
 
-    def lower_sums() -> tuple:
-        """The cells (mass, partial mean) and their merged sums."""
-        cq, ceq, cp, cep = cells_on(mu, a, np.ascontiguousarray(g[: nc + 1]))
+    def lower_first() -> tuple:
+        """The cells (mass, partial mean) and their relative rounding."""
+        cq, ceq, cp, cep = cells_on(mu, a, np.ascontiguousarray(grid[: nc + 1]))
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.maximum(np.where(cq > 0, ceq / cq, 0.0), np.where(cp > 0, cep / cp, 0.0))
         keep = (cq > 0) & (cp > 0) & (rel < 1e-6)
-        m1 = np.zeros(n)
-        v1 = np.zeros(n)
+        m1 = np.zeros(nc + 1)
+        v1 = np.zeros(nc + 1)
         m1[:nc][keep] = cq[keep]
         v1[:nc][keep] = cp[keep]
-        gam1 = float(np.max(rel[keep])) if np.any(keep) else 0.0
+        return m1, v1, float(np.max(rel[keep])) if np.any(keep) else 0.0
 
-        def add_lo(x: tuple, y: tuple) -> tuple:
-            # (the merged mass past the last point is dropped: the dominated pair may drop mass)
-            om, ov, _ = geometric_sum_merge(x[0], x[1], y[0], y[1], g, band)
-            return om, ov, (x[2] + y[2] + terms * _U + 4 * _U) * (1.0 + 1e-9)
+    def add_lo(x: tuple, y: tuple, m: int) -> tuple:
+        # (the merged mass past the last point is dropped: the dominated pair may drop mass)
+        size = size_of(m)
+        om, ov, _ = geometric_sum_merge(_padded(x[0], size), _padded(x[1], size), _padded(y[0], size),
+                                        _padded(y[1], size), grid[:size], band)
+        return om, ov, (x[2] + y[2] + terms_on(size) * _U + 4 * _U) * (1.0 + 1e-9)
 
-        return _binary_sum((m1, v1, gam1), add_lo, t)
+    def nbytes(value: tuple) -> int:
+        return sum(v.nbytes for v in value if isinstance(v, np.ndarray))
 
-    # (the two sides share nothing but their inputs: built concurrently)
-    (s_up, gam), (m_lo_, v_lo_, gam_lo) = in_parallel(upper_sums, lower_sums)
+    # (the two sides share nothing but their inputs: built concurrently; their partial sums
+    # are shared with the rounds of other lengths, partial_sums)
+    (s_up, gam, over_up), (m_lo_, v_lo_, gam_lo) = in_parallel(
+        lambda: partial_sum(upper_family, t, upper_first, add_up, nbytes),
+        lambda: partial_sum(lower_family, t, lower_first, add_lo, nbytes))
+    s_up, m_lo_, v_lo_ = _padded(s_up, n), _padded(m_lo_, n), _padded(v_lo_, n)
     q_up = s_up * (1.0 + 2.0 * gam + 4.0 * _U)
+    # sums past the grid go to +inf: their Q-mass, and at most c times as much P-mass in
+    # the remove direction (P = (S/t) Q, and S <= t c on the cut's complement)
+    over_q = over_up
+    over_p = over_up * c
 
     # atoms
     # (remove: loss log(g/t) with P-mass (g/t) q; add: loss -log(g/t) with P-mass q; S = 0 an
     # add loss of +inf)
     empty = (np.zeros(0), np.zeros(0))
-    upper, _ = _atoms([(g, q_up)], t, empty, empty, p_tail + (t - 1) * q_tail + over_up[0],
-                      t * q_tail + over_up[0])
+    upper, _ = _atoms([(g, q_up)], t, empty, empty, p_tail + (t - 1) * q_tail + over_p, t * q_tail + over_q)
     lower = _lower_atoms(m_lo_, v_lo_, t, gam_lo)
     info = {"construction": "geometric", "log_ratio": h, "points": n, "band": band, "coordinate_cut": c,
-            "grid_first": float(g[1]), "inf_mass_upper_remove": p_tail + (t - 1) * q_tail + over_up[0],
-            "inf_mass_upper_add": min(1.0, t * q_tail + over_up[0] + float(q_up[0])),
+            "grid_first": float(g[1]), "inf_mass_upper_remove": p_tail + (t - 1) * q_tail + over_p,
+            "inf_mass_upper_add": min(1.0, t * q_tail + over_q + float(q_up[0])),
             "lower_mass": float(np.sum(m_lo_)), "roundoff_upper": gam, "roundoff_lower": gam_lo,
             "heavy": False, "geometric": True}
     return upper, lower, info
