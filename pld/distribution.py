@@ -547,12 +547,37 @@ class PLD:
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
         lo, hi, miss = self._epsilon_bracket_refined(delta, rtol)
+        if miss is not None and self._h_fixed is None:
+            lo, hi, miss = self._deepened(delta, rtol, lo, hi, miss)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
                           f"target (upper - lower <= {rtol:g} * epsilon + {EPS_ATOL:g}): {miss}. Both ends are "
                           "still certified.", TargetMissedWarning, stacklevel=6)
         return lo, hi
+
+    def _deepened(self, delta: float, rtol: float, lo: float, hi: float, miss: str) -> tuple[float, float, str | None]:
+        """A missed bracket intersected with that of the components' ``deeper()`` pairs.
+
+        A component whose pair sends a fixed tail to ``+inf`` (a round of random
+        allocation: its windows leave about 1e-15, ``tail_mass()``) may offer one cut
+        deeper; it is built where the composition's tails reach
+        :data:`DEEPER_TAIL_SHARE` of delta (thousands of rounds at a strict delta: the
+        upper end was infinite or the tails were most of its width).
+        """
+        mass = 0.0
+        deeper = []
+        for m, k in self._components:
+            f = getattr(m, "deeper", lambda: None)()
+            if f is not None:
+                mass += k * m.tail_mass()
+            deeper.append((f or m, k))
+        if not mass >= DEEPER_TAIL_SHARE * delta:
+            return lo, hi, miss
+        lo2, hi2, miss2 = PLD(tuple(deeper))._epsilon_bracket_refined(delta, rtol)
+        lo, hi = max(lo, lo2), min(hi, hi2)
+        met = lo == hi or (math.isfinite(hi) and hi - lo <= rtol * hi + EPS_ATOL)
+        return lo, hi, (None if met else (miss2 or miss))
 
     def _epsilon_bracket_refined(self, delta: float, rtol: float) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
@@ -611,6 +636,11 @@ class PLD:
         engine = self._engine()
         return engine.cache.scalar("eps_at_zero", lambda: max(
             0.0, *(engine.laws.largest_loss(d) for d in engine.directions)))
+
+
+#: a missed epsilon bracket tries its components' deeper tails (:meth:`PLD._deepened`)
+#: where their mass at +inf, summed over the composition, reaches this share of delta
+DEEPER_TAIL_SHARE = 1e-3
 
 
 #: a delta bracket whose ends differ by more than this factor is reported

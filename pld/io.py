@@ -50,6 +50,8 @@ def _known_classes() -> dict:
 
 
 def _encode_value(name: str, value):
+    if value is None:
+        return None  # (an optional field left at its default, e.g. RandomAllocation.tail)
     if isinstance(value, Mechanism):
         return mechanism_to_dict(value)
     if isinstance(value, (bool, np.bool_)):

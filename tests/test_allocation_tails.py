@@ -572,3 +572,55 @@ def test_a_cifar_sized_round_meets_its_target_with_the_geometric_grid_tried_last
         chain.append(r.construction)
         r = r.refined()
     assert "geometric" not in chain
+
+
+def _epsilon_gaussian(mu: float, delta: float) -> float:
+    """The Gaussian mechanism's exact epsilon at delta (Balle & Wang), by bisection."""
+    lo, hi = 0.0, 1.0
+    while _gaussian_delta(mu, hi) > delta:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _gaussian_delta(mu, mid) > delta else (lo, mid)
+    return hi
+
+
+def test_thousands_of_rounds_at_a_strict_delta_cut_their_tails_deeper(monkeypatch):
+    """Each round's linear windows leave ~1e-16 .. 1e-15 at +inf; 2524 block rounds
+    (sigma 2.97, 4 of 37431 steps, 631 epochs) at delta 1.1e-12 added up to more than
+    delta, and the upper end was +inf (a seeded probe's). The rounds' ``deeper()`` pairs
+    (windows at 1e-22, the linear grid) give a finite upper end, below the no-amplification
+    bound (2524 Gaussian steps, closed form) and above the lower end."""
+    import pld.distribution as distribution
+
+    d = RandomAllocation(pld.Gaussian(2.97), 37431, 4).pld().self_compose(631)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = d.epsilon_bounds(1.1e-12)
+    assert 0.0 < lo <= hi < _epsilon_gaussian(math.sqrt(4 * 631) / 2.97, 1.1e-12)
+    assert hi < 1.19  # (the block rounds' own bracket: [1.18405, 1.18437])
+    monkeypatch.setattr(distribution, "DEEPER_TAIL_SHARE", math.inf)
+    d = RandomAllocation(pld.Gaussian(2.97), 37431, 4).pld().self_compose(631)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert d.epsilon_bounds(1.1e-12)[1] == math.inf
+
+
+def test_many_rounds_one_of_t_close_on_the_deeper_tail():
+    """sigma 3, 1 of 2000 steps, 5000 epochs, delta 1e-12: the rounds' tails at +inf
+    (5000 x 1.6e-16) were most of a 0.8% width ([3.75597, 3.78724]); with the deeper
+    cut the bracket is 1.5e-4 of epsilon wide, and the tail is said in no warning."""
+    r = RandomAllocation(pld.Gaussian(3.0), 2000)
+    assert 1e-16 < r.tail_mass() < 1e-15
+    deep = r.deeper()
+    assert deep is not None and deep.tail == 1e-22 and deep.deeper() is None
+    assert deep.tail_mass() < 1e-21
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = r.pld().self_compose(5000).epsilon_bounds(1e-12)
+    assert hi - lo <= 2e-4 * hi
+    # the Gaussian bounds that always hold (sum statistic below, no amplification above)
+    mu_sum = math.sqrt(5000) / (3.0 * math.sqrt(2000))
+    assert _epsilon_gaussian(mu_sum, 1e-12) <= lo and hi <= _epsilon_gaussian(math.sqrt(5000) / 3.0, 1e-12)
+    with pytest.raises(ValueError, match="tail"):
+        RandomAllocation(pld.Gaussian(3.0), 2000, tail=0.5)

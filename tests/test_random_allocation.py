@@ -294,11 +294,15 @@ def test_overlaps_pld_accounting():
     assert hi - lo < 0.1 * (up - low)  # narrower than the peer's by an order of magnitude
 
 
-def test_an_infinite_upper_end_is_never_silent():
+def test_an_infinite_upper_end_is_never_silent(monkeypatch):
     # the upper pairs' mass at +inf, composed over many rounds, exceeds a strict delta: the
     # upper end is inf and that misses every target (inf - lower <= rtol * inf must not pass;
     # the allocation coverage benchmark found these silent, issue 39)
-    # (the single-grid construction alone: "auto" intersects it with the split, which bounds these)
+    # (the single-grid construction alone: "auto" intersects it with the split, which bounds these;
+    # and no deeper tails, which bound them too: test_allocation_tails)
+    import pld.distribution as distribution
+
+    monkeypatch.setattr(distribution, "DEEPER_TAIL_SHARE", math.inf)
     for mech, rounds in ((RandomAllocation(pld.Gaussian(1.85), 20, construction="linear"), 100),
                          (RandomAllocation(pld.Gaussian(1.85), 40, participations=2, construction="linear"), 50)):
         with warnings.catch_warnings(record=True) as caught:

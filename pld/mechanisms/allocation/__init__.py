@@ -91,6 +91,8 @@ FINEST_SPACING = 0.01
 _REFINE_CELLS = 1 << 20
 #: smallest light-cut share a refinement of the split asks for (``t Q(Y > B)``)
 _FINEST_KAPPA = 1e-6
+#: the tail :meth:`RandomAllocation.deeper` cuts the windows at (a round then sends ~1e-22 to +inf)
+DEEP_TAIL = 1e-22
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
 #: longest round, most points of the finer geometric grid and fewest of its cells per standard
@@ -206,6 +208,10 @@ class RandomAllocation(Mechanism):
         The split's light cut ``B``: ``t Q(Y > B) = kappa`` (default ``1e-4``).
     refine_next : tuple, optional
         Internal: the variants :meth:`refined` returns next.
+    tail : float, optional
+        Probability the linear grid's windows leave beyond them (default ``1e-14``;
+        in ``[1e-300, 1e-10]``).  What they leave goes to ``+inf`` (about ``1e-15`` a
+        round); :meth:`deeper` cuts at ``DEEP_TAIL`` where an upper end is infinite.
 
     Raises
     ------
@@ -257,6 +263,7 @@ class RandomAllocation(Mechanism):
     kappa: float = KAPPA
     #: the variants :meth:`refined` returns next (internal: ``(construction, spacing, kappa)``)
     refine_next: tuple = field(default=(), repr=False)
+    tail: float | None = None
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -267,6 +274,8 @@ class RandomAllocation(Mechanism):
             raise ValueError(f"construction must be 'auto', 'linear', 'split', 'split_fine' or 'geometric', got "
                              f"{self.construction!r}")
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
+        if self.tail is not None:
+            object.__setattr__(self, "tail", v.real("tail", self.tail, low=1e-300, high=1e-10))
         _check_tail(self.noise_multiplier, self.steps)
 
     def _construction(self) -> str:
@@ -329,7 +338,7 @@ class RandomAllocation(Mechanism):
             if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
                 return None
             return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2,
-                                    self.construction, self.kappa)
+                                    self.construction, self.kappa, tail=self.tail)
         pending = list(self.refine_next)
         s, t = self.noise_multiplier, self.steps
         first = self._construction()
@@ -372,7 +381,33 @@ class RandomAllocation(Mechanism):
         if not pending:
             return None
         c, sp, kap = pending[0]
-        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]))
+        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]), tail=self.tail)
+
+    def tail_mass(self) -> float:
+        """Mass at ``+inf`` of the round's dominating pair, the larger direction's (``k = 1``;
+        0 for ``k > 1``, whose block rounds answer for themselves)."""
+        if self.participations > 1:
+            return 0.0
+        info = self.grid_info()
+        return max(info["inf_mass_upper_remove"], info["inf_mass_upper_add"])
+
+    def deeper(self) -> RandomAllocation | None:
+        """The same round with windows cut at ``DEEP_TAIL`` (None if they are already).
+
+        :class:`pld.PLD` asks for it when an epsilon bracket's upper end is infinite:
+        each round's windows send about ``1e-15`` to ``+inf``, and thousands of rounds
+        at a strict delta add up to more than delta.  The round (or each block round)
+        is built on the single linear grid where that fits (its windows are the ones the
+        tail sets), else as before.
+        """
+        if self.tail is not None and self.tail <= DEEP_TAIL:
+            return None
+        construction = self.construction
+        if self.participations == 1 and construction == "auto" and self.steps >= 2 and linear_fits(
+                self.noise_multiplier, self.steps, self.spacing):
+            construction = "linear"
+        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, construction,
+                                self.kappa, tail=DEEP_TAIL)
 
     def build_laws(self) -> None:
         """Build (and remember) the round's laws, which its loss models read: the
@@ -384,7 +419,8 @@ class RandomAllocation(Mechanism):
         """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
         ``S``, the merge's residual ``rho``, round-off bounds, the upper
         pair's mass at ``+inf`` in each direction and the ``construction``."""
-        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa)[2])
+        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa,
+                             self.tail)[2])
 
     def _coarse(self, info: dict) -> str | None:
         # the grid must resolve the bulk of one coordinate, not only its
@@ -465,9 +501,15 @@ class RandomAllocation(Mechanism):
         if self.participations == 1:
             return super().bound_parts()
         # (a block of one step is the base mechanism itself: the record is in it)
-        upper = tuple((self.mechanism if s == 1 else RandomAllocation(self.mechanism, s, 1, self.spacing,
-                                                                      self.construction, self.kappa), c)
-                      for s, c in self.blocks())
+        def block(s: int) -> Mechanism:
+            if s == 1:
+                return self.mechanism
+            deep = self.tail is not None and self.tail <= DEEP_TAIL
+            r = RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa,
+                                 tail=None if deep else self.tail)
+            return (r.deeper() or r) if deep else r
+
+        upper = tuple((block(s), c) for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)
 
     def lower_alternatives(self) -> tuple[tuple, ...]:
@@ -553,7 +595,8 @@ class RandomAllocation(Mechanism):
         why = self._coarse(info)
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
-        return _model(self.noise_multiplier, self.steps, self.spacing, direction, self._construction(), self.kappa)
+        return _model(self.noise_multiplier, self.steps, self.spacing, direction, self._construction(), self.kappa,
+                      self.tail)
 
 
 # (Shuffling reads RandomAllocation and the round checks above: imported once they exist)

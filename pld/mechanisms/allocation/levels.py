@@ -10,6 +10,7 @@ See that module's docstring for why each step keeps its side of the bound.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,9 @@ from pld.kernels import l1_l2_norms
 
 #: tail probability left beyond the window (sizing only: what is left is bounded)
 _TAIL = 1e-14
+#: the tail of the round being built (:func:`pld.mechanisms.allocation.sums.sum_laws` sets it
+#: for a round that asks for a deeper one; parts built on other threads copy it)
+_tail: ContextVar[float] = ContextVar("allocation_tail", default=_TAIL)
 _U = 2.0 ** -53
 #: re-grid a level while its spacing stays below this fraction of the first
 #: grid's spacing in standard deviations (of the partial sum, of one coordinate)
@@ -42,7 +46,7 @@ _CAP_JUMPS = 5.0
 
 def _bulk(a: float, m: int, t: int) -> float:
     """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
-    z_m = float(-_special.ndtri(_TAIL * m / t))
+    z_m = float(-_special.ndtri(_tail.get() * m / t))
     return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
 
 
@@ -50,11 +54,12 @@ def window(a: float, m: int, t: int | None = None) -> float:
     """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
     its bulk and the tail of one large ``Y`` (sizing only).  The round has
     ``t / m`` such partial sums, each cut at its window, so the bulk is taken
-    to the ``_TAIL m / t`` quantile."""
+    to the ``tail m / t`` quantile (``tail``: ``_TAIL``, or the round's own)."""
     t = m if t is None else t
-    z = float(-_special.ndtri(_TAIL))
-    z_m = float(-_special.ndtri(_TAIL * m / t))
-    z_t = float(-_special.ndtri(_TAIL / t))
+    tail = _tail.get()
+    z = float(-_special.ndtri(tail))
+    z_m = float(-_special.ndtri(tail * m / t))
+    z_t = float(-_special.ndtri(tail / t))
     var = math.expm1(min(a * a, 700.0))
     bulk = m + z_m * math.sqrt(m * var)
     # one large coordinate: the marked one (log Y ~ N(a^2/2, a^2) under P) or

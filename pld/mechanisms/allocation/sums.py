@@ -115,6 +115,7 @@ from pld.mechanisms.allocation.levels import (
     _sum_levels,
     window,
 )
+from pld.mechanisms.allocation.levels import _tail as _tail_var
 
 #: the one-jump decomposition is tried when the steps are at least this many
 #: times one coordinate's window (its lumps are placed a window further up)
@@ -187,7 +188,24 @@ def geometric_preferred(sigma: float, t: int, spacing: float) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
-             kappa: float | None = None) -> tuple[SideAtoms, SideAtoms, dict]:
+             kappa: float | None = None, tail: float | None = None) -> tuple[SideAtoms, SideAtoms, dict]:
+    """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
+
+    ``tail``: the probability the linear levels' windows leave beyond them (``_TAIL``
+    if None; smaller puts less mass at ``+inf`` on wider windows, for runs of many
+    rounds at a strict delta).  The rest as :func:`_sum_laws`.
+    """
+    if tail is None or tail == _TAIL:
+        return _sum_laws(sigma, t, spacing, construction, kappa)
+    token = _tail_var.set(tail)
+    try:
+        return _sum_laws(sigma, t, spacing, construction, kappa)
+    finally:
+        _tail_var.reset(token)
+
+
+def _sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
+              kappa: float | None = None) -> tuple[SideAtoms, SideAtoms, dict]:
     """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
 
     ``construction``: ``"linear"`` (this function's single grid), ``"split"`` (the light/heavy
