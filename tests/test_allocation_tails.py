@@ -624,3 +624,16 @@ def test_many_rounds_one_of_t_close_on_the_deeper_tail():
     assert _epsilon_gaussian(mu_sum, 1e-12) <= lo and hi <= _epsilon_gaussian(math.sqrt(5000) / 3.0, 1e-12)
     with pytest.raises(ValueError, match="tail"):
         RandomAllocation(pld.Gaussian(3.0), 2000, tail=0.5)
+
+
+def test_one_of_1000_for_300_epochs_at_delta_1e12_meets_its_target():
+    """sigma 3, 1 of 1000 steps, 300 epochs, delta 1e-12 missed at 2.4x its target after
+    its whole chain: the rounds' tails at +inf (300 x ~1e-16) were most of the width.
+    With the deeper cut it meets the target, inside the Gaussian bounds that always hold."""
+    d = RandomAllocation(pld.Gaussian(3.0), 1000).pld().self_compose(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = d.epsilon_bounds(1e-12)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert _epsilon_gaussian(math.sqrt(300) / (3.0 * math.sqrt(1000)), 1e-12) <= lo
+    assert hi <= _epsilon_gaussian(math.sqrt(300) / 3.0, 1e-12)
