@@ -91,8 +91,9 @@ FINEST_SPACING = 0.01
 _REFINE_CELLS = 1 << 20
 #: smallest light-cut share a refinement of the split asks for (``t Q(Y > B)``)
 _FINEST_KAPPA = 1e-6
-#: the tail :meth:`RandomAllocation.deeper` cuts the windows at (a round then sends ~1e-22 to +inf)
+#: the tail :meth:`RandomAllocation.deeper` cuts at (~1e-22 a round at +inf), on at most this many cells
 DEEP_TAIL = 1e-22
+_DEEP_LINEAR_CELLS = 20_000
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
 #: longest round, most points of the finer geometric grid and fewest of its cells per standard
@@ -274,8 +275,8 @@ class RandomAllocation(Mechanism):
             raise ValueError(f"construction must be 'auto', 'linear', 'split', 'split_fine' or 'geometric', got "
                              f"{self.construction!r}")
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
-        if self.tail is not None:
-            object.__setattr__(self, "tail", v.real("tail", self.tail, low=1e-300, high=1e-10))
+        object.__setattr__(self, "tail", None if self.tail is None else v.real("tail", self.tail, low=1e-300,
+                                                                                high=1e-10))
         _check_tail(self.noise_multiplier, self.steps)
 
     def _construction(self) -> str:
@@ -384,8 +385,7 @@ class RandomAllocation(Mechanism):
         return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]), tail=self.tail)
 
     def tail_mass(self) -> float:
-        """Mass at ``+inf`` of the round's dominating pair, the larger direction's (``k = 1``;
-        0 for ``k > 1``, whose block rounds answer for themselves)."""
+        """The larger direction's mass at ``+inf`` of the dominating pair (0 for ``k > 1``)."""
         if self.participations > 1:
             return 0.0
         info = self.grid_info()
@@ -396,16 +396,19 @@ class RandomAllocation(Mechanism):
 
         :class:`pld.PLD` asks for it when an epsilon bracket's upper end is infinite:
         each round's windows send about ``1e-15`` to ``+inf``, and thousands of rounds
-        at a strict delta add up to more than delta.  The round (or each block round)
-        is built on the single linear grid where that fits (its windows are the ones the
-        tail sets), else as before.
+        at a strict delta add up to more than delta.  On the single linear grid (whose
+        windows the tail sets); None where it does not fit or needs more than
+        ``_DEEP_LINEAR_CELLS`` cells: the split's cuts leave ~1e-16 whatever the tail, and
+        so wide a linear grid is looser (seeded rounds: sigma 0.56-1.16, 52k-92k cells,
+        nothing gained; sigma 1.59-3.95, 2.9k-12.6k cells, up to 197 targets).
         """
         if self.tail is not None and self.tail <= DEEP_TAIL:
             return None
-        construction = self.construction
-        if self.participations == 1 and construction == "auto" and self.steps >= 2 and linear_fits(
-                self.noise_multiplier, self.steps, self.spacing):
-            construction = "linear"
+        if self.participations == 1 and (self.steps < 2 or not linear_fits(self.noise_multiplier, self.steps,
+                                                                          self.spacing)
+                                         or self._linear_cells() > _DEEP_LINEAR_CELLS):
+            return None
+        construction = self.construction if self.participations > 1 else "linear"
         return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, construction,
                                 self.kappa, tail=DEEP_TAIL)
 
