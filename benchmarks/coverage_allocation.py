@@ -61,6 +61,9 @@ from benchmarks.coverage import TARGET_ATOL, TARGET_RTOL, Worker, _load, machine
 ROOT = Path(__file__).resolve().parent.parent
 
 RANGES = {"sigma": (0.3, 6.0), "t": (2, 100_000), "epochs": (1, 1000), "delta": (1e-12, 1e-4)}
+#: ``--space strict``: one participation, many epochs at a strict delta (where each round's
+#: tails at +inf, summed over the run, reach delta: ``RandomAllocation.deeper``)
+RANGES_STRICT = {"sigma": (1.0, 4.0), "t": (100, 5000), "epochs": (100, 3000), "delta": (1e-13, 1e-10)}
 #: Monte Carlo budget: normal draws per direction (t * n)
 MC_DRAWS = 4e7
 #: two-sided confidence of the Monte Carlo intervals (normal approximation)
@@ -81,9 +84,12 @@ class Setting:
     delta: float
 
 
-def sample_settings(n: int, seed: int) -> list[Setting]:
-    """``n`` settings, five uniforms each from one seeded stream (a prefix of a longer run is a shorter run)."""
+def sample_settings(n: int, seed: int, space: str = "default") -> list[Setting]:
+    """``n`` settings, five uniforms each from one seeded stream (a prefix of a longer run is a shorter run).
+
+    ``space``: ``"default"`` (:data:`RANGES`) or ``"strict"`` (:data:`RANGES_STRICT`, ``k = 1``)."""
     rng = np.random.default_rng(seed)
+    ranges = RANGES_STRICT if space == "strict" else RANGES
 
     def logu(lo: float, hi: float, x: float) -> float:
         return math.exp(math.log(lo) + x * (math.log(hi) - math.log(lo)))
@@ -91,11 +97,11 @@ def sample_settings(n: int, seed: int) -> list[Setting]:
     out = []
     for i in range(n):
         u = rng.random(5)
-        t = max(2, int(round(logu(*RANGES["t"], u[1]))))
-        k_max = max(1, t // 4)
+        t = max(2, int(round(logu(*ranges["t"], u[1]))))
+        k_max = max(1, t // 4) if space != "strict" else 1
         k = min(k_max, max(1, int(round(logu(1, k_max, u[2]))))) if k_max > 1 else 1
-        out.append(Setting(i, logu(*RANGES["sigma"], u[0]), t, k,
-                           max(1, int(round(logu(*RANGES["epochs"], u[3])))), logu(*RANGES["delta"], u[4])))
+        out.append(Setting(i, logu(*ranges["sigma"], u[0]), t, k,
+                           max(1, int(round(logu(*ranges["epochs"], u[3])))), logu(*ranges["delta"], u[4])))
     return out
 
 
@@ -388,8 +394,11 @@ def markdown(recs: list[dict], args, facts: dict) -> str:
     L = ["## Coverage of random allocation (issue 39)", "",
          f"- date: {facts['date']}; pld commit {facts['commit']}; {facts['machine']}; load {facts['load']}",
          f"- `python -m benchmarks.coverage_allocation --n {args.n} --seed {args.seed} --timeout-per-setting "
-         f"{args.timeout_per_setting:g}`: sigma in [0.3, 6], t in [2, 1e5], k in [1, t/4], epochs in [1, 1000], "
-         "delta in [1e-12, 1e-4], log-uniform each; target `upper - lower <= 1e-4*upper + 1e-6`", "",
+         f"{args.timeout_per_setting:g}" + (" --space strict" if args.space == "strict" else "") + "`: "
+         + ("sigma in [1, 4], t in [100, 5000], k = 1, epochs in [100, 3000], delta in [1e-13, 1e-10]"
+            if args.space == "strict" else
+            "sigma in [0.3, 6], t in [2, 1e5], k in [1, t/4], epochs in [1, 1000], delta in [1e-12, 1e-4]")
+         + ", log-uniform each; target `upper - lower <= 1e-4*upper + 1e-6`", "",
          "| outcome | settings |", "|---|---|"]
     for name in ("within", "warned", "silent", "contradicted", "timed out", "error"):
         L.append(f"| {name} | {len(c[name])}/{n} ({100 * len(c[name]) / max(n, 1):.0f}%)"
@@ -413,6 +422,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.coverage_allocation", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--seed", type=int, default=39)
+    ap.add_argument("--space", choices=("default", "strict"), default="default",
+                    help="strict: k = 1, 100-3000 epochs, delta 1e-13..1e-10 (RANGES_STRICT)")
     ap.add_argument("--timeout-per-setting", type=float, default=60.0)
     ap.add_argument("--jsonl", type=Path)
     ap.add_argument("--out", type=Path, help="write the markdown section here")
@@ -427,7 +438,7 @@ def main(argv=None) -> int:
         recs = [json.loads(line) for line in args.from_jsonl.read_text().splitlines() if line.strip()]
         args.n = len(recs)
     else:
-        recs = run_pld(sample_settings(args.n, args.seed), args.timeout_per_setting, args.jsonl)
+        recs = run_pld(sample_settings(args.n, args.seed, args.space), args.timeout_per_setting, args.jsonl)
     if not any(("opake" in r or "PLD_accounting" in r) for r in recs):
         run_peers(recs, args.peers, args.seed, args.peer_timeout)
     for r in recs:

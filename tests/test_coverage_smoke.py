@@ -93,3 +93,19 @@ def test_a_hanging_task_times_out_and_the_worker_is_replaced():
         assert status == "ok" and res == {"slept": 0.01}
     finally:
         w.stop()
+
+
+def test_allocation_samples_stay_in_their_ranges():
+    """The allocation coverage's two spaces: k in [1, t/4] by default; k = 1, many epochs at a
+    strict delta with ``--space strict``; a prefix of a longer sample is a shorter one."""
+    from benchmarks import coverage_allocation as A
+
+    for space, ranges in (("default", A.RANGES), ("strict", A.RANGES_STRICT)):
+        sample = A.sample_settings(200, 3, space)
+        assert sample[:7] == A.sample_settings(7, 3, space)
+        for s in sample:
+            assert ranges["sigma"][0] <= s.sigma <= ranges["sigma"][1]
+            assert ranges["t"][0] <= s.t <= ranges["t"][1]
+            assert ranges["epochs"][0] <= s.epochs <= ranges["epochs"][1]
+            assert ranges["delta"][0] <= s.delta <= ranges["delta"][1]
+            assert 1 <= s.k <= (1 if space == "strict" else max(1, s.t // 4))
