@@ -135,6 +135,7 @@ class PLD:
         self._engine_box: list[Engine] = []
         #: the composition with refined components (see _epsilon_bracket_refined), once built
         self._refined_box: list[PLD | None] = []
+        self._deep_box: list[PLD] = []
         #: (upper view, lower view or None) of a composition that is not tight, once built
         self._bounds_box: list[tuple[PLD, PLD | None]] = []
         #: the lower views: the first is ``bounds()[1]``, the others its parts' alternatives
@@ -547,8 +548,6 @@ class PLD:
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
         lo, hi, miss = self._epsilon_bracket_refined(delta, rtol)
-        if miss is not None and self._h_fixed is None:
-            lo, hi, miss = self._deepened(delta, rtol, lo, hi, miss)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
@@ -556,15 +555,12 @@ class PLD:
                           "still certified.", TargetMissedWarning, stacklevel=6)
         return lo, hi
 
-    def _deepened(self, delta: float, rtol: float, lo: float, hi: float, miss: str) -> tuple[float, float, str | None]:
-        """A missed bracket intersected with that of the components' ``deeper()`` pairs.
-
-        A component whose pair sends a fixed tail to ``+inf`` (a round of random
-        allocation: its windows leave about 1e-15, ``tail_mass()``) may offer one cut
-        deeper; it is built where the composition's tails reach
-        :data:`DEEPER_TAIL_SHARE` of delta (thousands of rounds at a strict delta: the
-        upper end was infinite or the tails were most of its width).
-        """
+    def _deeper(self, delta: float) -> PLD | None:
+        """The composition of the components' ``deeper()`` pairs, where their tails at
+        ``+inf`` (``tail_mass()``), summed, reach :data:`DEEPER_TAIL_SHARE` of ``delta``
+        (else None).  A round of random allocation leaves about 1e-16 to 1e-15 there
+        (its windows' and quantiles' tails); thousands of rounds at a strict delta add
+        up to a large share of delta, or past it (the upper end was infinite)."""
         mass = 0.0
         deeper = []
         for m, k in self._components:
@@ -573,11 +569,10 @@ class PLD:
                 mass += k * m.tail_mass()
             deeper.append((f or m, k))
         if not mass >= DEEPER_TAIL_SHARE * delta:
-            return lo, hi, miss
-        lo2, hi2, miss2 = PLD(tuple(deeper))._epsilon_bracket_refined(delta, rtol)
-        lo, hi = max(lo, lo2), min(hi, hi2)
-        met = lo == hi or (math.isfinite(hi) and hi - lo <= rtol * hi + EPS_ATOL)
-        return lo, hi, (None if met else (miss2 or miss))
+            return None
+        if not self._deep_box:
+            self._deep_box.append(PLD(tuple(deeper)))
+        return self._deep_box[0]
 
     def _epsilon_bracket_refined(self, delta: float, rtol: float) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
@@ -585,7 +580,9 @@ class PLD:
         A component whose own model has an accuracy setting (``refined()``:
         a finer version of itself, or None; e.g. the allocation laws' grid)
         is refined when the bracket misses its target, and the brackets are
-        intersected (both are certified).
+        intersected (both are certified).  Where the components' tails at
+        ``+inf`` are a share of delta, the chain goes on from their ``deeper()``
+        pairs instead (:meth:`_deeper`; their own chains carry the deeper cut).
         """
         engine = self._engine()
         try:
@@ -597,11 +594,13 @@ class PLD:
         miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is None or self._h_fixed is not None:
             return lo, hi, miss
-        if not self._refined_box:
-            finer = tuple((getattr(m, "refined", lambda: None)() or m, k) for m, k in self._components)
-            changed = any(f is not m for (f, _), (m, _) in zip(finer, self._components))
-            self._refined_box.append(PLD(finer) if changed else None)
-        refined = self._refined_box[0]
+        refined = self._deeper(delta)
+        if refined is None:
+            if not self._refined_box:
+                finer = tuple((getattr(m, "refined", lambda: None)() or m, k) for m, k in self._components)
+                changed = any(f is not m for (f, _), (m, _) in zip(finer, self._components))
+                self._refined_box.append(PLD(finer) if changed else None)
+            refined = self._refined_box[0]
         if refined is None:
             return lo, hi, miss
         lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol)
@@ -638,7 +637,7 @@ class PLD:
             0.0, *(engine.laws.largest_loss(d) for d in engine.directions)))
 
 
-#: a missed epsilon bracket tries its components' deeper tails (:meth:`PLD._deepened`)
+#: a missed epsilon bracket goes on from its components' deeper tails (:meth:`PLD._deeper`)
 #: where their mass at +inf, summed over the composition, reaches this share of delta
 DEEPER_TAIL_SHARE = 1e-3
 

@@ -588,9 +588,9 @@ def _epsilon_gaussian(mu: float, delta: float) -> float:
 def test_thousands_of_rounds_at_a_strict_delta_cut_their_tails_deeper(monkeypatch):
     """Each round's linear windows leave ~1e-16 .. 1e-15 at +inf; 2524 block rounds
     (sigma 2.97, 4 of 37431 steps, 631 epochs) at delta 1.1e-12 added up to more than
-    delta, and the upper end was +inf (a seeded probe's). The rounds' ``deeper()`` pairs
-    (windows at 1e-22, the linear grid) give a finite upper end, below the no-amplification
-    bound (2524 Gaussian steps, closed form) and above the lower end."""
+    delta, and the upper end was +inf (a seeded probe's). The refinement chain goes on from
+    the rounds' ``deeper()`` pairs (windows and quantiles at 1e-22): a finite upper end, below
+    the no-amplification bound (2524 Gaussian steps, closed form) and above the lower end."""
     import pld.distribution as distribution
 
     d = RandomAllocation(pld.Gaussian(2.97), 37431, 4).pld().self_compose(631)
@@ -625,9 +625,13 @@ def test_many_rounds_one_of_t_close_on_the_deeper_tail():
     for bad in (0.5, 0.0):
         with pytest.raises(ValueError, match="tail"):
             RandomAllocation(pld.Gaussian(3.0), 2000, tail=bad)
-    # a round whose linear grid is wide (sigma 1.08: 79k cells) offers none: the split's
-    # own cuts set its tail there, and the wide grid was looser (seeded: nothing gained)
-    assert RandomAllocation(pld.Gaussian(1.08), 448).deeper() is None
+    # the deeper round keeps its construction (and its place in a refinement chain); the
+    # split's tail is cut deeper too (its Chernoff quantiles go on past 1e-8)
+    split = RandomAllocation(pld.Gaussian(1.08), 448)
+    deep_split = split.deeper()
+    assert deep_split is not None and deep_split.construction == "auto"
+    assert split.grid_info()["construction"] == deep_split.grid_info()["construction"] == "split"
+    assert deep_split.tail_mass() < 1e-3 * split.tail_mass()
 
 
 def test_one_of_1000_for_300_epochs_at_delta_1e12_meets_its_target():

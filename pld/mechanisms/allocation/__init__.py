@@ -91,9 +91,8 @@ FINEST_SPACING = 0.01
 _REFINE_CELLS = 1 << 20
 #: smallest light-cut share a refinement of the split asks for (``t Q(Y > B)``)
 _FINEST_KAPPA = 1e-6
-#: the tail :meth:`RandomAllocation.deeper` cuts at (~1e-22 a round at +inf), on at most this many cells
+#: the tail :meth:`RandomAllocation.deeper` cuts at (a round then leaves ~1e-22 at +inf)
 DEEP_TAIL = 1e-22
-_DEEP_LINEAR_CELLS = 20_000
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
 #: longest round, most points of the finer geometric grid and fewest of its cells per standard
@@ -392,25 +391,17 @@ class RandomAllocation(Mechanism):
         return max(info["inf_mass_upper_remove"], info["inf_mass_upper_add"])
 
     def deeper(self) -> RandomAllocation | None:
-        """The same round with windows cut at ``DEEP_TAIL`` (None if they are already).
+        """The same round with its windows and quantiles cut at ``DEEP_TAIL`` (None if they are).
 
-        :class:`pld.PLD` asks for it when an epsilon bracket's upper end is infinite:
-        each round's windows send about ``1e-15`` to ``+inf``, and thousands of rounds
-        at a strict delta add up to more than delta.  On the single linear grid (whose
-        windows the tail sets); None where it does not fit or needs more than
-        ``_DEEP_LINEAR_CELLS`` cells: the split's cuts leave ~1e-16 whatever the tail, and
-        so wide a linear grid is looser (seeded rounds: sigma 0.56-1.16, 52k-92k cells,
-        nothing gained; sigma 1.59-3.95, 2.9k-12.6k cells, up to 197 targets).
+        :class:`pld.PLD` asks for it when an epsilon bracket misses its target and the
+        rounds' tails at ``+inf`` (about ``1e-16``-``1e-15`` each: the linear windows'
+        ``1e-14`` tail, the split's last Chernoff quantile ``1e-8`` of its two-heavy part)
+        reach a share of delta: thousands of rounds at a strict delta add up to it.
         """
         if self.tail is not None and self.tail <= DEEP_TAIL:
             return None
-        if self.participations == 1 and (self.steps < 2 or not linear_fits(self.noise_multiplier, self.steps,
-                                                                          self.spacing)
-                                         or self._linear_cells() > _DEEP_LINEAR_CELLS):
-            return None
-        construction = self.construction if self.participations > 1 else "linear"
-        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, construction,
-                                self.kappa, tail=DEEP_TAIL)
+        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, self.construction,
+                                self.kappa, self.refine_next, tail=DEEP_TAIL)
 
     def build_laws(self) -> None:
         """Build (and remember) the round's laws, which its loss models read: the
@@ -507,10 +498,7 @@ class RandomAllocation(Mechanism):
         def block(s: int) -> Mechanism:
             if s == 1:
                 return self.mechanism
-            deep = self.tail is not None and self.tail <= DEEP_TAIL
-            r = RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa,
-                                 tail=None if deep else self.tail)
-            return (r.deeper() or r) if deep else r
+            return RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa, tail=self.tail)
 
         upper = tuple((block(s), c) for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)

@@ -87,7 +87,7 @@ from pld.mechanisms.allocation.coordinate import (
     _with_inf,
 )
 from pld.mechanisms.allocation.heavy_lower import lower_side
-from pld.mechanisms.allocation.levels import _COARSE_RATIO, _U
+from pld.mechanisms.allocation.levels import _COARSE_RATIO, _TAIL, _U, _tail
 
 #: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
 KAPPA = 1e-4
@@ -113,6 +113,11 @@ _LUMP_GROUPS = 8
 _TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 #: the heavy grid reaches the marked coordinate's quantile of this tail
 _TOP_TAIL = 1e-18
+#: a round built for a deeper tail (``levels._tail`` below ``_TAIL``: RandomAllocation.deeper) takes
+#: these quantiles too, and its heavy grid reaches its tail times ``_DEEP_TOP``: the light sum's
+#: mass past the last quantile and a coordinate past the heavy grid go to +inf (~1e-16 a round)
+_DEEP_TAUS = (1e-10, 1e-12, 1e-14, 1e-16, 1e-18, 1e-20, 1e-22, 1e-24)
+_DEEP_TOP = 1e-4
 
 
 def light_cut(sigma: float, t: int, spacing: float, kappa: float = KAPPA, fine: bool = False) -> tuple[float, int]:
@@ -300,7 +305,10 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     q_h = float(ndtr(-z_b)) * (1 + 1e-12)
     p_h = float(ndtr(a - z_b)) * (1 + 1e-12)
     lr = math.log1p(RATIO)
-    top = math.exp(-mu + a * float(-_special.ndtri(_TOP_TAIL)))  # (the marked law's quantile: log-mean +a^2/2)
+    deep = _tail.get() < _TAIL
+    top_tail = min(_TOP_TAIL, _tail.get() * _DEEP_TOP) if deep else _TOP_TAIL
+    taus = _TAUS + _DEEP_TAUS if deep else _TAUS
+    top = math.exp(-mu + a * float(-_special.ndtri(top_tail)))  # (the marked law's quantile: log-mean +a^2/2)
     n_h = max(2, int(math.ceil(math.log(top / big_b) / lr)) + 1)
     hv = big_b * np.exp(np.arange(n_h + 1) * lr)
     w_top = float(hv[-1])
@@ -408,8 +416,8 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     pos = up.base_chern > 0
     log_norm = (t - 1) * math.log1p(-min(q_h, 1.0 - 1e-16)) * (1 + 1e-12)  # (log Q(all t - 1 light), rounded down)
     s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
-                     for tau in _TAUS])
-    w_up = -np.diff(np.concatenate(([1.0], np.array(_TAUS))))  # (mass between consecutive quantiles)
+                     for tau in taus])
+    w_up = -np.diff(np.concatenate(([1.0], np.array(taus))))  # (mass between consecutive quantiles)
     rem_loss, rem_mass = [], []
     for j in range(2, J + 1):
         # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
@@ -438,7 +446,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
             for s_k, w_k in zip(s_up, w_up):
                 rem_loss.append(np.log((shift + s_k + heavy_v) / t))
                 rem_mass.append(m_j * w_k * heavy_m * (1 + 1e-12))
-            inf_p += m_j * (beyond + _TAUS[-1]) * (1 + 1e-12)
+            inf_p += m_j * (beyond + taus[-1]) * (1 + 1e-12)
     inf_p += (p_h * math.comb(t - 1, J) * q_h ** J + math.comb(t - 1, J + 1) * q_h ** (J + 1)) * (1 + 1e-12)
     # add direction, {N >= 2}: S >= N B + (the other t - N light ones), at least B more than a
     # sum of t - 1 light ones (add N - 1 light draws, each <= B); that sum is at least s_lo
