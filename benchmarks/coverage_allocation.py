@@ -314,6 +314,10 @@ def classify(rec: dict) -> str:
         return "timed out" if p.get("status") == "timeout" else "error"
     if any(v["verdict"].startswith("CONTRADICTED") for v in rec.get("truths", {}).values()):
         return "contradicted"
+    if p["lower"] > p["upper"]:
+        # (pld's own two ends contradict each other: one of them is not a bound)
+        rec.setdefault("truths", {})["own ends"] = {"verdict": "CONTRADICTED: lower > upper"}
+        return "contradicted"
     width = p["upper"] - p["lower"]
     p["ratio"] = width / target_width(p["upper"]) if math.isfinite(width) else math.inf
     if math.isfinite(p["upper"]) and width <= target_width(p["upper"]):

@@ -504,12 +504,16 @@ class RandomAllocation(Mechanism):
         return upper, ((self._lower_part(), 1),)
 
     def lower_alternatives(self) -> tuple[tuple, ...]:
-        """With the log labels, their other origins and the sum statistic too: which is
-        largest depends on the setting and the query (many participations: the sum of the
-        outputs can be ahead)."""
-        if self.participations == 1 or not getattr(self._lower_part(), "log_labels", False):
+        """With the log labels, their other origins and the sum statistic too; with the label
+        sum, the sum of the outputs (a Gaussian, closed form): which is largest depends on
+        the setting and the query (many participations: the sum of the outputs can be ahead;
+        at a tiny delta the label sum's round-off floor can put it behind)."""
+        if self.participations == 1:
             return ()
         s, t, k = self.noise_multiplier, self.steps, self.participations
+        if not getattr(self._lower_part(), "log_labels", False):
+            part = self._lower_part()
+            return (((pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu()), 1),),) if isinstance(part, _LabelSum) else ()
         return (tuple(((_LabelSum(s, t, k, self.spacing, True, o), 1),) for o in ORIGINS_TOO)
                 + (((self._sum_statistic(), 1),),))
 

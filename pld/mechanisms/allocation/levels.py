@@ -123,10 +123,12 @@ class _Run:
     chern: np.ndarray | None = None
     #: lower side re-gridded by conditional-mean merges (``merge_half``) instead of the half-half map
     merge: bool = False
-    #: a run for the lower tail only: every level cut at this value (as the
-    #: coordinates are non-negative, what is cut lands above it, so the
-    #: entries below it are exact and nothing cut needs accounting)
+    #: a run for the lower tail only: no level kept past this value (as the
+    #: coordinates are non-negative, what is cut there lands above it)
     limit: float = math.inf
+    #: every level kept up to ``limit`` exactly, none cut below it by its own window
+    #: (a lower pair from sums of different coordinates: the label sums)
+    exact_below_limit: bool = False
     #: every coordinate is at most this (a light part: :mod:`pld.mechanisms.allocation.heavy`); a
     #: level of ``m`` is then cut at ``min(m cap, bulk + _CAP_JUMPS cap)`` (sizing only)
     cap: float = math.inf
@@ -356,6 +358,8 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
         return lv
 
     def keep(m: int, step: int) -> int:
+        if run.exact_below_limit:
+            return int(run.limit / (step * d)) + 2
         w = window(a, m, t)
         if run.cap < math.inf:
             w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)

@@ -108,7 +108,7 @@ from pld.mechanisms.allocation.levels import (
     _COARSE_RATIO,
     _TAIL,
     MAX_CELLS,
-    _conv,
+    _convs,
     _Level,
     _pad,
     _Run,
@@ -344,6 +344,7 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     (a sub-pair).  Round-off: entrywise brackets ``p - E_p <= P'``, ``q +
     E_q >= Q'`` (and the other way round for the add direction).
     """
+    from pld._special import ndtr
     from pld.kernels import centred_cells
 
     a = 1.0 / sigma
@@ -361,23 +362,42 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
     n = int(math.ceil(w / d))
     if n > MAX_CELLS:
         raise ValueError(f"the label-sum window needs {n} cells (more than {MAX_CELLS})")
-    q1, p1, eq1, ep1 = centred_cells(mu, a, d, n)
+    # each label capped at n_c (the top cell holds every Y above it: still a function of
+    # each output, and one coordinate reaches it with P-mass below _TAIL): a partial sum
+    # of m labels then spans m n_c cells, not the whole window
+    n_c = min(n, int(math.ceil(big / d)) + 1)
+    q1, p1, eq1, ep1 = centred_cells(mu, a, d, n_c)
+    if n_c < n:
+        z_c = (math.log((n_c - 0.5) * d) - mu) / a
+        q_top, p_top = float(ndtr(-z_c)), float(ndtr(a - z_c))
+        # (the open cell in place of the last closed one: its mass from the tails, to
+        # ndtr's relative accuracy)
+        q1[-1], p1[-1] = q_top, p_top
+        eq1[-1], ep1[-1] = 1e-13 * q_top + 1e-300, 1e-13 * p_top + 1e-300
 
     def power(x: np.ndarray, e: float, m: int) -> _Level:
-        run = _Run(a, d, m, 0.0, 0.0, False, limit=w)
+        # (every level kept up to W, the final window: as the labels are non-negative,
+        # what a level loses past W lies past W in the total, so the entries below W are
+        # exact; a level's own window could cut below W, and what it dropped would be
+        # missing there, in p and q alike but from different sums)
+        run = _Run(a, d, m, 0.0, 0.0, False, limit=w, exact_below_limit=True)
         return _sum_levels(run, _Level(x, None, e, 0.0, 1, 1), 0.0)
 
     e_q1 = float(np.sqrt(np.sum(eq1 ** 2)))
     e_p1 = float(np.sqrt(np.sum(ep1 ** 2)))
-    # (three independent sums)
-    qt, rest, marked = in_parallel(lambda: power(q1, e_q1, t), lambda: power(q1, e_q1, t - k) if t > k else None,
-                                   lambda: power(p1, e_p1, k))
+    # the t - k unmarked labels beside the k marked (P) or k unmarked (Q) ones: Q's sum of t
+    # is the same sum of t - k times that of k (entries below W exact in both)
+    rest, (marked, unmarked) = in_parallel(lambda: power(q1, e_q1, t - k) if t > k else None,
+                                           lambda: (power(p1, e_p1, k), power(q1, e_q1, k)))
     if rest is None:
         pk, ep = marked.q, marked.eq
+        qk, eq = unmarked.q, unmarked.eq
     else:
-        pk, ep = _conv(marked.q, marked.eq, rest.q, rest.eq)
+        (pk, ep), (qk, eq) = _convs([(marked.q, marked.eq, rest.q, rest.eq), (unmarked.q, unmarked.eq, rest.q,
+                                                                              rest.eq)])
     size = n + 1
-    q, eq = _pad(qt.q, size), qt.eq
+    q = _pad(qk[:size], size)
+    pk = pk[:size]
     p = _pad(pk, size)
     p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
     q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
