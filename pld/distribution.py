@@ -135,6 +135,7 @@ class PLD:
         self._engine_box: list[Engine] = []
         #: the composition with refined components (see _epsilon_bracket_refined), once built
         self._refined_box: list[PLD | None] = []
+        #: the composition with the components' deeper tails (see _deeper), once built
         self._deep_box: list[PLD] = []
         #: (upper view, lower view or None) of a composition that is not tight, once built
         self._bounds_box: list[tuple[PLD, PLD | None]] = []

@@ -700,3 +700,42 @@ def test_label_sum_pair_against_the_direct_law_of_the_statistic(sigma, t, k):
         assert mine <= direct * (1 + 1e-9) + 1e-11, eps
         if direct > 1e-9:
             assert mine >= 0.98 * direct, (eps, mine, direct)
+
+
+def test_levels_kept_up_to_their_limit_are_exact_below_it():
+    """A lower-tail run reads its entries below the limit as exact (what a level loses past
+    the limit lands past it in the total). With ``exact_below_limit`` no level is cut below
+    the limit by its own window: the entries below it match the t-fold convolution without
+    any cut (numpy, direct) to rounding; cut at the windows, they lose mass there."""
+    from scipy.special import ndtr as _ndtr
+
+    from pld.mechanisms.allocation import levels
+
+    a, t = 0.3, 16
+    d = 0.05 * math.sqrt(math.expm1(a * a))
+    limit = 1.5 * t  # (past the sum's mean, above the windows of its smallest partial sums)
+    n = int(limit / d) + 1
+    edges = (np.arange(n + 1) + 0.5) * d
+    x = np.diff(np.concatenate(([0.0], _ndtr((np.log(edges) + 0.5 * a * a) / a))))
+    direct = np.array([1.0])
+    for _ in range(t):
+        direct = np.convolve(direct, x)[: n + 1]
+    below = int(limit / d) - 2
+    # (windows at a 1e-3 tail, so that what they cut shows above the rounding)
+    token = levels._tail.set(1e-3)
+    try:
+        assert levels.window(a, 1, t) < limit
+        for exact in (True, False):
+            run = levels._Run(a, d, t, 0.0, 0.0, False, limit=limit, exact_below_limit=exact)
+            got = levels._sum_levels(run, levels._Level(x, None, 0.0, 0.0, 1, 1), 0.0)
+            assert got.step == 1
+            mine = levels._pad(got.q, below)[:below]
+            gap = float(np.max(np.abs(mine - direct[:below])))
+            if exact:
+                assert gap <= 1e-12 * float(direct.max())
+            else:
+                # (the windows of the small partial sums lie below the limit: what they cut
+                # is missing there)
+                assert gap > 1e-6 * float(direct.max())
+    finally:
+        levels._tail.reset(token)

@@ -211,7 +211,8 @@ class RandomAllocation(Mechanism):
     tail : float, optional
         Probability the linear grid's windows leave beyond them (default ``1e-14``;
         in ``[1e-300, 1e-10]``).  What they leave goes to ``+inf`` (about ``1e-15`` a
-        round); :meth:`deeper` cuts at ``DEEP_TAIL`` where an upper end is infinite.
+        round); :meth:`deeper` cuts at ``DEEP_TAIL`` where many rounds at a strict delta
+        add that up to a share of delta.
 
     Raises
     ------

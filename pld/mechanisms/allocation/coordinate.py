@@ -71,7 +71,10 @@ def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd
     xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
     g = np.arange(xs.size) * d
     y, c0, rel = _tilted(xs, g, theta)
-    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap)
+    # (a lower-tail run reads its entries below the limit as exact: no level may be cut
+    # below it by its own window, or what that cut would be missing there)
+    run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap,
+               exact_below_limit=limit < math.inf)
     e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
     py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
     ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
