@@ -247,8 +247,13 @@ def _spread_blocks(loss: np.ndarray, log_p: np.ndarray, width: float) -> tuple[n
         e = np.exp(P - np.repeat(top, np.diff(np.append(starts, L.size))))
     tot = np.add.reduceat(e, starts)
     centre = np.add.reduceat(e * L, starts) / tot
-    blp = top + np.log(tot)
-    lo, hi = L[starts], L[ends]
+    return _split_to_ends(top + np.log(tot), centre, L[starts], L[ends])
+
+
+def _split_to_ends(blp: np.ndarray, centre: np.ndarray, lo: np.ndarray,
+                   hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of log-mass ``blp`` and mean ``centre`` on ``[lo, hi]``, each split between its
+    two ends keeping its mass and mean (a spread): ``(losses, log masses)``, lower ends first."""
     span = hi - lo
     up = np.where(span > 0, np.clip((centre - lo) / np.where(span > 0, span, 1.0), 0.0, 1.0), 1.0)
     with np.errstate(divide="ignore"):
@@ -345,12 +350,8 @@ def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 1024) -> Exp
     centre = np.sum(wts * ls[keep], axis=1) / tot
     if b == 1:
         return Exploration(centre, blp, float(loss[ok].min()), float(loss[ok].max()))
-    lo, hi = ls[keep, 0], ls[keep, -1]
-    span = hi - lo
-    up = np.where(span > 0, np.clip((centre - lo) / np.where(span > 0, span, 1.0), 0.0, 1.0), 1.0)
-    with np.errstate(divide="ignore"):
-        lp = np.concatenate((blp + np.log1p(-up), blp + np.log(up)))
-    return Exploration(np.concatenate((lo, hi)), lp, float(loss[ok].min()), float(loss[ok].max()))
+    losses, lp = _split_to_ends(blp, centre, ls[keep, 0], ls[keep, -1])
+    return Exploration(losses, lp, float(loss[ok].min()), float(loss[ok].max()))
 
 
 class Composite:

@@ -46,6 +46,7 @@ Chua et al., "Balls-and-Bins Sampling for DP-SGD" (AISTATS 2025).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import threading
 
@@ -97,6 +98,10 @@ def _band(h: float) -> int:
 #: sum of a family reads its points as a prefix of one array
 _grids: dict = {}
 _grids_lock = threading.Lock()
+#: generations of the families' grids: a grid computed afresh (a new family, one forgotten,
+#: or a longer grid whose prefix differs) takes a new one, so no memoised partial sum is
+#: read on points other than its own
+_generations = itertools.count()
 
 
 def _family(sigma: float, spacing: float, n: int) -> tuple[tuple, tuple, np.ndarray]:
@@ -104,17 +109,17 @@ def _family(sigma: float, spacing: float, n: int) -> tuple[tuple, tuple, np.ndar
     their grid ``{0} u {g_1 e^{k h}}`` of at least ``n`` points.
 
     A longer grid is computed afresh; where its prefix differs from the shorter one's in a
-    bit (``exp`` evaluated at another position), the family takes a new generation, so
-    that no partial sum is read on points other than its own."""
+    bit (``exp`` evaluated at another position), or the family is new (or was forgotten),
+    it takes a new generation (``_generations``)."""
     a = 1.0 / sigma
     h = log_ratio(spacing)
     log_g1 = -0.5 * a * a - _CUT_Z * a
     with _grids_lock:
-        gen, grid = _grids.get((sigma, spacing), (0, None))
+        gen, grid = _grids.get((sigma, spacing), (-1, None))
         if grid is None or grid.size < n:
             longer = np.concatenate(([0.0], np.exp(log_g1 + h * np.arange(n - 1))))
-            if grid is not None and not np.array_equal(longer[: grid.size], grid):
-                gen += 1
+            if grid is None or not np.array_equal(longer[: grid.size], grid):
+                gen = next(_generations)
             grid = longer
             if len(_grids) >= 64:
                 _grids.pop(next(iter(_grids)))

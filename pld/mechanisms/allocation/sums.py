@@ -396,9 +396,7 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
         (pk, ep), (qk, eq) = _convs([(marked.q, marked.eq, rest.q, rest.eq), (unmarked.q, unmarked.eq, rest.q,
                                                                               rest.eq)])
     size = n + 1
-    q = _pad(qk[:size], size)
-    pk = pk[:size]
-    p = _pad(pk, size)
+    q, p = _pad(qk[:size], size), _pad(pk[:size], size)
     p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
     q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
     info = {"label_spacing": d, "cells": size, "window": w, "roundoff_p": ep, "roundoff_q": eq,
