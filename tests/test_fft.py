@@ -226,6 +226,25 @@ def test_fft_bound_scipy_backend(monkeypatch):
     check("scipy-backend-2^16x3000", a, b, lambda c: l2_error_fixed(c, g_pair, ea + eb))
 
 
+@pytest.mark.skipif(not _fft._HAVE_PYFFTW, reason="pyfftw is not installed")
+def test_long_transforms_take_pooled_plans_within_the_bound(monkeypatch):
+    """Transforms of millions of points (the allocation's label sums) go through a pooled
+    pyfftw plan up to ``_MAX_PLAN_SIZE``; the convolution stays within the stated bound of
+    scipy.fft's (the fallback, independent of FFTW): the two differ by at most both bounds."""
+    na, nb = 1_200_000, 900_000
+    n = _fft._canonical_size(na + nb - 1)
+    assert 1 << 21 < n <= _fft._MAX_PLAN_SIZE
+    a = gaussian_pmf(na, na / 2, na / 9)
+    b = gaussian_pmf(nb, nb / 3, nb / 40)
+    c, bound = _fft.convolve(a, b)
+    assert n in _fft._plans
+    monkeypatch.setattr(_fft, "_HAVE_PYFFTW", False)
+    c_ref, bound_ref = _fft.convolve(a, b)
+    assert bound == bound_ref
+    assert float(np.linalg.norm(c - c_ref)) <= bound + bound_ref
+    assert c.sum() == pytest.approx(1.0, rel=1e-12)
+
+
 def test_fft_self_and_copy_agree_within_bound():
     """``a is b`` takes the squaring shortcut; an equal copy does not.  Both stay within the bound."""
     A, a, e = fixed_point(gaussian_pmf(1 << 15, 12000, 2000))

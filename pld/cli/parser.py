@@ -181,6 +181,6 @@ def _add_tune_fft(sub, fmt) -> None:
                                    "PLD_FFTW_WISDOM sets the file (off: no wisdom).",
                        formatter_class=fmt)
     p.add_argument("--max-points", type=_int, default=1 << 18, metavar="N",
-                   help="longest transform to measure, 1024..2097152 (default 262144)")
+                   help="longest transform to measure, 1024..8388608 (default 262144)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tune_fft)

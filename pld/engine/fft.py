@@ -90,8 +90,11 @@ _lock = threading.Lock()
 _plans: dict[int, list] = {}
 _plan_bytes = 0
 #: plans (with their aligned buffers) are kept for sizes up to this, and at
-#: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft
-_MAX_PLAN_SIZE = 1 << 21
+#: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft.
+#: (An estimated plan costs a fraction of one transform to build and its pooled
+#: buffers are not page-faulted on every call, as scipy.fft's fresh ones are:
+#: the allocation's label sums take millions of points, many times each.)
+_MAX_PLAN_SIZE = 1 << 23
 _PLAN_BYTES = 256 << 20
 #: buffers of the long double transform (:func:`rfft_extended_view`), pooled
 #: as the plans: size -> list of (input, half spectrum, lock), at most

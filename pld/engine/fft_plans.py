@@ -70,7 +70,7 @@ def tune_fft(max_points: int = 1 << 18, *, min_points: int = _MIN_TUNED,
     ----------
     max_points, min_points : int
         Range of transform lengths to measure, ``1024 <= min_points <=
-        max_points <= 2^21`` (longer transforms use ``scipy.fft``).
+        max_points <= 2^23`` (longer transforms use ``scipy.fft``).
     progress : callable, optional
         Called with each length's row as it is done.
 
