@@ -43,7 +43,7 @@ def test_plan_sizes_are_the_canonical_sizes():
 
 @pytest.mark.parametrize("kwargs, exc, words", [
     ({"max_points": 100}, ValueError, "max_points"),
-    ({"max_points": 1 << 22}, ValueError, "max_points"),
+    ({"max_points": 1 << 24}, ValueError, "max_points"),
     ({"max_points": 4096.5}, TypeError, "max_points"),
     ({"max_points": 4096, "min_points": 8192}, ValueError, "min_points"),
 ])
@@ -138,7 +138,7 @@ def test_cli_tune_fft(clean_fftw, capsys):
     assert clean_fftw.exists()
 
 
-@pytest.mark.parametrize("value, fragment", [("10", "max_points"), ("4194304", "max_points"), ("x", "--max-points")])
+@pytest.mark.parametrize("value, fragment", [("10", "max_points"), ("16777216", "max_points"), ("x", "--max-points")])
 def test_cli_tune_fft_bad_input(clean_fftw, capsys, value, fragment):
     from pld import cli
 

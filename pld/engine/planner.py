@@ -434,9 +434,7 @@ class Planner:
             # that at a fraction of the cost
             try:
                 pess, _ = self.composer.materialize(direction, *probe, lower=False)
-            except (FloatingPointError, _budget.BudgetSpent):
-                # (a probe that cannot be built settles nothing: the first grid, whose
-                # failure the refinement handles, decides instead)
+            except (FloatingPointError, _budget.BudgetSpent):  # (the first grid decides instead)
                 pess = None
             if pess is not None and pess.epsilon(query.value) <= floor:
                 return probe
