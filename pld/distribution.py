@@ -130,7 +130,7 @@ class PLD:
             v.integer("count (after adding up equal mechanisms)", k, low=1, high=v.MAX_COUNT)
         # (a bound's view takes the relation of the composition it bounds: its
         # parts may be stated under another, such as shuffling's lower end)
-        self._adjacency = _common_adjacency(self._components) if _relation is None else _relation
+        self._adjacency = adj.of_components(self._components) if _relation is None else _relation
         self._h_fixed = value_discretization_interval
         self._engine_box: list[Engine] = []
         #: the composition with refined components (see _epsilon_bracket_refined), once built
@@ -242,6 +242,15 @@ class PLD:
             self._bounds_box.append((upper, lower))
         return self._bounds_box[0]
 
+    def _direct_lower(self, d: np.ndarray) -> np.ndarray:
+        """Lower ends the one part of a composition computes itself at each delta
+        (``epsilon_lower(delta, count)``: random allocation's exceedances), else 0."""
+        if len(self._components) != 1 or self._h_fixed is not None:
+            return np.zeros(d.shape)
+        m, k = self._components[0]
+        f = getattr(m, "epsilon_lower", None)
+        return np.zeros(d.shape) if f is None else np.vectorize(lambda x: f(float(x), k), otypes=[float])(d)
+
     def _lowers(self) -> tuple[PLD, ...]:
         """Every lower view: ``bounds()[1]`` and, where parts offer other dominated
         compositions (:meth:`pld.mechanisms.base.Mechanism.lower_alternatives`), the view
@@ -315,6 +324,7 @@ class PLD:
             lo = np.zeros(d.shape)
             for view in self._lowers():
                 lo = np.maximum(lo, view.epsilon_bounds(d, rtol=rtol)[0])
+            lo = np.maximum(lo, self._direct_lower(d))
             self._say_not_tight(np.asarray(lo), np.asarray(hi), d, rtol)
             if scalar:
                 return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
@@ -462,7 +472,11 @@ class PLD:
         # (the lower view whose lower end is the bracket's)
         lows = [view.explain(delta) for view in self._lowers()]
         low = max(lows, key=lambda x: x["epsilon_lower"]) if lows else None
+        direct = float(self._direct_lower(np.asarray(delta)))
+        if direct > (low["epsilon_lower"] if low is not None else 0.0):
+            low = {"epsilon_lower": direct, "epsilon_upper": direct, "target_met": True, "direct": True}
         notes = [(repr(m), m.bound_notes()) for m, _ in self._components if not m.tight]
+        lower_what = "direct_lower" if low is not None and low.get("direct") else "lower"
         out.update({
             "epsilon_lower": low["epsilon_lower"] if low is not None else 0.0,
             "tight": False,
@@ -474,7 +488,7 @@ class PLD:
                           "what": "; ".join(f"{name}: {n['upper']}" for name, n in notes)},
                 "lower": ({"epsilon_bracket": (low["epsilon_lower"], low["epsilon_upper"]),
                            "target_met": low["target_met"],
-                           "what": "; ".join(f"{name}: {n['lower']}" for name, n in notes)}
+                           "what": "; ".join(f"{name}: {n.get(lower_what, n['lower'])}" for name, n in notes)}
                           if low is not None else
                           {"epsilon_bracket": None, "target_met": True,
                            "what": "; ".join(f"{name}: {n['lower']}" for name, n in notes)}),
@@ -677,23 +691,6 @@ def _merge(components: tuple) -> tuple:
             order.append(m)
         counts[m] += k
     return tuple((m, counts[m]) for m in order)
-
-
-def _common_adjacency(components: tuple) -> str:
-    """The one neighbouring relation of ``components`` (:func:`pld.mechanisms.adjacency.combined`),
-    or ``ValueError`` naming two mechanisms whose relations differ."""
-    relation, witness = adj.ANY, None
-    for m, _ in components:
-        try:
-            new = adj.combined((relation, m.adjacency))
-        except ValueError:
-            raise ValueError(
-                f"cannot compose PLDs under different neighbouring relations: {witness!r} is accounted "
-                f"under {relation} adjacency and {m!r} under {m.adjacency} adjacency; a guarantee holds "
-                "for one relation at a time (account every part under the same one)") from None
-        if new != relation:
-            relation, witness = new, m
-    return relation
 
 
 register_pld_type(PLD)

@@ -241,11 +241,12 @@ def test_a_warm_up_phase_whose_add_probe_loses_its_mass(phases, delta):
     dpa = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
 
     def peer(pessimistic: bool) -> float:
-        total = None
-        for sigma, q, steps in phases:
-            step = dpa.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4,
-                                               pessimistic_estimate=pessimistic).self_compose(steps)
-            total = step if total is None else total.compose(step)
+        steps = [dpa.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4,
+                                             pessimistic_estimate=pessimistic).self_compose(count)
+                 for sigma, q, count in phases]
+        total = steps[0]
+        for step in steps[1:]:
+            total = total.compose(step)
         return total.get_epsilon_for_delta(delta)
 
     with warnings.catch_warnings(record=True) as seen:

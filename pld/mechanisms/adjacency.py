@@ -61,3 +61,20 @@ def combined(relations) -> str:
             raise ValueError(f"cannot compose mechanisms under different neighbouring relations: "
                              f"{found!r} and {r!r}")
     return found
+
+
+def of_components(components: tuple) -> str:
+    """The one neighbouring relation of a composition's ``(mechanism, count)`` parts
+    (:func:`combined`), or ``ValueError`` naming two mechanisms whose relations differ."""
+    relation, witness = ANY, None
+    for m, _ in components:
+        try:
+            new = combined((relation, m.adjacency))
+        except ValueError:
+            raise ValueError(
+                f"cannot compose PLDs under different neighbouring relations: {witness!r} is accounted "
+                f"under {relation} adjacency and {m!r} under {m.adjacency} adjacency; a guarantee holds "
+                "for one relation at a time (account every part under the same one)") from None
+        if new != relation:
+            relation, witness = new, m
+    return relation

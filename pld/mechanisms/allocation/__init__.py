@@ -72,6 +72,7 @@ from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
+from pld.mechanisms.allocation.exceedances import exceedance_lower
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.labels import ORIGINS_TOO, prefers_log_labels
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
@@ -518,12 +519,18 @@ class RandomAllocation(Mechanism):
         return (tuple(((_LabelSum(s, t, k, self.spacing, True, o), 1),) for o in ORIGINS_TOO)
                 + (((self._sum_statistic(), 1),),))
 
+    def epsilon_lower(self, delta: float, rounds: int = 1) -> float:
+        """A lower end at ``delta`` of ``rounds`` rounds, computed directly (``k > 1``: :mod:`.exceedances`)."""
+        k = self.participations
+        return 0.0 if k == 1 else exceedance_lower(self.noise_multiplier, self.steps, k, rounds, delta)
+
     def bound_notes(self) -> dict[str, str]:
         if self.participations == 1:
             return super().bound_notes()
-        info = self.explain()
-        return {"upper": "dominating composition that is not tight: " + info["upper"],
-                "lower": "a dominated construction of the true mechanism: " + info["lower"]}
+        info, d = self.explain(), "a dominated construction of the true mechanism: "
+        return {"upper": "dominating composition that is not tight: " + info["upper"], "lower": d + info["lower"],
+                "direct_lower": d + "whether any step's output exceeds a threshold, in each round or summed "
+                "over the rounds (pld.mechanisms.allocation.exceedances)"}
 
     def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
         """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.
