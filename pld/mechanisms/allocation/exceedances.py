@@ -85,9 +85,11 @@ def _log_binomial(rounds: int, p: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _delta_lower(lp_lo: np.ndarray, lq_hi: np.ndarray, epsilon: float) -> float:
     """A lower bound on ``sum_j (P_j - e^eps Q_j)_+`` from lower ``log P_j``, upper ``log Q_j``."""
+    # (the margins in the logs, >= 1e-12, cover exp's rounding; an e^eps Q_j that underflows
+    # to 0 is below 1e-300, charged per term)
     diff = np.exp(lp_lo) - np.exp(np.minimum(lq_hi + epsilon * (1.0 + 4.0 * _U), 709.0))
     pos = diff[diff > 0.0]
-    return math.fsum(pos.tolist()) * (1.0 - pos.size * 4.0 * _U) if pos.size else 0.0
+    return math.fsum(pos.tolist()) * (1.0 - pos.size * 4.0 * _U) - pos.size * 1e-300 if pos.size else 0.0
 
 
 def _epsilon_of(lp_lo: np.ndarray, lq_hi: np.ndarray, top: float, delta: float) -> float:
