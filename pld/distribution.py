@@ -242,13 +242,14 @@ class PLD:
             self._bounds_box.append((upper, lower))
         return self._bounds_box[0]
 
-    def _direct_lower(self, d: np.ndarray) -> np.ndarray:
+    def _direct_lower(self, d: np.ndarray, name: str = "epsilon_lower") -> np.ndarray:
         """Lower ends the one part of a composition computes itself at each delta
-        (``epsilon_lower(delta, count)``: random allocation's exceedances), else 0."""
+        (``epsilon_lower(delta, count)``: random allocation's exceedances; or at each
+        epsilon, ``delta_lower``), else 0."""
         if len(self._components) != 1 or self._h_fixed is not None:
             return np.zeros(d.shape)
         m, k = self._components[0]
-        f = getattr(m, "epsilon_lower", None)
+        f = getattr(m, name, None)
         return np.zeros(d.shape) if f is None else np.vectorize(lambda x: f(float(x), k), otypes=[float])(d)
 
     def _lowers(self) -> tuple[PLD, ...]:
@@ -377,6 +378,7 @@ class PLD:
             lo = np.zeros(e.shape)
             for view in self._lowers():
                 lo = np.maximum(lo, view.delta_bounds(e)[0])
+            lo = np.maximum(lo, self._direct_lower(e, "delta_lower"))
             if scalar:
                 return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
             return np.asarray(lo, float).reshape(e.shape), np.asarray(hi, float).reshape(e.shape)

@@ -44,7 +44,8 @@ def test_indicator_is_certified_and_tight_against_exact_arithmetic(sigma, t, k, 
     """The rounds with an exceedance, ``Bin(E, a)`` against ``Bin(E, b)``: the epsilon returned
     has exact delta above ``delta`` (certified), and one 1e-6 higher does not (tight)."""
     z = float(norm.isf(10.0 ** -level / t))
-    eps = ex._indicator(sigma, t, k, rounds, delta, z)
+    law = ex._indicator(sigma, t, k, rounds, z)
+    eps = ex._epsilon_of(*law, delta)
     assert eps > 0.0
     with mp.workdps(60):
         p0, p1 = _probabilities(sigma, z)
@@ -53,6 +54,11 @@ def test_indicator_is_certified_and_tight_against_exact_arithmetic(sigma, t, k, 
         p_law, q_law = _mp_binomial(rounds, a), _mp_binomial(rounds, b)
         assert _mp_delta(p_law, q_law, eps) > delta
         assert _mp_delta(p_law, q_law, eps + 1e-6 * (1.0 + eps)) < delta
+        # the delta lower bound the delta queries read: below the exact sum, and close to it
+        # (its margins are relative to the terms, which cancel in the sum: 1e-11 absolute)
+        for e in (0.0, 0.5 * eps, eps):
+            exact = _mp_delta(p_law, q_law, e)
+            assert exact * (1 - 1e-9) - 1e-11 <= ex._delta_lower(law[0], law[1], e) <= exact
 
 
 @pytest.mark.parametrize("sigma, t, k, rounds, delta, level", [
@@ -63,7 +69,8 @@ def test_total_count_is_certified_and_tight_against_exact_arithmetic(sigma, t, k
     """The exceedances of all rounds together, ``Bin(E k, p_1) * Bin(E (t - k), p_0)`` against
     ``Bin(E t, p_0)`` (summed exactly in mpmath over the same outcomes)."""
     z = float(norm.isf(10.0 ** -level / t))
-    eps = ex._total(sigma, t, k, rounds, delta, z)
+    law = ex._total(sigma, t, k, rounds, z)
+    eps = ex._epsilon_of(*law, delta)
     assert eps > 0.0
     with mp.workdps(60):
         p0, p1 = _probabilities(sigma, z)
@@ -135,3 +142,7 @@ def test_the_composition_reads_it_and_says_so():
     assert hi <= _gaussian_epsilon(math.sqrt(90) / 0.393, 1.1e-11)
     assert info["epsilon_lower"] == lo
     assert "exceeds a threshold" in info["bounds"]["lower"]["what"]
+    # the delta queries read the same statistics: just below the lower end, delta is certified
+    # above 1.1e-11, and the bracket stays ordered
+    d_lo, d_hi = d.delta_bounds(0.999 * lo)
+    assert 1.1e-11 < d_lo <= d_hi

@@ -72,7 +72,7 @@ from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
-from pld.mechanisms.allocation.exceedances import exceedance_lower
+from pld.mechanisms.allocation.exceedances import exceedance_delta_lower, exceedance_lower
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.labels import ORIGINS_TOO, prefers_log_labels
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
@@ -387,10 +387,8 @@ class RandomAllocation(Mechanism):
 
     def tail_mass(self) -> float:
         """The larger direction's mass at ``+inf`` of the dominating pair (0 for ``k > 1``)."""
-        if self.participations > 1:
-            return 0.0
-        info = self.grid_info()
-        return max(info["inf_mass_upper_remove"], info["inf_mass_upper_add"])
+        info = {} if self.participations > 1 else self.grid_info()
+        return max(info.get("inf_mass_upper_remove", 0.0), info.get("inf_mass_upper_add", 0.0))
 
     def deeper(self) -> RandomAllocation | None:
         """The same round with its windows and quantiles cut at ``DEEP_TAIL`` (None if they are).
@@ -398,8 +396,7 @@ class RandomAllocation(Mechanism):
         :class:`pld.PLD` asks for it when an epsilon bracket misses its target and the
         rounds' tails at ``+inf`` (about ``1e-16``-``1e-15`` each: the linear windows'
         ``1e-14`` tail, the split's last Chernoff quantile ``1e-8`` of its two-heavy part)
-        reach a share of delta: thousands of rounds at a strict delta add up to it.
-        """
+        reach a share of delta: thousands of rounds at a strict delta add up to it."""
         if self.tail is not None and self.tail <= DEEP_TAIL:
             return None
         return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, self.construction,
@@ -513,8 +510,7 @@ class RandomAllocation(Mechanism):
         if self.participations == 1:
             return ()
         s, t, k = self.noise_multiplier, self.steps, self.participations
-        if not getattr(self._lower_part(), "log_labels", False):
-            part = self._lower_part()
+        if not getattr(part := self._lower_part(), "log_labels", False):
             return (((pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu()), 1),),) if isinstance(part, _LabelSum) else ()
         return (tuple(((_LabelSum(s, t, k, self.spacing, True, o), 1),) for o in ORIGINS_TOO)
                 + (((self._sum_statistic(), 1),),))
@@ -524,13 +520,17 @@ class RandomAllocation(Mechanism):
         k = self.participations
         return 0.0 if k == 1 else exceedance_lower(self.noise_multiplier, self.steps, k, rounds, delta)
 
+    def delta_lower(self, epsilon: float, rounds: int = 1) -> float:
+        """As :meth:`epsilon_lower`, on delta at ``epsilon``."""
+        s, t, k = self.noise_multiplier, self.steps, self.participations
+        return 0.0 if k == 1 else exceedance_delta_lower(s, t, k, rounds, epsilon)
+
     def bound_notes(self) -> dict[str, str]:
         if self.participations == 1:
             return super().bound_notes()
         info, d = self.explain(), "a dominated construction of the true mechanism: "
         return {"upper": "dominating composition that is not tight: " + info["upper"], "lower": d + info["lower"],
-                "direct_lower": d + "whether any step's output exceeds a threshold, in each round or summed "
-                "over the rounds (pld.mechanisms.allocation.exceedances)"}
+                "direct_lower": d + "whether any step's output exceeds a threshold (allocation.exceedances)"}
 
     def explain(self, delta: float | None = None, epochs: int = 1) -> dict:
         """Which constructions give the two ends, and (with ``delta``) the bracket and its gap.

@@ -36,7 +36,7 @@ import numpy as np
 
 from pld import _special
 
-__all__ = ["exceedance_lower"]
+__all__ = ["exceedance_lower", "exceedance_delta_lower"]
 
 _U = 2.0 ** -53
 #: ``log10`` of ``t p_0`` (the expected unmarked exceedances per round) tried first, one apart
@@ -107,29 +107,31 @@ def _epsilon_of(lp_lo: np.ndarray, lq_hi: np.ndarray, top: float, delta: float) 
     return lo
 
 
-def _indicator(sigma: float, t: int, k: int, rounds: int, delta: float, z: float) -> float:
-    """The rounds with an exceedance: ``Bin(E, a)`` against ``Bin(E, b)`` (see the module)."""
+def _indicator(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple | None:
+    """The rounds with an exceedance, ``Bin(E, a)`` against ``Bin(E, b)`` (see the module):
+    ``(lower log P_j, upper log Q_j, largest loss)``, or None."""
     pair = _bracket(sigma, t, k, z)
     if pair is None:
-        return 0.0
+        return None
     a, b = pair
     la, ea = _log_binomial(rounds, a)
     lb, eb = _log_binomial(rounds, b)
-    return _epsilon_of(la - ea, lb + eb, rounds * math.log(a / b) * (1.0 + 1e-9) + 1e-9, delta)
+    return la - ea, lb + eb, rounds * math.log(a / b) * (1.0 + 1e-9) + 1e-9
 
 
-def _total(sigma: float, t: int, k: int, rounds: int, delta: float, z: float) -> float:
+def _total(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple | None:
     """The exceedances of all rounds together: ``Bin(E k, p_1) * Bin(E (t - k), p_0)`` against
-    ``Bin(E t, p_0)``, on ``0 .. n`` (the outcomes above ``n`` left out of both: a sub-pair)."""
+    ``Bin(E t, p_0)``, on ``0 .. n`` (the outcomes above ``n`` left out of both: a sub-pair);
+    as :func:`_indicator`."""
     p0 = float(_special.ndtr(-z))
     p1 = float(_special.ndtr(1.0 / sigma - z))
     if not (0.0 < p0 < p1 < 1.0):
-        return 0.0
+        return None
     nm, nu = rounds * k, rounds * (t - k)
     mean = nm * p1 + nu * p0
     n = int(min(rounds * t, mean + 12.0 * math.sqrt(mean + 1.0) + 32.0))
     if n > _TOTAL_CELLS:
-        return 0.0
+        return None
 
     def law(m: int, p: float) -> tuple[np.ndarray, np.ndarray]:
         # log Bin(m, p)(j), j = 0 .. min(m, n), and its rounding, widened by what p's own
@@ -151,18 +153,15 @@ def _total(sigma: float, t: int, k: int, rounds: int, delta: float, z: float) ->
     lq_hi = (lq + eq)[: lp_lo.size]
     lp_lo = lp_lo[: lq_hi.size]
     top = float(np.max(lp_lo - lq_hi)) if lp_lo.size else 0.0
-    return _epsilon_of(lp_lo, lq_hi, max(top, 0.0) * (1.0 + 1e-9) + 1e-9, delta)
+    return lp_lo, lq_hi, max(top, 0.0) * (1.0 + 1e-9) + 1e-9
 
 
-def exceedance_lower(sigma: float, t: int, k: int, rounds: int, delta: float) -> float:
-    """A certified lower end on the epsilon at ``delta`` of ``rounds`` rounds of
-    ``k``-of-``t`` allocation of the Gaussian mechanism (noise multiplier ``sigma``), from
-    the exceedances of a threshold (see the module); 0 where they give none."""
-    if not (rounds <= MAX_ROUNDS and 0.0 < delta < 1.0 and 1 <= k < t):
-        return 0.0
+def _best(sigma: float, t: int, k: int, rounds: int, value) -> float:
+    """The largest ``value(law)`` over both statistics and a grid of thresholds (0 if none)."""
     def at(statistic, level: float) -> float:
         tail = min(10.0 ** -level / t, 0.5)
-        return statistic(sigma, t, k, rounds, delta, float(-_special.ndtri(tail)))
+        law = statistic(sigma, t, k, rounds, float(-_special.ndtri(tail)))
+        return 0.0 if law is None else value(law)
 
     best = 0.0
     for statistic in (_indicator, _total):
@@ -171,3 +170,19 @@ def exceedance_lower(sigma: float, t: int, k: int, rounds: int, delta: float) ->
         if coarse[level] > 0.0:
             best = max(best, coarse[level], *(at(statistic, level + f) for f in _FINE))
     return best
+
+
+def exceedance_lower(sigma: float, t: int, k: int, rounds: int, delta: float) -> float:
+    """A certified lower end on the epsilon at ``delta`` of ``rounds`` rounds of
+    ``k``-of-``t`` allocation of the Gaussian mechanism (noise multiplier ``sigma``), from
+    the exceedances of a threshold (see the module); 0 where they give none."""
+    if not (rounds <= MAX_ROUNDS and 0.0 < delta < 1.0 and 1 <= k < t):
+        return 0.0
+    return _best(sigma, t, k, rounds, lambda law: _epsilon_of(law[0], law[1], law[2], delta))
+
+
+def exceedance_delta_lower(sigma: float, t: int, k: int, rounds: int, epsilon: float) -> float:
+    """A certified lower end on delta at ``epsilon`` of the same rounds, from the same statistics."""
+    if not (rounds <= MAX_ROUNDS and 1 <= k < t and math.isfinite(epsilon)):
+        return 0.0
+    return min(1.0, _best(sigma, t, k, rounds, lambda law: _delta_lower(law[0], law[1], max(epsilon, 0.0))))
