@@ -30,6 +30,19 @@ def _mp_binomial(n: int, p: mp.mpf) -> list:
     return [mp.binomial(n, j) * p ** j * (1 - p) ** (n - j) for j in range(n + 1)]
 
 
+def _check(law, p_law, q_law, delta: float) -> None:
+    """The epsilon found on ``law`` has exact delta above ``delta`` (certified) and one 1e-6
+    higher does not (tight); the delta lower bound the delta queries read lies below the exact
+    sum and close to it (its margins are relative to the terms, which cancel: 1e-11 absolute)."""
+    eps = ex._epsilon_of(*law, delta)
+    assert eps > 0.0
+    assert _mp_delta(p_law, q_law, eps) > delta
+    assert _mp_delta(p_law, q_law, eps + 1e-6 * (1.0 + eps)) < delta
+    for e in (0.0, 0.5 * eps, eps):
+        exact = _mp_delta(p_law, q_law, e)
+        assert exact * (1 - 1e-9) - 1e-11 <= ex._delta_lower(law[0], law[1], e) <= exact
+
+
 def _probabilities(sigma: float, z: float) -> tuple[mp.mpf, mp.mpf]:
     """``p_0 = Phi(-z)``, ``p_1 = Phi(1/sigma - z)``: one step's exceedance without and with the record."""
     return mp.ncdf(-mp.mpf(z)), mp.ncdf(mp.mpf(1.0) / mp.mpf(sigma) - mp.mpf(z))
@@ -41,24 +54,13 @@ def _probabilities(sigma: float, z: float) -> tuple[mp.mpf, mp.mpf]:
     (1.2, 2000, 10, 1, 1e-6, 1.0),
 ])
 def test_indicator_is_certified_and_tight_against_exact_arithmetic(sigma, t, k, rounds, delta, level):
-    """The rounds with an exceedance, ``Bin(E, a)`` against ``Bin(E, b)``: the epsilon returned
-    has exact delta above ``delta`` (certified), and one 1e-6 higher does not (tight)."""
+    """The rounds with an exceedance, ``Bin(E, a)`` against ``Bin(E, b)``."""
     z = float(norm.isf(10.0 ** -level / t))
-    law = ex._indicator(sigma, t, k, rounds, z)
-    eps = ex._epsilon_of(*law, delta)
-    assert eps > 0.0
     with mp.workdps(60):
         p0, p1 = _probabilities(sigma, z)
         a = 1 - (1 - p1) ** k * (1 - p0) ** (t - k)
         b = 1 - (1 - p0) ** t
-        p_law, q_law = _mp_binomial(rounds, a), _mp_binomial(rounds, b)
-        assert _mp_delta(p_law, q_law, eps) > delta
-        assert _mp_delta(p_law, q_law, eps + 1e-6 * (1.0 + eps)) < delta
-        # the delta lower bound the delta queries read: below the exact sum, and close to it
-        # (its margins are relative to the terms, which cancel in the sum: 1e-11 absolute)
-        for e in (0.0, 0.5 * eps, eps):
-            exact = _mp_delta(p_law, q_law, e)
-            assert exact * (1 - 1e-9) - 1e-11 <= ex._delta_lower(law[0], law[1], e) <= exact
+        _check(ex._indicator(sigma, t, k, rounds, z), _mp_binomial(rounds, a), _mp_binomial(rounds, b), delta)
 
 
 @pytest.mark.parametrize("sigma, t, k, rounds, delta, level", [
@@ -69,9 +71,6 @@ def test_total_count_is_certified_and_tight_against_exact_arithmetic(sigma, t, k
     """The exceedances of all rounds together, ``Bin(E k, p_1) * Bin(E (t - k), p_0)`` against
     ``Bin(E t, p_0)`` (summed exactly in mpmath over the same outcomes)."""
     z = float(norm.isf(10.0 ** -level / t))
-    law = ex._total(sigma, t, k, rounds, z)
-    eps = ex._epsilon_of(*law, delta)
-    assert eps > 0.0
     with mp.workdps(60):
         p0, p1 = _probabilities(sigma, z)
         marked, unmarked = _mp_binomial(rounds * k, p1), _mp_binomial(rounds * (t - k), p0)
@@ -80,8 +79,7 @@ def test_total_count_is_certified_and_tight_against_exact_arithmetic(sigma, t, k
                                                                        min(j, len(marked) - 1) + 1))
                  for j in range(n)]
         q_law = [mp.binomial(rounds * t, j) * p0 ** j * (1 - p0) ** (rounds * t - j) for j in range(n)]
-        assert _mp_delta(p_law, q_law, eps) > delta
-        assert _mp_delta(p_law, q_law, eps + 1e-6 * (1.0 + eps)) < delta
+        _check(ex._total(sigma, t, k, rounds, z), p_law, q_law, delta)
 
 
 def test_the_statistic_has_the_law_the_bound_uses_by_simulation():
