@@ -34,13 +34,15 @@ def _check(law, p_law, q_law, delta: float) -> None:
     """The epsilon found on ``law`` has exact delta above ``delta`` (certified) and one 1e-6
     higher does not (tight); the delta lower bound the delta queries read lies below the exact
     sum and close to it (its margins are relative to the terms, which cancel: 1e-11 absolute)."""
-    eps = ex._epsilon_of(*law, delta)
+    assert law is not None
+    p_lo, q_hi, top = law
+    eps = ex._epsilon_of(p_lo, q_hi, top, delta)
     assert eps > 0.0
     assert _mp_delta(p_law, q_law, eps) > delta
     assert _mp_delta(p_law, q_law, eps + 1e-6 * (1.0 + eps)) < delta
     for e in (0.0, 0.5 * eps, eps):
         exact = _mp_delta(p_law, q_law, e)
-        assert exact * (1 - 1e-9) - 1e-11 <= ex._delta_lower(law[0], law[1], e) <= exact
+        assert exact * (1 - 1e-9) - 1e-11 <= ex._delta_lower(p_lo, q_hi, e) <= exact
 
 
 def _probabilities(sigma: float, z: float) -> tuple[mp.mpf, mp.mpf]:

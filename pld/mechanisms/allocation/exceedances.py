@@ -107,7 +107,7 @@ def _epsilon_of(lp_lo: np.ndarray, lq_hi: np.ndarray, top: float, delta: float) 
     return lo
 
 
-def _indicator(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple | None:
+def _indicator(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple[np.ndarray, np.ndarray, float] | None:
     """The rounds with an exceedance, ``Bin(E, a)`` against ``Bin(E, b)`` (see the module):
     ``(lower log P_j, upper log Q_j, largest loss)``, or None."""
     pair = _bracket(sigma, t, k, z)
@@ -119,7 +119,7 @@ def _indicator(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple | N
     return la - ea, lb + eb, rounds * math.log(a / b) * (1.0 + 1e-9) + 1e-9
 
 
-def _total(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple | None:
+def _total(sigma: float, t: int, k: int, rounds: int, z: float) -> tuple[np.ndarray, np.ndarray, float] | None:
     """The exceedances of all rounds together: ``Bin(E k, p_1) * Bin(E (t - k), p_0)`` against
     ``Bin(E t, p_0)``, on ``0 .. n`` (the outcomes above ``n`` left out of both: a sub-pair);
     as :func:`_indicator`."""
