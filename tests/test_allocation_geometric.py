@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import pld
 from pld.kernels import geometric_sum_merge, geometric_sum_spread
-from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation
+from pld.mechanisms.allocation import AllocationAccuracyWarning, RandomAllocation, geometric
 from pld.mechanisms.allocation.geometric import _band
 from test_random_allocation import _check_two_steps, _mc_delta, _round_hs
 
@@ -171,11 +171,16 @@ def test_refinement_chain():
     nxt = mech.refined()
     assert nxt is not None and nxt.construction == "geometric" and nxt.spacing == pytest.approx(0.01)
     assert nxt.refined() is None  # (FINEST_SPACING)
-    # larger noise: the geometric grid is the chain's last resort for a short round
+    # larger noise: the geometric grid is the chain's last resort for a short round, then
+    # finer ones (geometric.finer_spacings: halving while within FINE_POINTS)
     chain, m = [], RandomAllocation(pld.Gaussian(1.5), 8)
     while (m := m.refined()) is not None:
-        chain.append(m.construction)
-    assert chain[-1] == "geometric" and chain.count("geometric") == 1
+        chain.append((m.construction, m.spacing))
+    first = chain.index(("geometric", 0.02))
+    tail = chain[first:]
+    assert all(c == "geometric" for c, _ in tail) and len(tail) >= 2
+    assert [sp for _, sp in tail] == [0.02 / 2 ** j for j in range(len(tail))]
+    assert all(geometric.grid_points(1.5, 8, sp) <= geometric.FINE_POINTS for _, sp in tail[2:])
     # a longer round takes it, and its finer variant, last where the finer grid resolves the
     # round's loss (sigma 1, 98 steps: 53 cells per standard deviation of log(S/t)) ...
     chain, m = [], RandomAllocation(pld.Gaussian(1.0), 98)

@@ -143,7 +143,9 @@ def test_refined_rounds_and_the_target():
     assert ("linear", mech.spacing / 2, mech.kappa) in chain
     assert ("split", mech.spacing, mech.kappa / 100) in chain
     assert ("split", mech.spacing / 2, mech.kappa) in chain  # (the light grid finer)
-    assert chain[-1] == ("geometric", mech.spacing, mech.kappa)  # (a short round's last resort at sigma >= 1)
+    # (a short round's last resort at sigma >= 1: the geometric grid, then finer ones only)
+    last = chain.index(("geometric", mech.spacing, mech.kappa))
+    assert all(c == "geometric" and sp < mech.spacing for c, sp, _ in chain[last + 1:]) and chain[last + 1:]
     # a long round leaves the finer split out (sigma 0.968, 1-of-18324: 9 more seconds for a
     # bracket that still missed its target)
     long_chain, r = [], RandomAllocation(pld.Gaussian(0.968), 18324)

@@ -165,10 +165,8 @@ def _check_tail(sigma: float, steps: int) -> None:
 #: below this noise multiplier a short round's refinement tries the geometric grid first
 _GEOMETRIC_FIRST_SIGMA = 1.0
 #: a split round's refinement skips the single linear grid where, at its spacing of 0.02 standard
-#: deviations, one coordinate's tail ``e^{a^2/2 + 7.6 a}`` spans more cells than this: on seeded
-#: settings it never moved an end from 259k cells on (sigma 0.79-0.91, 44-14365 steps, up to
-#: 75% of their time) and lifted lower ends up to 172k (sigma 0.985, 1-of-16631: by 1.6e-4; from
-#: sigma 1, at most 190k cells, 6 of 17)
+#: deviations, one coordinate's tail ``e^{a^2/2 + 7.6 a}`` spans more cells than this (beyond, it
+#: moved no end on seeded settings and took most of their time)
 _LINEAR_REFINE_CELLS = 200_000
 #: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
 _LABEL_SUM_SHARE = 0.25
@@ -330,9 +328,9 @@ class RandomAllocation(Mechanism):
         construction (the single linear grid or the light/heavy split, where
         it can be built), then the finer variant of the first
         (:meth:`_finer`), then that of the other; a short round also tries the
-        geometric grid (first below sigma = 1, else last), a round of up to 1024
-        steps the geometric grid and its finer variant last (where the finer grid
-        is small).  For ``participations > 1``
+        geometric grid (first below sigma = 1, else last), then finer ones
+        (:func:`geometric.finer_spacings`); a round of up to 1024 steps the geometric
+        grid and its finer variant last (where it is small).  For ``participations > 1``
         (the block rounds are refined as rounds of their own): a first grid
         twice as fine, down to ``FINEST_SPACING``.
         """
@@ -344,8 +342,9 @@ class RandomAllocation(Mechanism):
         pending = list(self.refine_next)
         s, t = self.noise_multiplier, self.steps
         first = self._construction()
+        fine_geo = [("geometric", x, self.kappa) for x in geometric.finer_spacings(s, t, self.spacing, FINEST_SPACING)]
         if self.construction == "auto" and first == "geometric":
-            pending = [self._finer("geometric", self.spacing, self.kappa)]
+            pending = list(fine_geo)
             if t > geometric.GEOMETRIC_STEPS:  # (a long round: the split after)
                 pending.append(("split", self.spacing, self.kappa))
         elif self.construction == "auto":
@@ -369,6 +368,7 @@ class RandomAllocation(Mechanism):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
                                                                                    self.kappa))
+                pending += fine_geo
             elif (2 <= t <= _GEOMETRIC_LAST_STEPS
                   and geometric.grid_points(s, t, self.spacing / 2) <= _GEOMETRIC_LAST_POINTS
                   and math.sqrt(math.expm1(min(1.0 / (s * s), 700.0)) / t)
