@@ -135,6 +135,19 @@ def _next_tilt(values: np.ndarray, rel_bound: np.ndarray, s: np.ndarray, coverin
     return nxt, f
 
 
+def _resolved_from_bulk(rel_bound: np.ndarray) -> int:
+    """The last entry upwards of the range around the best-resolved entry (the bulk) resolved
+    throughout as :func:`_next_tilt` asks (-1 if none): below :func:`_next_tilt`'s frontier
+    where a run tilted too far resolves entries beyond a gap, whose entries are lumped."""
+    finite = np.isfinite(rel_bound)
+    if not np.any(finite):
+        return -1
+    ok = rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
+    start = int(np.argmin(np.where(finite, rel_bound, np.inf)))
+    gaps = np.nonzero(~ok[start:])[0]
+    return start + int(gaps[0]) - 1 if gaps.size else rel_bound.size - 1
+
+
 # ------------------------------------------------------------ public
 @dataclass(frozen=True, eq=False)
 class SideAtoms:
@@ -330,19 +343,39 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             by_cut[nb] = (min(q0, lv.lost_q), min(p0, lv.lost_p))
         return sum(v[0] for v in by_cut.values()), sum(v[1] for v in by_cut.values())
 
+    def relative() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        los, his = brackets()
+        i = np.argmin(his, axis=0)
+        hi = his[i, np.arange(size)]
+        lo = np.max(los, axis=0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return lo, hi, np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf), i
+
     heavy_cut = None
     for upward in (True, False):
-        frontier = -1
+        frontier, between = -1, upward and fixed_cut is not None
         # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
         # would cost as much as the untilted one; its tails are lumped instead)
         for _ in range(_MAX_TILTS if base_cut <= _TILT_CELLS else 0):
-            los, his = brackets()
-            i = np.argmin(his, axis=0)
-            hi = his[i, np.arange(size)]
-            lo = np.max(los, axis=0)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                rel = np.where(lo > 0, (hi - lo) / np.maximum(lo, 1e-300), np.inf)
+            lo, hi, rel, i = relative()
             th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
+            bulk = _resolved_from_bulk(rel) if between and len(thetas) > 1 else f
+            if (between and (bulk < f or (th is not None and f == frontier)) and bulk >= 0
+                    and thetas[int(i[bulk])] < thetas[-1]):
+                # the last tilt went too far: it resolves nothing new (its tilted law at the
+                # window's edge: sigma 3, 1-of-161) or only beyond a gap, whose entries would be
+                # lumped (sigma 5.6, 1-of-162).  Once, a tilt halfway between the one that covers
+                # the bulk's range and the last, kept where it resolves the gap from the bulk on
+                between = False
+                mid = 0.5 * (thetas[int(i[bulk])] + thetas[-1])
+                new = run_up(mid)
+                if new[1][1].step == step and (fits is None or fits(mid, fixed_cut)):
+                    thetas.append(mid)
+                    runs_up.append(new)
+                    if _resolved_from_bulk(relative()[2]) >= max(f, bulk + 1):
+                        continue
+                    thetas.pop()
+                    runs_up.pop()
             if th is None or f == frontier:
                 break  # resolved, or the last tilt did not move the frontier
             frontier = f
