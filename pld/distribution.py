@@ -591,15 +591,16 @@ class PLD:
             self._deep_box.append(PLD(tuple(deeper)))
         return self._deep_box[0]
 
-    def _epsilon_bracket_refined(self, delta: float, rtol: float) -> tuple[float, float, str | None]:
+    def _epsilon_bracket_refined(self, delta: float, rtol: float,
+                                 known: tuple[float, float] = (0.0, math.inf)) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
 
         A component whose own model has an accuracy setting (``refined()``:
         a finer version of itself, or None; e.g. the allocation laws' grid)
         is refined when the bracket misses its target, and the brackets are
-        intersected (both are certified).  Where the components' tails at
-        ``+inf`` are a share of delta, the chain goes on from their ``deeper()``
-        pairs instead (:meth:`_deeper`; their own chains carry the deeper cut).
+        intersected (both are certified; ``known``: the earlier ones', the chain ends where
+        it meets the target).  Where the components' tails at ``+inf`` are a share of delta,
+        the chain goes on from their ``deeper()`` pairs instead (:meth:`_deeper`).
         """
         engine = self._engine()
         try:
@@ -608,6 +609,7 @@ class PLD:
             # (no grid of some direction could be built in time: the trivial
             # bracket, said; PLD_TIME_BUDGET gives the query more time)
             return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
+        lo, hi = max(lo, known[0]), min(hi, known[1])
         miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is None or self._h_fixed is not None:
             return lo, hi, miss
@@ -620,7 +622,7 @@ class PLD:
             refined = self._refined_box[0]
         if refined is None:
             return lo, hi, miss
-        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol)
+        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi))
         lo, hi = max(lo, lo2), min(hi, hi2)
         # (an infinite upper end misses any target unless epsilon is infinite exactly:
         # inf - lo <= rtol * inf would call it met)

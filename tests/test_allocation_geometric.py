@@ -181,12 +181,14 @@ def test_refinement_chain():
     assert all(c == "geometric" for c, _ in tail) and len(tail) >= 2
     assert [sp for _, sp in tail] == [0.02 / 2 ** j for j in range(len(tail))]
     assert all(geometric.grid_points(1.5, 8, sp) <= geometric.FINE_POINTS for _, sp in tail[2:])
-    # a longer round takes it, and its finer variant, last where the finer grid resolves the
-    # round's loss (sigma 1, 98 steps: 53 cells per standard deviation of log(S/t)) ...
+    # a longer round takes those geometric grids last whose cells resolve the round's loss
+    # (sigma 1, 98 steps: 53 and 106 cells per standard deviation of log(S/t) at spacing 0.01
+    # and 0.005, 26 at 0.02) ...
     chain, m = [], RandomAllocation(pld.Gaussian(1.0), 98)
     while (m := m.refined()) is not None:
         chain.append((m.construction, m.spacing))
-    assert chain[-2:] == [("geometric", 0.02), ("geometric", 0.01)] and len(chain) > 2
+    assert chain[-2:] == [("geometric", 0.01), ("geometric", 0.005)] and len(chain) > 2
+    assert ("geometric", 0.02) not in chain
     # ... not where it does not (sigma 1.5, 1000 steps: 9.5 cells), nor beyond 1024 steps
     for steps in (1000, 2000):
         m = RandomAllocation(pld.Gaussian(1.5), steps)

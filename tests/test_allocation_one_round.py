@@ -23,64 +23,28 @@ Regressions (random probes of the balls-in-bins space):
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.optimize import brentq
-from scipy.special import ndtr
 
 import pld
 from pld.mechanisms.allocation import geometric
 from pld.mechanisms.allocation.sums import sum_laws
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is run from the repository root, not installed
+    sys.path.insert(0, str(ROOT))
 
-def _cells(a: float, h: float) -> tuple[np.ndarray, np.ndarray]:
-    """``Y``'s Q-mass on cells ``[(j - 1/2) h, (j + 1/2) h)`` (the first from 0), at ``j h``."""
-    top = math.exp(-a * a / 2 + 14.0 * a)
-    n = int(math.ceil(top / h)) + 1
-    edges = (np.arange(n + 1) - 0.5) * h
-    edges[0] = 0.0
-    with np.errstate(divide="ignore"):
-        z = (np.log(edges) + a * a / 2) / a
-    # (upper tails above the median: their differences keep relative accuracy)
-    mass = np.where(z[:-1] > 0, ndtr(-z[:-1]) - ndtr(-z[1:]), ndtr(z[1:]) - ndtr(z[:-1]))
-    return np.arange(n) * h, np.maximum(mass, 0.0)
-
-
-def oracle_delta(sigma: float, t: int, eps: float, direction: str = "remove", per_sd: float = 300.0) -> float:
-    """``delta(eps)`` of one round of 1-of-``t`` allocation, one direction (see the module)."""
-    a = 1.0 / sigma
-    y, m = _cells(a, math.sqrt(math.expm1(a * a)) / per_sd)
-    h = y[1]
-    c = math.exp(eps if direction == "remove" else -eps)
-    log_m = np.where(m > 0, np.log(np.maximum(m, 1e-320)), -np.inf)
-
-    def tilted(theta: float) -> tuple[np.ndarray, float]:
-        e = log_m + theta * y
-        top = float(e.max())
-        w = np.exp(e - top)
-        return w / w.sum(), top + math.log(w.sum())
-
-    theta = brentq(lambda th: t * float(np.dot(tilted(th)[0], y)) - t * c, -2000.0, 50.0, xtol=1e-12)
-    w, log_mgf = tilted(theta)
-    mean = t * float(np.dot(w, y))
-    sd = math.sqrt(t * (float(np.dot(w, y * y)) - (mean / t) ** 2))
-    size = 1 << max(14, int(math.ceil(math.log2((80.0 * sd + 10.0 * y[-1]) / h))))
-    f = np.fft.irfft(np.fft.rfft(w, size) ** t, size)
-    s = np.arange(size) * h
-    s = s + np.round((mean - s) / (size * h)) * size * h  # (the circular index nearest the mean)
-    gain = (s / t - c) if direction == "remove" else (1.0 - s / (t * c))
-    keep = (gain > 0) & (f > 1e-250)
-    logs = np.log(gain[keep]) + np.log(f[keep]) + t * log_mgf - theta * s[keep]
-    top = float(logs.max())
-    return math.exp(top) * float(np.exp(logs - top).sum())
+from benchmarks.reference import allocation_round  # noqa: E402
 
 
 def _oracle(sigma: float, t: int, eps: float) -> float:
-    return max(oracle_delta(sigma, t, eps, "remove"), oracle_delta(sigma, t, eps, "add"))
+    return allocation_round.delta(sigma, t, eps)
 
 
 def _within(lo: float, hi: float) -> bool:
@@ -91,7 +55,7 @@ def test_oracle_against_two_step_quadrature():
     from test_allocation_tails import _t2_remove
 
     for eps in (0.5, 0.8):
-        assert oracle_delta(5.52, 2, eps) == pytest.approx(_t2_remove(5.52, eps), rel=2e-5)
+        assert allocation_round.round_delta(5.52, 2, eps) == pytest.approx(_t2_remove(5.52, eps), rel=2e-5)
 
 
 def test_long_light_sum_tilts_back_into_its_window():
@@ -111,7 +75,7 @@ def test_split_upper_side_keeps_its_far_tail(eps):
     loss, lp, lq = up.remove
     sel = loss > eps
     upper = float(np.sum(np.exp(lp[sel])) - math.exp(eps) * np.sum(np.exp(lq[sel])))
-    truth = oracle_delta(3.049, 161, eps)
+    truth = allocation_round.round_delta(3.049, 161, eps)
     assert truth * (1 - 1e-4) <= upper <= 1.01 * truth, (upper / truth, info["tilts"])
 
 
@@ -126,6 +90,33 @@ def test_short_round_refines_its_geometric_grid():
     assert _t2_remove(5.52, lo) >= 7e-12 * (1 - 1e-6) and _t2_remove(5.52, hi) <= 7e-12 * (1 + 1e-6)
     lo, hi = pld.dpsgd(2.528, 1 / 16, 32, sampling="balls_in_bins").epsilon_bounds(2e-12)
     assert _within(lo, hi), (lo, hi)
+
+
+def test_longer_round_takes_the_finer_geometric_grid_that_resolves_it():
+    """sigma 1.877, 1-of-70, 4 epochs, delta 6.4e-12 (a random probe): 9x its target before; the
+    geometric grid at spacing 0.005 resolves the round's loss (55 cells a standard deviation)."""
+    lo, hi = pld.dpsgd(1.877, 1 / 70, 280, sampling="balls_in_bins").epsilon_bounds(6.4e-12)
+    assert _within(lo, hi), (lo, hi)
+
+
+def test_refinement_chain_ends_where_the_intersection_meets_the_target():
+    """The same round: the geometric grid at 0.005 alone is 1.32x its target, and with the
+    brackets before it the intersection meets it, so the chain stops there (not at 0.0025)."""
+    from pld.mechanisms.allocation import RandomAllocation
+
+    d = pld.PLD(((RandomAllocation(pld.Gaussian(1.877), 70), 4),))
+    lo, hi = d.epsilon_bounds(6.4e-12)
+    assert _within(lo, hi)
+    chain, node = [], d
+    while True:
+        # (the next composition asked: the deeper tails' where built, else the refined one)
+        boxes = [b[0] for b in (node._deep_box, node._refined_box) if b and b[0] is not None]
+        if not boxes:
+            break
+        node = boxes[0]
+        ((m, _),) = node._components
+        chain.append((m.construction, m.spacing))
+    assert chain[-1] == ("geometric", 0.005), chain
 
 
 def test_finer_spacings_halve_within_their_cap():

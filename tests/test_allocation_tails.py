@@ -552,7 +552,7 @@ def test_a_cifar_sized_round_meets_its_target_with_the_geometric_grid_tried_last
     """sigma 1, batch 512 of 50000 (98 steps per epoch), 2 epochs, delta 1e-5: every other
     construction's dominated side leaves the bracket at 1.43x its target (finer linear and
     split grids lose more of the lower end to round-off than they gain); the geometric grid
-    and its finer variant, tried last for rounds up to 1024 steps, meet it."""
+    grids that resolve the round's loss, tried last for rounds up to 1024 steps, meet it."""
     from pld.mechanisms.allocation import RandomAllocation
 
     with warnings.catch_warnings():
@@ -567,13 +567,17 @@ def test_a_cifar_sized_round_meets_its_target_with_the_geometric_grid_tried_last
     while r is not None:
         chain.append((r.construction, r.spacing))
         r = r.refined()
-    assert chain[-2:] == [("geometric", 0.02), ("geometric", 0.01)]
-    # (not where the finer geometric grid is big: sigma 0.56, 323 steps, where it cost seconds)
+    assert chain[-2:] == [("geometric", 0.01), ("geometric", 0.005)]
+    # (only grids within geometric.FINE_POINTS: sigma 0.56, 323 steps takes spacing 0.02 and 0.01,
+    # 0.4 and 1.1 s, not 0.005, 4.6e4 points)
+    from pld.mechanisms.allocation import geometric
+
     chain, r = [], RandomAllocation(pld.Gaussian(0.56), 323, 1)
     while r is not None:
-        chain.append(r.construction)
+        chain.append((r.construction, r.spacing))
         r = r.refined()
-    assert "geometric" not in chain
+    assert [sp for c, sp in chain if c == "geometric"] == [0.02, 0.01]
+    assert geometric.grid_points(0.56, 323, 0.005) > geometric.FINE_POINTS
 
 
 def _epsilon_gaussian(mu: float, delta: float) -> float:

@@ -96,10 +96,10 @@ _FINEST_KAPPA = 1e-6
 DEEP_TAIL = 1e-22
 #: most light-grid cells a refinement of the split may ask for
 _REFINE_LIGHT_CELLS = 1 << 18
-#: longest round, most points of the finer geometric grid and fewest of its cells per standard
-#: deviation of log(S/t), with which a missed target tries the geometric grid last (beyond, its
-#: sums cost seconds and rarely moved an end)
-_GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS, _GEOMETRIC_LAST_RESOLVES = 1024, 1 << 14, 40.0
+#: longest round, most points of a geometric grid and fewest of its cells per standard deviation
+#: of log(S/t), with which a missed target tries geometric grids last (beyond, their sums cost
+#: seconds and rarely moved an end)
+_GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS, _GEOMETRIC_LAST_RESOLVES = 1024, geometric.FINE_POINTS, 40.0
 #: the split's light cut is refined (kappa / 100) from this noise multiplier on only
 _KAPPA_REFINE_SIGMA = 0.7
 #: a split round's add mass at +inf past which a missed target tries the light grid in medians
@@ -284,7 +284,8 @@ class RandomAllocation(Mechanism):
         return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
 
     def _finer(self, construction: str, spacing: float, kappa: float) -> tuple | None:
-        """The next finer variant of one construction, or None: the single grid at half the
+        """The next finer variant of the linear grid or the split, or None (the geometric grid's:
+        :func:`geometric.finer_spacings`): the single grid at half the
         spacing (down to ``FINEST_SPACING``, within ``_REFINE_CELLS`` cells); the split with a
         light cut a hundred times further out (``kappa / 100``, down to ``_FINEST_KAPPA``, while
         the light grid stays within ``_REFINE_LIGHT_CELLS`` cells, from ``sigma = 0.7`` on)."""
@@ -292,9 +293,6 @@ class RandomAllocation(Mechanism):
         from pld.mechanisms.allocation.levels import window
 
         s, t = self.noise_multiplier, self.steps
-        if construction == "geometric":
-            ok = spacing / 2 >= FINEST_SPACING * (1 - 1e-9) and geometric.fits(s, t, spacing / 2)
-            return ("geometric", spacing / 2, kappa) if ok else None
         if construction == "linear":
             if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not linear_fits(s, t, spacing / 2):
                 return None
@@ -369,16 +367,16 @@ class RandomAllocation(Mechanism):
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
                                                                                    self.kappa))
                 pending += fine_geo
-            elif (2 <= t <= _GEOMETRIC_LAST_STEPS
-                  and geometric.grid_points(s, t, self.spacing / 2) <= _GEOMETRIC_LAST_POINTS
-                  and math.sqrt(math.expm1(min(1.0 / (s * s), 700.0)) / t)
-                  >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(self.spacing / 2)):
-                # (a longer round whose loss log(S/t) spans many cells of the finer geometric grid:
-                # that grid and its finer variant last, whose dominated side can be the best of
-                # all: sigma 1, 1-of-98, 2 epochs, delta 1e-5 missed at 1.43x its target after the
-                # others, and meets it at spacing 0.01; at sigma 2, 1-of-1000, 6.7 cells per
-                # standard deviation, the geometric brackets were 10-100x wider than the others)
-                pending += [("geometric", self.spacing, self.kappa), self._finer("geometric", self.spacing, self.kappa)]
+            elif 2 <= t <= _GEOMETRIC_LAST_STEPS:
+                # (a longer round: last, the geometric grids, this one's and finer, whose cells
+                # resolve the loss log(S/t) (sigma 1, 1-of-98, 2 epochs, delta 1e-5 meets its target
+                # only at spacing 0.01; sigma 1.877, 1-of-70, 4 epochs, delta 6.4e-12 at 0.005); at
+                # sigma 2, 1-of-1000, 6.7 cells a standard deviation, they were 10-100x wider)
+                sd_loss = math.sqrt(math.expm1(min(1.0 / (s * s), 700.0)) / t)
+                fine = [g for g in [("geometric", self.spacing, self.kappa)] + fine_geo
+                        if geometric.grid_points(s, t, g[1]) <= _GEOMETRIC_LAST_POINTS
+                        and sd_loss >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(g[1])]
+                pending += fine
         pending = [p for p in pending if p is not None]
         if not pending:
             return None

@@ -69,9 +69,9 @@ MAX_POINTS = 1 << 17
 #: rounds this short or shorter take the geometric grid at small noise (``"auto"``)
 GEOMETRIC_STEPS = 64
 #: a missed target halves a geometric grid's spacing past its first refinement while the grid
-#: keeps within this many points (a sum costs ``n log(1/h)/h``: ~0.4 s at 1e4 points), at most
-#: ``FINE_STEPS`` times in all
-FINE_POINTS, FINE_STEPS = 1 << 14, 4
+#: keeps within this many points (a round costs ``n log(1/h)/h``: ~0.4 s at 1e4 points, ~2 s at
+#: 2.6e4), at most ``FINE_STEPS`` times in all
+FINE_POINTS, FINE_STEPS = 1 << 15, 4
 _U = 2.0 ** -53
 
 
