@@ -26,6 +26,9 @@ and, when ``lower > 0``, ``delta_true(lower) >= delta``):
   Evaluated with mpmath (60 digits), so tiny deltas are exact.
 * ``quadrature`` (``t = 2``, one epoch): the exact pair's hockey stick in both directions by
   numerical quadrature of one coordinate against the other's closed-form call/put price.
+* ``round_oracle`` (one epoch, ``k = 1``, ``sigma`` where it is affordable, about 2.5 up): the
+  sum of ``t`` log-normals by one FFT power of its exponentially tilted law
+  (:mod:`benchmarks.reference.allocation_round`, numerical, ~1e-5 relative; 1e-4 allowed).
 * ``monte_carlo`` (one epoch, ``k = 1``, ``t * n`` within budget): plain sampling of the exact pair in
   both directions, a 99.9% normal confidence interval per direction; informative only when delta is
   large enough for the sample (the verdict says "uninformative" otherwise).
@@ -40,6 +43,7 @@ Usage (repository root, pld installed)::
 
     nice python -m benchmarks.coverage_allocation --n 40 --seed 39 --jsonl benchmarks/records/coverage-allocation.jsonl
     python -m benchmarks.coverage_allocation --from-jsonl benchmarks/records/coverage-allocation.jsonl --peers 0
+    python -m benchmarks.coverage_allocation --space dpsgd --n 80 --seed 1 --peers 0   # pld.dpsgd's 1-of-t space
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.coverage import TARGET_ATOL, TARGET_RTOL, Worker, _load, machine_facts, serve
+from benchmarks.reference import allocation_round
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,6 +69,15 @@ RANGES = {"sigma": (0.3, 6.0), "t": (2, 100_000), "epochs": (1, 1000), "delta": 
 #: ``--space strict``: one participation, many epochs at a strict delta (where each round's
 #: tails at +inf, summed over the run, reach delta: ``RandomAllocation.deeper``)
 RANGES_STRICT = {"sigma": (1.0, 4.0), "t": (100, 5000), "epochs": (100, 3000), "delta": (1e-13, 1e-10)}
+#: ``--space dpsgd``: what ``pld.dpsgd(sigma, 1/t, t * epochs, sampling="balls_in_bins")`` meets
+#: (one participation; the ranges of the stop hook's random probe)
+RANGES_DPSGD = {"sigma": (0.5, 8.0), "t": (2, 20_000), "epochs": (1, 300), "delta": (1e-12, 1e-4)}
+SPACES = {"default": (RANGES, "sigma in [0.3, 6], t in [2, 1e5], k in [1, t/4], epochs in [1, 1000], "
+                              "delta in [1e-12, 1e-4]"),
+          "strict": (RANGES_STRICT, "sigma in [1, 4], t in [100, 5000], k = 1, epochs in [100, 3000], "
+                                    "delta in [1e-13, 1e-10]"),
+          "dpsgd": (RANGES_DPSGD, "sigma in [0.5, 8], t in [2, 2e4], k = 1, epochs in [1, 300], "
+                                  "delta in [1e-12, 1e-4]")}
 #: Monte Carlo budget: normal draws per direction (t * n)
 MC_DRAWS = 4e7
 #: two-sided confidence of the Monte Carlo intervals (normal approximation)
@@ -87,9 +101,10 @@ class Setting:
 def sample_settings(n: int, seed: int, space: str = "default") -> list[Setting]:
     """``n`` settings, five uniforms each from one seeded stream (a prefix of a longer run is a shorter run).
 
-    ``space``: ``"default"`` (:data:`RANGES`) or ``"strict"`` (:data:`RANGES_STRICT`, ``k = 1``)."""
+    ``space``: ``"default"`` (:data:`RANGES`), ``"strict"`` (:data:`RANGES_STRICT`, ``k = 1``) or
+    ``"dpsgd"`` (:data:`RANGES_DPSGD`, ``k = 1``)."""
     rng = np.random.default_rng(seed)
-    ranges = RANGES_STRICT if space == "strict" else RANGES
+    ranges = SPACES[space][0]
 
     def logu(lo: float, hi: float, x: float) -> float:
         return math.exp(math.log(lo) + x * (math.log(hi) - math.log(lo)))
@@ -98,7 +113,7 @@ def sample_settings(n: int, seed: int, space: str = "default") -> list[Setting]:
     for i in range(n):
         u = rng.random(5)
         t = max(2, int(round(logu(*ranges["t"], u[1]))))
-        k_max = max(1, t // 4) if space != "strict" else 1
+        k_max = max(1, t // 4) if space == "default" else 1
         k = min(k_max, max(1, int(round(logu(1, k_max, u[2]))))) if k_max > 1 else 1
         out.append(Setting(i, logu(*ranges["sigma"], u[0]), t, k,
                            max(1, int(round(logu(*ranges["epochs"], u[3])))), logu(*ranges["delta"], u[4])))
@@ -282,6 +297,12 @@ def judge_truths(rec: dict, mc_seed: int, mc: bool = True) -> None:
         truths["quadrature"] = {"delta_at_upper": th, "delta_at_lower": tl,
                                 "verdict": _verdict(lo, hi, delta, (th * (1 - 1e-7), th * (1 + 1e-7)),
                                                     (tl * (1 - 1e-7), tl * (1 + 1e-7)))}
+    if E == 1 and k == 1 and 0 < lo and math.isfinite(hi) and allocation_round.affordable(s):
+        # (the tilted-FFT round of benchmarks.reference.allocation_round: ~1e-5 relative; 1e-4 allowed)
+        th, tl = allocation_round.delta(s, t, hi), allocation_round.delta(s, t, lo)
+        truths["round_oracle"] = {"delta_at_upper": th, "delta_at_lower": tl,
+                                  "verdict": _verdict(lo, hi, delta, (th * (1 - 1e-4), th * (1 + 1e-4)),
+                                                      (tl * (1 - 1e-4), tl * (1 + 1e-4)))}
     if mc and E == 1 and k == 1 and t <= MC_DRAWS / 1e4 and math.isfinite(hi):
         w0 = time.perf_counter()
         r = mc_delta(s, t, [hi, lo], mc_seed)
@@ -398,10 +419,8 @@ def markdown(recs: list[dict], args, facts: dict) -> str:
     L = ["## Coverage of random allocation (issue 39)", "",
          f"- date: {facts['date']}; pld commit {facts['commit']}; {facts['machine']}; load {facts['load']}",
          f"- `python -m benchmarks.coverage_allocation --n {args.n} --seed {args.seed} --timeout-per-setting "
-         f"{args.timeout_per_setting:g}" + (" --space strict" if args.space == "strict" else "") + "`: "
-         + ("sigma in [1, 4], t in [100, 5000], k = 1, epochs in [100, 3000], delta in [1e-13, 1e-10]"
-            if args.space == "strict" else
-            "sigma in [0.3, 6], t in [2, 1e5], k in [1, t/4], epochs in [1, 1000], delta in [1e-12, 1e-4]")
+         f"{args.timeout_per_setting:g}" + (f" --space {args.space}" if args.space != "default" else "") + "`: "
+         + SPACES[args.space][1]
          + ", log-uniform each; target `upper - lower <= 1e-4*upper + 1e-6`", "",
          "| outcome | settings |", "|---|---|"]
     for name in ("within", "warned", "silent", "contradicted", "timed out", "error"):
@@ -426,8 +445,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.coverage_allocation", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--seed", type=int, default=39)
-    ap.add_argument("--space", choices=("default", "strict"), default="default",
-                    help="strict: k = 1, 100-3000 epochs, delta 1e-13..1e-10 (RANGES_STRICT)")
+    ap.add_argument("--space", choices=tuple(SPACES), default="default",
+                    help="strict: k = 1, 100-3000 epochs, delta 1e-13..1e-10 (RANGES_STRICT); dpsgd: "
+                         "k = 1, sigma 0.5-8, t 2-2e4, 1-300 epochs (RANGES_DPSGD)")
     ap.add_argument("--timeout-per-setting", type=float, default=60.0)
     ap.add_argument("--jsonl", type=Path)
     ap.add_argument("--out", type=Path, help="write the markdown section here")
