@@ -327,8 +327,8 @@ class RandomAllocation(Mechanism):
         it can be built), then the finer variant of the first
         (:meth:`_finer`), then that of the other; a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
-        (:func:`geometric.finer_spacings`); a round of up to 1024 steps the geometric
-        grid and its finer variant last (where it is small).  For ``participations > 1``
+        (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
+        grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
         (the block rounds are refined as rounds of their own): a first grid
         twice as fine, down to ``FINEST_SPACING``.
         """
