@@ -96,11 +96,12 @@ def test_a_hanging_task_times_out_and_the_worker_is_replaced():
 
 
 def test_allocation_samples_stay_in_their_ranges():
-    """The allocation coverage's two spaces: k in [1, t/4] by default; k = 1, many epochs at a
-    strict delta with ``--space strict``; a prefix of a longer sample is a shorter one."""
+    """The allocation coverage's spaces: k in [1, t/4] by default; k = 1, many epochs at a
+    strict delta with ``--space strict``; k = 1 in pld.dpsgd's balls-in-bins ranges with
+    ``--space dpsgd``; a prefix of a longer sample is a shorter one."""
     from benchmarks import coverage_allocation as A
 
-    for space, ranges in (("default", A.RANGES), ("strict", A.RANGES_STRICT)):
+    for space, ranges in (("default", A.RANGES), ("strict", A.RANGES_STRICT), ("dpsgd", A.RANGES_DPSGD)):
         sample = A.sample_settings(200, 3, space)
         assert sample[:7] == A.sample_settings(7, 3, space)
         for s in sample:
@@ -108,4 +109,17 @@ def test_allocation_samples_stay_in_their_ranges():
             assert ranges["t"][0] <= s.t <= ranges["t"][1]
             assert ranges["epochs"][0] <= s.epochs <= ranges["epochs"][1]
             assert ranges["delta"][0] <= s.delta <= ranges["delta"][1]
-            assert 1 <= s.k <= (1 if space == "strict" else max(1, s.t // 4))
+            assert 1 <= s.k <= (max(1, s.t // 4) if space == "default" else 1)
+
+
+def test_allocation_round_oracle_judges_one_epoch():
+    """The one-round truth accepts pld's bracket and contradicts one whose upper end is 1% low."""
+    import pld
+    from benchmarks import coverage_allocation as A
+
+    lo, hi = pld.dpsgd(5.0, 1 / 10, 10, sampling="balls_in_bins").epsilon_bounds(1e-9)
+    for upper, verdict in ((hi, "ok"), (0.99 * lo, "CONTRADICTED")):
+        rec = {"sigma": 5.0, "t": 10, "k": 1, "epochs": 1, "delta": 1e-9,
+               "pld": {"status": "ok", "lower": min(lo, upper), "upper": upper, "wall": 0.0, "warnings": []}}
+        A.judge_truths(rec, 0, mc=False)
+        assert rec["truths"]["round_oracle"]["verdict"].startswith(verdict), rec["truths"]
