@@ -67,6 +67,27 @@ def test_long_light_sum_tilts_back_into_its_window():
     assert _oracle(3.049, 161, hi) <= 1e-10 * (1 + 1e-4)
 
 
+def test_delta_query_walks_the_refinement_chain():
+    """The delta bracket at the epsilon bracket's midpoint: 19% wide from the first construction
+    alone before; within 1% (DELTA_CHAIN_RTOL) now, on a fresh PLD, and it holds the oracle's
+    delta (both directions' larger), and it is no wider than the first level's."""
+    from pld.distribution import DELTA_CHAIN_RTOL
+
+    lo, hi = pld.dpsgd(3.049, 1 / 161, 161, sampling="balls_in_bins").epsilon_bounds(1e-10)
+    eps = 0.5 * (lo + hi)
+    fresh = pld.dpsgd(3.049, 1 / 161, 161, sampling="balls_in_bins")
+    d_lo, d_hi = fresh.delta_bounds(eps)
+    assert d_hi - d_lo <= DELTA_CHAIN_RTOL * d_hi, (d_lo, d_hi)
+    truth = _oracle(3.049, 161, eps)
+    assert d_lo * (1 - 1e-4) <= truth <= d_hi * (1 + 1e-4), (d_lo, truth, d_hi)
+    # (a curve: each point's bracket as certified; its grids may differ from the single point's)
+    curve_lo, curve_hi = pld.dpsgd(3.049, 1 / 161, 161, sampling="balls_in_bins").delta_bounds(
+        np.array([eps, 1.2 * eps]))
+    assert curve_hi[0] - curve_lo[0] <= DELTA_CHAIN_RTOL * curve_hi[0]
+    assert curve_lo[0] * (1 - 1e-4) <= truth <= curve_hi[0] * (1 + 1e-4)
+    assert curve_lo[1] <= _oracle(3.049, 161, 1.2 * eps) * (1 + 1e-4) and curve_hi[1] <= curve_lo[0]
+
+
 @pytest.mark.parametrize("eps", [0.1463, 0.16])
 def test_split_upper_side_keeps_its_far_tail(eps):
     """The split's dominating atoms at delta ~ 1e-10 .. 4e-12: within 1% of the oracle above it

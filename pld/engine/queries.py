@@ -10,6 +10,7 @@ the composer (:mod:`pld.engine.composer`); every bracket read off them is certif
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -672,3 +673,27 @@ def _refine_loose_points(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi: n
         lo_r, hi_r, _ = delta_pass(engine, flat, [_found_delta_query(engine, r, float(lo[cand[0]]))], known_lo=lo)
         lo, hi = np.maximum(lo, lo_r), np.minimum(hi, hi_r)
     return lo, hi
+
+
+#: a delta bracket whose ends differ by more than this factor is reported
+#: (an epsilon target never asks for that much: delta falls by e^{lam rtol eps}
+#: over one target, ~1.1 at the largest epsilons of the coverage sample)
+DELTA_LOOSE_FACTOR = 10.0
+
+
+def warn_if_loose(flat: np.ndarray, lo: np.ndarray, hi: np.ndarray, h_fixed: float | None,
+                  limit: float, category: type[Warning]) -> None:
+    """Never silent: a delta bracket an order of magnitude wide (or ``[0, x]``) is reported as
+    ``category`` (both ends stay certified); not beyond ``limit`` (:func:`tunable_epsilon`),
+    where no grid is tuned and the upper end is what every grid sends to +inf, below ~1e-40."""
+    with np.errstate(invalid="ignore"):
+        loose = (np.abs(flat) < limit) & (hi > 1e-200) & (hi > DELTA_LOOSE_FACTOR * lo)
+    if not np.any(loose):
+        return
+    j = int(np.flatnonzero(loose)[0])
+    why = (f"the grid spacing is fixed at value_discretization_interval = {h_fixed:g}" if h_fixed is not None
+           else "the grids could not resolve it")
+    warnings.warn(f"delta bracket [{lo[j]:.4g}, {hi[j]:.4g}] at epsilon = {flat[j]:.6g}"
+                  + (f" (and {int(loose.sum()) - 1} more points)" if loose.sum() > 1 else "")
+                  + f" is wider than a factor {DELTA_LOOSE_FACTOR:g}: {why}. Both ends are still certified.",
+                  category, stacklevel=4)
