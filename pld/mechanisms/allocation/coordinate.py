@@ -110,10 +110,9 @@ def _next_tilt(values: np.ndarray, rel_bound: np.ndarray, s: np.ndarray, coverin
     rate at the frontier, ``theta_f`` the tilt that resolves it) continues
     the resolved range (an overlap of 1/4 of the range).
     """
-    finite = np.isfinite(rel_bound)
-    if not np.any(finite):
+    ok = _resolved(rel_bound)
+    if ok is None:
         return None, -1
-    ok = rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
     idx = np.nonzero(ok)[0]
     f = int(idx[-1]) if upward else int(idx[0])
     if f == (values.size - 1 if upward else 0):
@@ -135,15 +134,23 @@ def _next_tilt(values: np.ndarray, rel_bound: np.ndarray, s: np.ndarray, coverin
     return nxt, f
 
 
-def _resolved_from_bulk(rel_bound: np.ndarray) -> int:
-    """The last entry upwards of the range around the best-resolved entry (the bulk) resolved
-    throughout as :func:`_next_tilt` asks (-1 if none): below :func:`_next_tilt`'s frontier
-    where a run tilted too far resolves entries beyond a gap, whose entries are lumped."""
+def _resolved(rel_bound: np.ndarray) -> np.ndarray | None:
+    """The entries resolved to ``_REL_OK`` (or to 30 times the best entry's bound); None if
+    no entry has a finite bound."""
     finite = np.isfinite(rel_bound)
     if not np.any(finite):
+        return None
+    return rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
+
+
+def _resolved_from_bulk(rel_bound: np.ndarray) -> int:
+    """The last entry upwards of the range around the best-resolved entry (the bulk) resolved
+    throughout (:func:`_resolved`; -1 if none): below :func:`_next_tilt`'s frontier where a run
+    tilted too far resolves entries beyond a gap, whose entries are lumped."""
+    ok = _resolved(rel_bound)
+    if ok is None:
         return -1
-    ok = rel_bound <= max(_REL_OK, 30.0 * float(np.min(rel_bound[finite])))
-    start = int(np.argmin(np.where(finite, rel_bound, np.inf)))
+    start = int(np.argmin(np.where(np.isfinite(rel_bound), rel_bound, np.inf)))
     gaps = np.nonzero(~ok[start:])[0]
     return start + int(gaps[0]) - 1 if gaps.size else rel_bound.size - 1
 
@@ -353,11 +360,12 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
 
     heavy_cut = None
     for upward in (True, False):
-        frontier, between = -1, upward and fixed_cut is not None
+        frontier, between, known = -1, upward and fixed_cut is not None, None
         # (a first grid of more cells than _TILT_CELLS gets no tilted runs: each
         # would cost as much as the untilted one; its tails are lumped instead)
         for _ in range(_MAX_TILTS if base_cut <= _TILT_CELLS else 0):
-            lo, hi, rel, i = relative()
+            lo, hi, rel, i = known if known is not None else relative()
+            known = None
             th, f = _next_tilt(0.5 * (lo + hi), rel, s, i, thetas, upward)
             bulk = _resolved_from_bulk(rel) if between and len(thetas) > 1 else f
             if (between and (bulk < f or (th is not None and f == frontier)) and bulk >= 0
@@ -372,8 +380,10 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
                 if new[1][1].step == step and (fits is None or fits(mid, fixed_cut)):
                     thetas.append(mid)
                     runs_up.append(new)
-                    if _resolved_from_bulk(relative()[2]) >= max(f, bulk + 1):
+                    known = relative()  # (the next pass's brackets, if the run stays)
+                    if _resolved_from_bulk(known[2]) >= max(f, bulk + 1):
                         continue
+                    known = None
                     thetas.pop()
                     runs_up.pop()
             if th is None or f == frontier:
