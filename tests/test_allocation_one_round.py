@@ -70,7 +70,7 @@ def test_long_light_sum_tilts_back_into_its_window():
 def test_delta_query_walks_the_refinement_chain():
     """The delta bracket at the epsilon bracket's midpoint: 19% wide from the first construction
     alone before; within 1% (DELTA_CHAIN_RTOL) now, on a fresh PLD, and it holds the oracle's
-    delta (both directions' larger), and it is no wider than the first level's."""
+    delta (both directions' larger); the same for the first point of a curve."""
     from pld.distribution import DELTA_CHAIN_RTOL
 
     lo, hi = pld.dpsgd(3.049, 1 / 161, 161, sampling="balls_in_bins").epsilon_bounds(1e-10)
