@@ -33,7 +33,9 @@ import numpy as np
 from benchmarks.coverage import DEFAULT_RANGES, Worker, target_width
 
 
-def sample_schedules(n: int, seed: int) -> list[dict]:
+def sample_schedules(n: int, seed: int, shape: str = "mixed") -> list[dict]:
+    """``shape`` "mixed": 2-4 phases, half with a warm-up; "warmup": a warm-up then one
+    phase from the box (the stop hook's schedules)."""
     rng = np.random.default_rng(seed)
 
     def logu(lo: float, hi: float) -> float:
@@ -41,6 +43,13 @@ def sample_schedules(n: int, seed: int) -> list[dict]:
 
     out = []
     for i in range(n):
+        if shape == "warmup":
+            warm = (round(logu(2.0, 12.0), 3), float(f"{logu(1e-4, 1e-2):.2g}"), int(rng.integers(1, 21)))
+            main = (round(logu(*DEFAULT_RANGES["sigma"]), 4), float(f"{logu(*DEFAULT_RANGES['q']):.2g}"),
+                    max(1, int(float(f"{logu(*DEFAULT_RANGES['T']):.2g}"))))
+            out.append({"index": i, "phases": [warm, main],
+                        "delta": float(f"{logu(*DEFAULT_RANGES['delta']):.1g}")})
+            continue
         k = int(rng.integers(2, 5))
         phases = []
         for _ in range(k):
@@ -60,11 +69,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--jsonl", type=Path)
+    ap.add_argument("--shape", choices=("mixed", "warmup"), default="mixed",
+                    help="mixed: 2-4 phases, half with a warm-up; warmup: a warm-up then one phase")
     a = ap.parse_args(argv)
     recs = []
     worker = Worker("schedule")
     try:
-        for s in sample_schedules(a.n, a.seed):
+        for s in sample_schedules(a.n, a.seed, a.shape):
             status, res = worker.run(s, a.timeout)
             rec = dict(s, status=status, **(res if status == "ok" else {"message": res}))
             if status == "ok":

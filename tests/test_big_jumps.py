@@ -262,12 +262,15 @@ def test_split_bracket_intersects_the_whole_law_bracket(sigma, log_q, steps, log
 
 
 def _delta_importance_sampled(sigma: float, q: float, steps: int, epsilons, *, n: int = 200_000,
-                              seed: int = 0) -> list[tuple[float, float]]:
+                              seed: int = 0, warmup: tuple[float, float, int] | None = None
+                              ) -> list[tuple[float, float]]:
     """``(estimate, standard error)`` of delta(eps) (remove direction) by Monte
     Carlo with a defensive mixture proposal: one uniformly chosen step is
     drawn from N(mu, sigma^2) with mu where one step alone reaches epsilon
     (the single big jump), the others from the subsampled law itself.  The
-    weight is P(y) / ((1/T) sum_j g(y_j) P(y) / p(y_j)); numpy only."""
+    weight is P(y) / ((1/T) sum_j g(y_j) P(y) / p(y_j)); numpy only.
+    ``warmup`` ``(sigma0, q0, steps0)``: a phase in front, its steps drawn
+    from their own subsampled law (weight one) and their losses added."""
     from scipy.special import logsumexp
 
     rng = np.random.default_rng(seed)
@@ -286,6 +289,10 @@ def _delta_importance_sampled(sigma: float, q: float, steps: int, epsilons, *, n
         log_w = math.log(steps) - logsumexp(-0.5 * ((y - mu) / sigma) ** 2 - log_p(y), axis=1)
         z = (2 * y - 1) / (2 * sigma ** 2)
         loss = np.log1p(q * np.expm1(np.minimum(z, 700.0))).sum(axis=1)
+        if warmup is not None:
+            s0, q0, t0 = warmup
+            y0 = rng.normal(0.0, s0, (batch, t0)) + (rng.random((batch, t0)) < q0)
+            loss += np.log1p(q0 * np.expm1((2 * y0 - 1) / (2 * s0 ** 2))).sum(axis=1)
         for e in epsilons:
             sums[e].append(np.where(loss > e, -np.expm1(e - loss), 0.0) * np.exp(log_w))
     out = []
@@ -308,6 +315,60 @@ def test_split_bracket_against_importance_sampling():
     assert se_lo < 0.01 * d_lo and se_hi < 0.01 * d_hi  # (the sampler works here)
     assert d_hi <= delta + 4 * se_hi  # the certified upper end is epsilon-DP at delta
     assert d_lo >= delta - 4 * se_lo  # and the lower end is not
+
+
+def test_warmup_riding_along_is_cut_too():
+    """The run of the test above with a short warm-up in front (sigma 2.071,
+    q 1.1e-4, 3 steps: a stop hook's schedule).  Whole in every term, the
+    warm-up's Gaussian tail held the terms' tilt down and the bracket was
+    [0.024160, 0.024177] (5x its target); cut as well, the terms meet the
+    target, and importance sampling (sharing nothing with pld) puts delta at
+    the ends on the right sides of 1e-10."""
+    warm, (sigma, q, steps), delta = (2.071, 1.1e-4, 3), (0.8, 2e-5, 128), 1e-10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd_schedule([warm, (sigma, q, steps)]).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    (d_lo, se_lo), (d_hi, se_hi) = _delta_importance_sampled(sigma, q, steps, [lo, hi], warmup=warm, seed=3)
+    assert se_lo < 0.01 * d_lo and se_hi < 0.01 * d_hi
+    assert d_hi <= delta + 4 * se_hi
+    assert d_lo >= delta - 4 * se_lo
+
+
+@pytest.mark.parametrize("warm, main, delta", [
+    ((2.0, 1e-3, 3), (0.9, 2e-5, 128), 1e-11),            # 179x the target when whole
+    ((2.5, 5e-4, 10), (0.84, 1e-5, 300), 1e-10),          # 15x
+    ((3.579, 0.0019, 5), (0.8613, 1.4e-5, 1600), 1e-9),   # 3.7x (a stop hook's probe)
+])
+def test_warmup_schedules_meet_the_target(warm, main, delta):
+    """Short warm-ups in front of a heavy-tailed phase: within the default
+    target, and at least the heavy phase's own lower end (a composition is
+    at least as leaky as its part: an outside check on the lower end)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd_schedule([warm, main]).epsilon_bounds(delta)
+        lo1, _ = pld.dpsgd(*main).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert hi >= lo1
+
+
+def test_cut_others_keeps_long_and_atom_parts_whole():
+    """Only short, cuttable parts are cut; each cut part's left-out weight is
+    at most its share, and what is left out is added to the tail."""
+    short = _model(2.0, 1e-3, 3)
+    long_ = _model(0.7, 1e-4, 5000)
+    rr = pld.RandomizedResponse(1.0).loss_model("remove")
+    kept, tail = bj._cut_others(((short, 3), (long_, 5000), (rr, 2)), 0.01, math.log(1e-18))
+    assert kept[1] == (long_, 5000) and kept[2] == (rr, 2)
+    core, c = kept[0]
+    assert c == 3 and core is not short and core.bounded_above
+    assert 0.0 < tail <= 1e-18 * (1 + 1e-6)
+    # the left-out weight is the normal law's mass above the core's cut, 3 steps
+    # (loss log(1 - q + q e^x) > cut <=> x > log1p(expm1(cut) / q), x = (2y - 1) / (2 sigma^2))
+    x_cut = math.log1p(math.expm1(core.loss_hi) / 1e-3)
+    y_cut = (2 * 2.0 ** 2 * x_cut + 1) / 2
+    exact = 3 * ((1 - 1e-3) * norm.sf(y_cut, scale=2.0) + 1e-3 * norm.sf(y_cut, loc=1.0, scale=2.0))
+    assert tail == pytest.approx(exact, rel=1e-6)
 
 
 def test_terms_resolve_a_subsampled_bulk():
