@@ -352,6 +352,27 @@ def test_warmup_schedules_meet_the_target(warm, main, delta):
     assert hi >= lo1
 
 
+def test_split_moves_to_the_part_that_jumps():
+    """sigma 0.695, q 8.1e-5, 70709 steps beside sigma 1.801, q 7.9e-4,
+    127076 steps at delta 6e-11: split by step count, the second part has no
+    step above the cut (one term) and the first rode along whole (7.5x the
+    target, 10 s).  The split moves to the part that jumps: within the target,
+    at least as leaky as either phase, and below dp_accounting's pessimistic
+    estimate (1.3823 at h = 1e-4)."""
+    phases, delta = [(0.695, 8.1e-05, 70709), (1.801, 0.00079, 127076)], 6e-11
+    heavy = bj.applicable(pld.dpsgd_schedule(phases).components)
+    assert heavy.steps == 127076  # (by count)
+    moved = bj._heaviest_at(heavy, 0.68, delta)
+    assert moved.steps == 70709 and moved.others[0][1] == 127076
+    assert bj._heaviest_at(moved, 0.68, delta) is moved  # (a part with jumps keeps the split)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd_schedule(phases).epsilon_bounds(delta)
+        lead = max(pld.dpsgd(*ph).epsilon_bounds(delta)[0] for ph in phases)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert lead <= hi and lo <= 1.3823
+
+
 def test_cut_others_keeps_long_and_atom_parts_whole():
     """Only short, cuttable parts are cut; each cut part's left-out weight is
     at most its share, and what is left out is added to the tail."""

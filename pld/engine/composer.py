@@ -205,12 +205,13 @@ class Composer:
                 "none (pld then chooses the spacing per query)")
         comp = self.laws.exploration(direction)
         sizing = self.laws.sizing(direction, log_eta)
-        entry = Materialized([_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(),
-                                            log_eta, ex_sizing, len(comp.parts))
-                              for (mech, count), (ex, _), (ex_sizing, _)
-                              in zip(self.laws.components, comp.parts, sizing.parts)],
-                             w.window(sizing, lam, log_eta, h))
-        entry.partial_windows = _partial_windows(sizing, lam, log_eta, h, entry.final_window)
+        prepared = [_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(), log_eta,
+                                  ex_sizing, len(comp.parts))
+                    for (mech, count), (ex, _), (ex_sizing, _) in zip(self.laws.components, comp.parts, sizing.parts)]
+        # (the discretised steps' laws beside the exact ones: see _window)
+        held = [(step.ex_grid or ex, k) for step, (ex, k) in zip(prepared, sizing.parts)]
+        entry = Materialized(prepared, _window(sizing.parts, held, lam, log_eta, h))
+        entry.partial_windows = _partial_windows(sizing.parts, held, lam, log_eta, h, entry.final_window)
         return entry
 
 
@@ -229,7 +230,26 @@ def _compose_components(entry: Materialized, h: float, lam: float, pessimistic: 
     return total
 
 
-def _partial_windows(sizing: w.Composite, lam: float, log_eta, h: float,
+def _window(parts: list, held: list, lam: float, log_eta, h: float) -> tuple[float, float]:
+    """The window of the composition of ``parts`` (exact laws) united with that of
+    ``held`` (the laws the grids hold: each first step as discretised).
+
+    A component whose per-step loss is small next to the spacing another one
+    sets is spread by a cell per step, which widens its composed law (sigma
+    5.34, q 8.1e-4, 50133 steps on h = 5.1e-4: 2.7x the exact variance); a
+    window drawn from the exact law alone sent that law's tail to +inf when
+    the first components were cut to their share of the final window, 1e-8
+    of mass against a delta of 8e-12, and the upper end became the largest
+    loss (the add direction of a schedule: [404.8, 11723]).  Within a
+    component, the levels are sized from the discretised step for the same
+    reason (:func:`pld.engine.first_step._level_window`).  Sizing only.
+    """
+    lo, hi = w.window(w.Composite(parts), lam, log_eta, h)
+    lo_g, hi_g = w.window(w.Composite(held), lam, log_eta, h)
+    return min(lo, lo_g), max(hi, hi_g)
+
+
+def _partial_windows(parts: list, held: list, lam: float, log_eta, h: float,
                      final: tuple[float, float]) -> list[tuple[float, float]]:
     """Where the composition of the first ``k + 1`` components must be kept.
 
@@ -242,14 +262,13 @@ def _partial_windows(sizing: w.Composite, lam: float, log_eta, h: float,
     to the bottom of a window drawn around a large later part.  Sizing only:
     truncation moves what lies outside to the safe side either way.
     """
-    parts = sizing.parts
     out = []
     for k in range(len(parts)):
         if k == len(parts) - 1:
             out.append(final)
             continue
-        lo_r, hi_r = w.window(w.Composite(parts[k + 1:]), lam, log_eta, h)
-        lo_o, hi_o = w.window(w.Composite(parts[:k + 1]), lam, log_eta, h)
+        lo_r, hi_r = _window(parts[k + 1:], held[k + 1:], lam, log_eta, h)
+        lo_o, hi_o = _window(parts[:k + 1], held[:k + 1], lam, log_eta, h)
         lo, hi = max(final[0] - hi_r, lo_o), min(final[1] - lo_r, hi_o)
         out.append((lo, hi) if lo < hi else (lo_o, hi_o))
     return out
