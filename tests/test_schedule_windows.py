@@ -68,3 +68,22 @@ def test_spread_phase_tail_is_not_sent_to_inf():
     # (its epsilon at a strict delta is then finite, not the largest loss)
     assert math.isfinite(float(pess.epsilon(1e-10)))
     assert np.all(np.isfinite(pess.delta(np.array([0.1, 0.3]))))
+
+
+def test_infinite_upper_end_of_a_bounded_direction_is_refined(monkeypatch):
+    """Where the grid's own mass at +inf puts a direction's upper end at
+    infinity although its losses are bounded (the add direction here: each
+    step's loss is at most -log(1 - q)), the planner refines the grid rather
+    than calling the bracket done: with the windows of the exact laws alone
+    (the failure above, forced) the upper end was the largest loss, 11723.1,
+    for an epsilon of 404.8."""
+    from pld.engine import composer
+    from pld.engine import windows as w
+
+    monkeypatch.setattr(composer, "_window",
+                        lambda parts, held, lam, log_eta, h: w.window(w.Composite(parts), lam, log_eta, h))
+    phases, delta = CASES[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd_schedule(phases).epsilon_bounds(delta)
+    assert 404.8 < lo <= hi < 404.85

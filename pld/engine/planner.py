@@ -545,7 +545,7 @@ class Planner:
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} {precision} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
-            if width <= target or not math.isfinite(value) or value <= floor:
+            if width <= target or value <= floor or not (math.isfinite(value) or self._numerical_inf(direction)):
                 break
             tighter = self._tighter_budget(direction, query, h, lam, log_eta, precision, width, value)
             if tighter is not None:
@@ -571,6 +571,13 @@ class Planner:
             h, lam, weakened = step
         width, found = best
         return width <= last_target, found
+
+    def _numerical_inf(self, direction: str) -> bool:
+        """Whether an infinite upper end in ``direction`` is the grid's, not the
+        composition's: its losses are bounded (no mass at +inf), so a finer grid
+        can bring it down (a phase spread a cell per step on a schedule's
+        spacing, whose tail left the windows)."""
+        return math.isfinite(self.laws.largest_loss(direction))
 
     def _tighter_budget(self, direction: str, query: Query, h: float, lam: float, log_eta: LogEta,
                         precision: str, width: float, value: float) -> LogEta | None:
@@ -676,7 +683,11 @@ class Planner:
         assert opt is not None
         if query.kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)
-            target = rtol * hi + EPS_ATOL
+            # (an infinite upper end, the grid's mass at +inf above delta, is a
+            # miss to work on, measured against the lower end: a target of
+            # rtol * inf called it met and the direction's end stayed its
+            # largest loss)
+            target = rtol * (hi if math.isfinite(hi) or not math.isfinite(lo) else lo) + EPS_ATOL
             part = 0.0
             if hi - lo > target or _DEBUG:
                 pz, oz = pess.without_error(), opt.without_error()
