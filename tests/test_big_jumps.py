@@ -427,3 +427,20 @@ def test_delta_curve_uses_the_split_too():
     finally:
         queries._refine_delta_by_jumps = keep
     assert np.all(g_lo <= d_lo) and np.all(d_hi <= g_hi)
+
+
+@pytest.mark.parametrize("phases, delta", [
+    ([(2.506, 0.0098, 1), (3.331, 0.00075, 110)], 3e-12),     # 1.22x: the warm-up step is the heavy part
+    ([(2.254, 0.0041, 2), (2.3239, 1.7e-05, 8300)], 2e-12),   # 2.44x (100x before the riders were cut)
+])
+def test_split_part_without_jumps_gives_way(phases, delta):
+    """Where the part split by step count has no step above the cut, the part
+    that jumps is split instead and the old one rides along cut at the same
+    cut (its jumps there weigh below the tail share): within the target, and
+    at least as leaky as the leading phase."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd_schedule(phases).epsilon_bounds(delta)
+        lead = max(pld.dpsgd(*ph).epsilon_bounds(delta)[0] for ph in phases)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert lead <= hi

@@ -61,10 +61,12 @@ TAIL_SHARE = 1e-7
 MAX_TERMS = 24
 #: accuracy of the first pass over the terms (it measures their shares)
 COARSE_RTOL = 1e-2
-#: a component riding along in the terms is cut (:func:`_cut_others`) when it has at most
-#: this many steps: a long one's many steps need no strong tilt each, and its cut law,
-#: held whole on its cut side, made the terms' grids larger (sigma 0.67, q 1.2e-4,
-#: 476636 steps beside sigma 0.44, q 8e-6, 1.07e6 steps: 0.60x -> 0.80x the target, 2x slower)
+#: a component riding along in the terms is cut (:func:`_cut_others`) at a loss raised until
+#: its jumps are negligible when it has at most this many steps; a longer one only at the
+#: terms' cut itself, where they already are: a long one's many steps need no strong tilt
+#: each, and its law cut far out, held whole on its cut side, made the terms' grids larger
+#: (sigma 0.67, q 1.2e-4, 476636 steps beside sigma 0.44, q 8e-6, 1.07e6 steps: 0.60x ->
+#: 0.80x the target, 2x slower)
 CUT_OTHERS_STEPS = 100
 #: relative slack on every weight (rounding of log C(T, k), of k log b and exp)
 _WEIGHT_SLACK = 1e-11
@@ -252,8 +254,7 @@ def _heaviest_at(heavy: Heavy, cut: float, delta: float) -> Heavy:
     floor = math.log(TAIL_SHARE * delta)
     if log_jumps(heavy.model, heavy.steps) >= floor:
         return heavy
-    cands = [(log_jumps(m, c), i) for i, (m, c) in enumerate(heavy.others)
-             if c > CUT_OTHERS_STEPS and _cuttable(m)]
+    cands = [(log_jumps(m, c), i) for i, (m, c) in enumerate(heavy.others) if _cuttable(m)]
     if not cands:
         return heavy
     best, i = max(cands)
@@ -281,11 +282,12 @@ def _cut_others(others: tuple, cut: float, log_share: float) -> tuple[tuple, flo
     """
     kept, tail = [], 0.0
     for m, c in others:
-        if c > CUT_OTHERS_STEPS or not _cuttable(m):
+        if not _cuttable(m):
             kept.append((m, c))
             continue
         a, chosen = cut, None
-        for _ in range(64):
+        # (a long part only at the cut itself, where its jumps are negligible)
+        for _ in range(64 if c <= CUT_OTHERS_STEPS else 1):
             core, _, log_b = split(m, a)
             if not math.isfinite(log_b):
                 break  # (nothing above: the law is bounded there already)
