@@ -30,16 +30,17 @@ Upper side (dominating):
   convolution keeps stochastic order, so a sub-pair whose P-measure of the loss is
   stochastically larger, with ``Q = P e^{-L}``, dominates in every composition).
   ``P(N = j) <= p_h C(t-1, j-1) q_h^{j-1} + C(t-1, j) q_h^j`` (``q_h = Q(Y > B)``,
-  ``p_h = P(marked Y > B)``).  Given ``N = j``: the light coordinates are iid
-  ``L / |L|`` (the marked one, if light, is at most ``B``), so their sum is at most
-  ``B + s_k`` except with probability ``tau_k`` (Chernoff with the light sum's
-  log-MGF bound); each heavy coordinate is at most (stochastically) the size-biased
+  ``p_h = P(marked Y > B)``).  Given ``N = j``: the unmarked light coordinates are iid
+  ``L / |L|`` and the marked one, if light, has the law ``y L(dy) / P(marked Y <= B)``,
+  independent of them, so their sum is at most ``s_k`` except with probability ``tau_k``
+  (Chernoff with the light sum's log-MGF bound, plus the marked one's where it is light;
+  or ``B`` plus the light sum's quantile, whichever is smaller), on a ladder of 15
+  ``tau_k``; each heavy coordinate is at most (stochastically) the size-biased
   heavy law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically); two
   are added on the geometric grid (each rounded up to its cell's top, the sum
   up to the next grid point), a sum of ``j >= 3`` is at most ``j`` times their
-  maximum, whose law is closed form.  The light sum's law is bounded by a ladder
-  of its Chernoff quantiles ``s_k``, so ``S <= B + s_k + (heavy sum)`` in law (no
-  ``B`` when the marked coordinate is heavy, the unmarked heavy ones by their own law).
+  maximum, whose law is closed form.  The light part's law is bounded by that ladder
+  of Chernoff quantiles, so ``S <= s_k + (heavy sum)`` in law.
   ``{N > J}`` and the rest go to ``+inf``.
 * add direction, ``{N >= 2}``: ``S >= B + s_lo`` there but with probability
   ``tau`` (``s_lo`` a lower Chernoff quantile of a sum of ``t - 1`` light ones; ``N``
@@ -78,6 +79,7 @@ import numpy as np
 from pld import _special
 from pld._special import ndtr
 from pld.engine.cache import in_background, in_parallel, side_pool
+from pld.engine.mgf_bounds import _mgf_bound_from
 from pld.mechanisms.allocation.coordinate import (
     SideAtoms,
     _coordinate_upper,
@@ -110,7 +112,7 @@ _GAUSS_STEP = 1e-3
 #: groups of the lumps' heavy parts
 _LUMP_GROUPS = 8
 #: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
-_TAUS = (0.5, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
+_TAUS = (0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 3e-3, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 #: the heavy grid reaches the marked coordinate's quantile of this tail
 _TOP_TAIL = 1e-18
 #: a round built for a deeper tail (``levels._tail`` below ``_TAIL``: RandomAllocation.deeper) takes
@@ -418,13 +420,22 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     s_up = np.array([max(0.0, float(np.min((up.base_lmgf[pos] - math.log(tau) - log_norm) / up.base_chern[pos])))
                      for tau in taus])
     w_up = -np.diff(np.concatenate(([1.0], np.array(taus))))  # (mass between consecutive quantiles)
+    # with the marked coordinate light as well: its law y L(dy) / P(marked light) on [0, B],
+    # independent of the rest, so the ladder of the light sum plus it (not plus B): its
+    # log-MGF from the spread coordinate (y e^{theta y} is convex, a mean-preserving spread
+    # raises its mean) over P(marked light) >= 1 - p_h
+    with np.errstate(divide="ignore"):
+        lm_marked = (_mgf_bound_from(np.log(xs_l * g_l), g_l, d, up.base_chern[pos])
+                     - math.log1p(-min(p_h, 1.0 - 1e-16)) * (1 + 1e-12))
+    s_up_marked = np.array([max(0.0, float(np.min((up.base_lmgf[pos] + lm_marked - math.log(tau) - log_norm)
+                                                     / up.base_chern[pos]))) for tau in taus])
     rem_loss, rem_mass = [], []
     for j in range(2, J + 1):
         # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
-        # ones; the marked one is then a light coordinate, at most B)
-        cases = ((p_h * math.comb(t - 1, j - 1) * q_h ** (j - 1), 0.0, 1, j - 1),
-                 (math.comb(t - 1, j) * q_h ** j, big_b, 0, j))
-        for m_j, shift, n_sb, n_q in cases:
+        # ones; the marked one then joins the light part's ladder)
+        cases = ((p_h * math.comb(t - 1, j - 1) * q_h ** (j - 1), s_up, 1, j - 1),
+                 (math.comb(t - 1, j) * q_h ** j, np.minimum(s_up_marked, big_b + s_up), 0, j))
+        for m_j, ladder, n_sb, n_q in cases:
             m_j *= 1 + 1e-12
             if m_j <= 0.0:
                 continue
@@ -443,8 +454,8 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
                 heavy_v = j * hv[1:]
                 heavy_m = np.maximum(u_j[:-1] - u_j[1:], 0.0) + 1e-13 * u_j[:-1]
                 beyond = float(u_j[-1])
-            for s_k, w_k in zip(s_up, w_up):
-                rem_loss.append(np.log((shift + s_k + heavy_v) / t))
+            for s_k, w_k in zip(ladder, w_up):
+                rem_loss.append(np.log((s_k + heavy_v) / t))
                 rem_mass.append(m_j * w_k * heavy_m * (1 + 1e-12))
             inf_p += m_j * (beyond + taus[-1]) * (1 + 1e-12)
     inf_p += (p_h * math.comb(t - 1, J) * q_h ** J + math.comb(t - 1, J + 1) * q_h ** (J + 1)) * (1 + 1e-12)
