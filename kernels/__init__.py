@@ -11,7 +11,7 @@ per machine.
 from . import _aot
 
 __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merge_centred", "pessimistic_spread",
-           "hockey_stick_suffix", "subsampled_mass_errors",
+           "hockey_stick_suffix", "cell_extremes", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
            # random allocation's per-coordinate laws
@@ -36,7 +36,15 @@ if len(_ahead_of_time) < len(__all__):
     from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
     from .discretize import pessimistic_spread
     from .geometric import geometric_sum_merge, geometric_sum_spread
-    from .hockey import dot_compensated, hockey_stick_suffix, l1_l2_norms, log_mgf_grid, log_mgf_points, tilted_moments
+    from .hockey import (
+        cell_extremes,
+        dot_compensated,
+        hockey_stick_suffix,
+        l1_l2_norms,
+        log_mgf_grid,
+        log_mgf_points,
+        tilted_moments,
+    )
     from .merge import optimistic_merge_centred
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating

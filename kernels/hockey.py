@@ -34,6 +34,36 @@ def hockey_stick_suffix(p, lam, h):
     return sa, sb
 
 
+@called_with(F64, F64, F64, F64, f64, f64, f64, f64)
+@njit(cache=True, nogil=True)
+def cell_extremes(sa, sb, e, gamma, anchor, lam, h, sign):
+    """log of each cell's largest bound, ``log(w_m (SA_m - e^{-h} SB_m + sign (E_m + slack_m)))``
+    (``-inf`` where that is not positive; cell 0 with ``e^{-h}`` read as 0), as
+    :meth:`pld.engine.grid.GridPLD._epsilon` reads them: the same operations in the
+    same order, ``w_m = e^{anchor - lam (m h)}`` with its rounding bound added on
+    ``sign``'s side.  One pass, no temporaries (the grid's evaluator asks it once per grid)."""
+    n = sa.shape[0]
+    u = 2.0 ** -53
+    x0 = math.exp(-h)
+    out = np.empty(n)
+    for m in range(n):
+        x = 0.0 if m == 0 else x0
+        a = sa[m]
+        b = sb[m]
+        em = e[m]
+        xb = x * b
+        slack = (gamma[m] + 4.0 * u) * ((a + xb) + 4.0 * em) + xb * (4.0 * u)
+        ext = (a - xb) + sign * (em + slack)
+        if ext > 0.0:
+            t = lam * (m * h)
+            logc = anchor - t
+            logc_err = (2.0 * abs(anchor) + 4.0 * abs(t) + 2.0) * u
+            out[m] = (logc + sign * logc_err) + math.log(ext)
+        else:
+            out[m] = -np.inf
+    return out
+
+
 #: entries per block of the MGF kernel: within a block the weights e^{theta l}
 #: are powers of one ratio, so the block sum is a Horner evaluation
 _MGF_BLOCK = 256

@@ -440,3 +440,32 @@ def test_atoms_placed_on_grid_points_record_their_slack():
     slacks = [pair.dominated.loss_slack for pair in pairs.values()]
     assert all(0.0 < s <= 20 * 1e-13 for s in slacks), slacks
     assert all(pair.dominating.loss_slack == 0.0 for pair in pairs.values())
+
+
+@pytest.mark.parametrize("pessimistic", [True, False])
+def test_cell_extremes_kernel_is_the_array_expression(pessimistic):
+    """The compiled pass behind :meth:`GridPLD._epsilon` computes, cell by cell, what the
+    array expression of the evaluator does (the same operations in the same order; the
+    log may differ from numpy's in the last unit)."""
+    from pld.kernels import cell_extremes
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    p = np.abs(rng.normal(size=n)) * np.exp(-np.linspace(0, 30, n))
+    if not pessimistic:
+        p[::7] *= -1e-3  # (a dominated grid's entries can be slightly negative)
+    g = GridPLD(1e-3, -200, p, 2.5, 3.0, 0.0, 1e-12, pessimistic)
+    sa, sb, e, anchor, gamma = g._suffix()
+    sign = 1.0 if pessimistic else -1.0
+    got = cell_extremes(sa, sb, e, gamma, float(anchor), g.lam, g.h, sign)
+    m = np.arange(n + 1)
+    left = np.full(n + 1, math.exp(-g.h))
+    left[0] = 0.0
+    core, slack = g._inner(m, left, np.full(n + 1, 4.0 * 2.0 ** -53))
+    extreme = core + sign * (e + slack)
+    logc, logc_err = g._log_weight(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.where(extreme > 0, logc + sign * logc_err + np.log(np.where(extreme > 0, extreme, 1.0)), -np.inf)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    fin = np.isfinite(want)
+    assert np.allclose(got[fin], want[fin], rtol=4e-16, atol=4e-16 * np.max(np.abs(want[fin])))
