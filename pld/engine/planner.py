@@ -499,8 +499,7 @@ class Planner:
                 raise
             last_target = target
             if width < best[0] or not seen:
-                # (the first grid built is kept even with an infinite width:
-                # the start itself may not build, see the tilt weakened above)
+                # (the first grid built is kept even with an infinite width: the start may not build)
                 stalled = 0 if width < 0.9 * best[0] else stalled + 1
                 best = (width, Settings(h, lam, log_eta, precision))
                 seen = True
@@ -513,10 +512,8 @@ class Planner:
                 break  # a 3x finer spacing took off < 1/4: the rest is not discretisation
             if (prev is not None and prev[1] != lam and prev[0] == h and width > 2.0 * prev[2]
                     and points(direction, h, lam, log_eta) > FUTILE_POINTS):
-                # a new tilt on the same big grid doubled the width: the
-                # round-off is not the tilt's to fix (a heavy-tailed law at
-                # small q; sigma 0.56, q 2e-5: a stronger and then a weaker
-                # tilt, each a 1.1M-point grid, both worse), so no more tilts
+                # a new tilt on the same big grid doubled the width: the round-off is not the tilt's to
+                # fix (heavy tails at small q; sigma 0.56, q 2e-5: two tilts, 1.1M points each, both worse)
                 break
             # What h does not control shows in two grids of one tilt and precision: the
             # discretisation part extrapolated to h = 0 (linearly, the most hopeful of the
@@ -545,7 +542,9 @@ class Planner:
             if _DEBUG:
                 print(f"[pld] {direction} h={h:.3g} lam={lam:.3g} {precision} width={width:.3g} "
                       f"round-off part={err_part:.3g} target={target:.3g}")
-            if width <= target or value <= floor or not (math.isfinite(value) or self._numerical_inf(direction)):
+            # (an infinite value where the losses are bounded is the grid's own mass at +inf: refined)
+            if width <= target or value <= floor or not (
+                    math.isfinite(value) or math.isfinite(self.laws.largest_loss(direction))):
                 break
             tighter = self._tighter_budget(direction, query, h, lam, log_eta, precision, width, value)
             if tighter is not None:
@@ -571,13 +570,6 @@ class Planner:
             h, lam, weakened = step
         width, found = best
         return width <= last_target, found
-
-    def _numerical_inf(self, direction: str) -> bool:
-        """Whether an infinite upper end in ``direction`` is the grid's, not the
-        composition's: its losses are bounded (no mass at +inf), so a finer grid
-        can bring it down (a phase spread a cell per step on a schedule's
-        spacing, whose tail left the windows)."""
-        return math.isfinite(self.laws.largest_loss(direction))
 
     def _tighter_budget(self, direction: str, query: Query, h: float, lam: float, log_eta: LogEta,
                         precision: str, width: float, value: float) -> LogEta | None:
@@ -683,10 +675,7 @@ class Planner:
         assert opt is not None
         if query.kind == "delta":
             lo, hi = opt.epsilon(val), pess.epsilon(val)
-            # (an infinite upper end, the grid's mass at +inf above delta, is a
-            # miss to work on, measured against the lower end: a target of
-            # rtol * inf called it met and the direction's end stayed its
-            # largest loss)
+            # (an infinite upper end is a miss, measured against the lower end: rtol * inf called it met)
             target = rtol * (hi if math.isfinite(hi) or not math.isfinite(lo) else lo) + EPS_ATOL
             part = 0.0
             if hi - lo > target or _DEBUG:
