@@ -123,3 +123,18 @@ def test_allocation_round_oracle_judges_one_epoch():
                "pld": {"status": "ok", "lower": min(lo, upper), "upper": upper, "wall": 0.0, "warnings": []}}
         A.judge_truths(rec, 0, mc=False)
         assert rec["truths"]["round_oracle"]["verdict"].startswith(verdict), rec["truths"]
+
+
+def test_schedule_samples_keep_their_shapes():
+    """The schedule benchmark's shapes: ``warmup`` is a warm-up phase (sigma 2-12, q 1e-4-1e-2,
+    1-20 steps) then one phase of the coverage box; ``mixed`` 2-4 phases; both seeded."""
+    from benchmarks import coverage_schedules as CS
+
+    warm = CS.sample_schedules(50, 11, "warmup")
+    assert warm == CS.sample_schedules(50, 11, "warmup")
+    for r in warm:
+        (s0, q0, t0), (s, q, t) = r["phases"]
+        assert 2.0 <= s0 <= 12.0 and 1e-4 <= q0 <= 1e-2 and 1 <= t0 <= 20
+        assert 0.3 <= s <= 6.0 and 3e-6 * 0.95 <= q <= 0.5 and 50 * 0.95 <= t <= 3e6
+        assert 1e-12 * 0.95 <= r["delta"] <= 1e-4 * 1.05
+    assert all(2 <= len(r["phases"]) <= 4 for r in CS.sample_schedules(20, 7))
