@@ -444,3 +444,30 @@ def test_split_part_without_jumps_gives_way(phases, delta):
         lead = max(pld.dpsgd(*ph).epsilon_bounds(delta)[0] for ph in phases)
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert lead <= hi
+
+
+def test_one_jump_term_gets_the_larger_grid_cap():
+    """sigma 0.457, q 3.4e-6, T 480000, delta 5e-5: the one-jump term's law spans
+    from the cut to a loss of ~4, and at the spacing its bulk needs its first
+    grid passed the general cap (2^21 points): the term stopped at 2x its share
+    and the bracket at 1.67x its target.  Term engines take twice the cap: within
+    the target, inside the bracket without the terms, and below dp_accounting's
+    pessimistic estimate (0.138286 at h = 1e-4)."""
+    from pld.engine import queries
+
+    assert bj.TERM_GRID_POINTS > bj.MAX_GRID_POINTS
+    sigma, q, steps, delta = 0.457, 3.4e-6, 480000, 5e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    assert hi - lo <= 1e-4 * hi + 1e-6
+    assert lo <= 0.138286
+    keep = queries._refine_by_jumps
+    try:
+        queries._refine_by_jumps = lambda engine, d, r, a, b, used: (a, b)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pld.TargetMissedWarning)
+            lo1, hi1 = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    finally:
+        queries._refine_by_jumps = keep
+    assert lo1 <= hi * (1 + 1e-12) and lo <= hi1 * (1 + 1e-12)

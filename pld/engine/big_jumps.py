@@ -68,6 +68,11 @@ COARSE_RTOL = 1e-2
 #: (sigma 0.67, q 1.2e-4, 476636 steps beside sigma 0.44, q 8e-6, 1.07e6 steps: 0.60x ->
 #: 0.80x the target, 2x slower)
 CUT_OTHERS_STEPS = 100
+#: the grid cap of a term's engine: a jump law spans from the cut to its far tail (a loss of ~4
+#: at sigma 0.5, q 3e-6), and at the spacing the bulk needs the one-jump term's first grid passed
+#: the general cap (sigma 0.509, q 3e-6, T 454873, delta 8e-6: 1.9x the target at 2^21 points,
+#: 1.08x at 2^22); only the terms that reach the cap use it
+TERM_GRID_POINTS = 2 * MAX_GRID_POINTS
 #: relative slack on every weight (rounding of log C(T, k), of k log b and exp)
 _WEIGHT_SLACK = 1e-11
 _U = 2.0 ** -53
@@ -360,7 +365,7 @@ def _neighbour_spacings(planner, query, settings):
         if _budget.spent():
             break
         h = planner.align("remove", round_spacing(settings.h * f))
-        if planner.composer.grid_points("remove", h, settings.lam, settings.log_eta) > MAX_GRID_POINTS:
+        if planner.composer.grid_points("remove", h, settings.lam, settings.log_eta) > planner.composer.max_points:
             continue
         cand = settings._replace(h=h)
         w, target = planner.width("remove", query, *cand)[:2]
@@ -417,7 +422,7 @@ def build_terms(heavy: Heavy, delta: float, eps0: float,
         # bulk on coarser grids; sigma 0.33, q 7.7e-6, T 2.6e6 went from 4.8x
         # its target to 1.5x)
         kept = previous.engines if previous is not None else ()
-        engines.append(kept[k] if k < len(kept) else Engine.build(comps, None))
+        engines.append(kept[k] if k < len(kept) else Engine.build(comps, None, TERM_GRID_POINTS))
         weights.append(_log_binomial(steps, k) + k * log_b)
 
     def grid_pair(k: int, r: float, start=None, atol: float = 0.0) -> tuple:

@@ -71,9 +71,11 @@ class Materialized:
 class Composer:
     """Builds (and caches) the grid pairs of one composition."""
 
-    def __init__(self, laws: Laws, cache: EngineCache) -> None:
+    def __init__(self, laws: Laws, cache: EngineCache, max_points: int = MAX_GRID_POINTS) -> None:
         self.laws = laws
         self.cache = cache
+        #: the largest grid this composition's materialisations may allocate
+        self.max_points = max_points
         _heap.settle()  # (the grids' arrays stay in the heap between queries)
 
     def grid_points(self, direction: str, h: float, lam: float, log_eta) -> int:
@@ -198,15 +200,15 @@ class Composer:
     def _prepare(self, direction: str, h: float, lam: float, log_eta) -> Materialized:
         """What both sides of a materialisation share: windows, cells, sizing laws."""
         n_final = self.grid_points(direction, h, lam, log_eta)
-        if n_final > MAX_GRID_POINTS:
+        if n_final > self.max_points:
             raise GridTooLargeError(
                 f"value_discretization_interval = {h:g} needs {n_final} grid points for this query, above the "
-                f"cap of {MAX_GRID_POINTS}: pass a spacing of at least {h * n_final / MAX_GRID_POINTS:.3g}, or "
+                f"cap of {self.max_points}: pass a spacing of at least {h * n_final / self.max_points:.3g}, or "
                 "none (pld then chooses the spacing per query)")
         comp = self.laws.exploration(direction)
         sizing = self.laws.sizing(direction, log_eta)
         prepared = [_prepare_step(mech.loss_model(direction), ex, count, h, lam, comp.steps(), log_eta,
-                                  ex_sizing, len(comp.parts))
+                                  ex_sizing, len(comp.parts), self.max_points)
                     for (mech, count), (ex, _), (ex_sizing, _) in zip(self.laws.components, comp.parts, sizing.parts)]
         # (the discretised steps' laws beside the exact ones: see _window)
         held = [(step.ex_grid or ex, k) for step, (ex, k) in zip(prepared, sizing.parts)]

@@ -53,6 +53,8 @@ class _Step:
     #: the step's law as the grids hold it (its tail beyond the first window
     #: left out), for the levels' windows
     ex_sizing: w.Exploration | None = None
+    #: the largest grid of this composition (``Composer.max_points``)
+    max_points: int = MAX_GRID_POINTS
 
 
 def _level_window(ex: w.Exploration, ex_grid: w.Exploration | None, c: int, h: float, lam: float,
@@ -93,8 +95,9 @@ def _log_step_shares(total_steps: int, count: int, parts: int) -> float:
 
 def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
                   total_steps: int, log_eta, ex_sizing: w.Exploration | None = None,
-                  parts: int = 1) -> _Step:
-    """First-step window, cell masses and sizing law of one component."""
+                  parts: int = 1, max_points: int = MAX_GRID_POINTS) -> _Step:
+    """First-step window, cell masses and sizing law of one component (at most ``max_points``
+    points, spanning at most ``STEP_SPAN_CAP`` spacings scaled alike)."""
     shares = _log_step_shares(total_steps, count, parts)
     lo, hi = w.step_window(ex, lam, w.shifted(log_eta, shares), h)
     lo = max(lo, ex.loss_min)
@@ -112,7 +115,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     if getattr(model, "bounded_below", False):
         lo = min(lo, ex.loss_min)
     core = w.window(w.Composite([(ex_sizing or ex, 1)]), lam, budget)
-    for cap in (STEP_SPAN_CAP, MAX_GRID_POINTS):
+    for cap in (STEP_SPAN_CAP * (max_points // MAX_GRID_POINTS or 1), max_points):
         lo, hi = _capped_span(lo, hi, h, core, cap)
         k_lo = int(math.floor(lo / h))
         k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
@@ -124,7 +127,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
             points = cell_points(*w.tail_offsets(ex, lam, k_lo, h, n, budget_scale=total_steps / count), n)
             if points.size > 0.8 * n:
                 points = None
-        if (n if points is None else points.size) <= MAX_GRID_POINTS:
+        if (n if points is None else points.size) <= max_points:
             break
         # (wide cells did not bring the window within the cap: it is cut to
         # the cap in plain cells)
@@ -141,7 +144,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
         ex_grid.psi_around(lam)
         ex_grid.psi_around(0.0)
     return _Step(model, ex, count, k_lo, k_hi, cells, ex_grid, points,
-                 ex_sizing=ex if ex_sizing is None else ex_sizing)
+                 ex_sizing=ex if ex_sizing is None else ex_sizing, max_points=max_points)
 
 
 def _capped_span(lo: float, hi: float, h: float, core: tuple[float, float], cap: float) -> tuple[float, float]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pld.engine.cache import EngineCache
 from pld.engine.composer import Composer
 from pld.engine.laws import Laws
+from pld.engine.limits import MAX_GRID_POINTS
 from pld.engine.planner import Planner
 
 
@@ -28,10 +29,11 @@ class Engine:
     cache: EngineCache
 
     @classmethod
-    def build(cls, components: tuple, h_fixed: float | None) -> Engine:
+    def build(cls, components: tuple, h_fixed: float | None, max_points: int = MAX_GRID_POINTS) -> Engine:
+        """``max_points``: the grid cap of this engine (:data:`pld.engine.limits.MAX_GRID_POINTS`)."""
         cache = EngineCache()
         laws = Laws(components, cache)
-        composer = Composer(laws, cache)
+        composer = Composer(laws, cache, max_points)
         return cls(laws, composer, Planner(laws, composer, cache, h_fixed), cache)
 
     @property

@@ -29,7 +29,6 @@ from pld.engine import windows as w
 from pld.engine.cache import EngineCache
 from pld.engine.composer import Composer
 from pld.engine.laws import Laws
-from pld.engine.limits import MAX_GRID_POINTS
 from pld.engine.targets import EPS_ATOL, EPS_RTOL, LogEta, Query, Settings, round_spacing
 
 # -------------------------------------------------------- tuning constants
@@ -299,7 +298,7 @@ class Planner:
         hit = self.cache.get(self.cache.spacings, key)
         if hit is None:
             h = self.initial_spacing(direction, query)
-            while self.composer.grid_points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+            while self.composer.grid_points(direction, h, lam, log_eta) > self.composer.max_points:
                 h = round_spacing(h * 2.0)
             hit = (h,)
             self.cache.put(self.cache.spacings, key, hit)
@@ -360,7 +359,7 @@ class Planner:
             return None
         h = self.first_spacing(direction, query, lam, log_eta)
         h_probe = self.align(direction, round_spacing(h * PROBE_COARSENING))
-        if self.composer.grid_points(direction, h_probe, lam, log_eta) > MAX_GRID_POINTS:
+        if self.composer.grid_points(direction, h_probe, lam, log_eta) > self.composer.max_points:
             return None
         return Settings(h_probe, lam, log_eta)
 
@@ -473,7 +472,7 @@ class Planner:
         for _ in range(tries):
             if seen and _budget.spent():
                 break  # (the narrowest bracket so far stands: certified, said as a miss)
-            while points(direction, h, lam, log_eta) > MAX_GRID_POINTS:
+            while points(direction, h, lam, log_eta) > self.composer.max_points:
                 h = self.align(direction, round_spacing(2.0 * h))  # a new tilt can widen the grid
             if stop_above is not None and prev is not None and points(direction, h, lam, log_eta) > stop_above:
                 break  # (the caller has a cheaper way on from here)
@@ -650,12 +649,12 @@ class Planner:
         avail = max(target - err_part, 0.2 * target)
         ratio = math.sqrt(avail / max(width - err_part, 1e-300)) * 0.85
         h_new = self.align(direction, round_spacing(h * min(0.9, max(0.25, ratio))))
-        if points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
+        if points(direction, h_new, lam, log_eta) > self.composer.max_points:
             # the finest spacing under the memory cap (points ~ 1/h), if that
             # is still a real refinement
             n = points(direction, h, lam, log_eta)
-            h_new = self.align(direction, round_spacing(h * n / MAX_GRID_POINTS * 1.02))
-            while h_new < 0.95 * h and points(direction, h_new, lam, log_eta) > MAX_GRID_POINTS:
+            h_new = self.align(direction, round_spacing(h * n / self.composer.max_points * 1.02))
+            while h_new < 0.95 * h and points(direction, h_new, lam, log_eta) > self.composer.max_points:
                 # (x1.3: snapping to a quantum may take back up to 25%)
                 h_new = self.align(direction, round_spacing(h_new * 1.3))
             if h_new >= 0.95 * h:

@@ -84,7 +84,7 @@ class _Levels:
         # the bracket just widens.  Early levels (multiplicity count/c large)
         # are re-gridded only when big (see EARLY_LEVEL_POINTS).
         late = 8 * c >= self.step.count
-        while g.size > MAX_GRID_POINTS or (
+        while g.size > self.step.max_points or (
                 2 * g.h <= h_allowed and g.size > (MIN_LEVEL_POINTS if late else EARLY_LEVEL_POINTS)):
             g = g.coarsen()
         return g
