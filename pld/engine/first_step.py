@@ -115,7 +115,8 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     if getattr(model, "bounded_below", False):
         lo = min(lo, ex.loss_min)
     core = w.window(w.Composite([(ex_sizing or ex, 1)]), lam, budget)
-    for cap in (STEP_SPAN_CAP * (max_points // MAX_GRID_POINTS or 1), max_points):
+    # (STEP_SPAN_CAP for this composition's own cap)
+    for cap in (max_points << (w._WIDE_CELL_LEVELS + 1), max_points):
         lo, hi = _capped_span(lo, hi, h, core, cap)
         k_lo = int(math.floor(lo / h))
         k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
