@@ -22,14 +22,17 @@ from pld.mechanisms.models import LossModelProtocol
 _WIDE_CELLS_FROM = 4096
 
 
+#: spacings one of a first step's widest cells covers
+SPAN_PER_POINT = 1 << (w._WIDE_CELL_LEVELS + 1)
 #: a first step's window spans at most this many spacings: as many as its
-#: widest cells (``2^(levels+1)`` spacings) can cover in ``MAX_GRID_POINTS``
-#: points.  The exact law's tail can reach far beyond the window the planner
-#: sized (a law with a near-atom tuned at a tiny spacing: ``PoissonSampled(
-#: Gaussian(0.01), 0.25)``'s big-jump core at h = 2e-13 spanned 1.5e16
+#: widest cells can cover in ``MAX_GRID_POINTS`` points (in a composition's own
+#: cap of points, ``Composer.max_points``, where that differs).  The exact
+#: law's tail can reach far beyond the window the planner sized (a law with
+#: a near-atom tuned at a tiny spacing: ``PoissonSampled(Gaussian(0.01),
+#: 0.25)``'s big-jump core at h = 2e-13 spanned 1.5e16
 #: spacings); what a shorter window leaves out goes to the safe side, as at
 #: every window's edge
-STEP_SPAN_CAP = MAX_GRID_POINTS << (w._WIDE_CELL_LEVELS + 1)
+STEP_SPAN_CAP = MAX_GRID_POINTS * SPAN_PER_POINT
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,7 +100,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
                   total_steps: int, log_eta, ex_sizing: w.Exploration | None = None,
                   parts: int = 1, max_points: int = MAX_GRID_POINTS) -> _Step:
     """First-step window, cell masses and sizing law of one component (at most ``max_points``
-    points, spanning at most ``STEP_SPAN_CAP`` spacings scaled alike)."""
+    points; see ``STEP_SPAN_CAP``)."""
     shares = _log_step_shares(total_steps, count, parts)
     lo, hi = w.step_window(ex, lam, w.shifted(log_eta, shares), h)
     lo = max(lo, ex.loss_min)
@@ -115,8 +118,7 @@ def _prepare_step(model, ex: w.Exploration, count: int, h: float, lam: float,
     if getattr(model, "bounded_below", False):
         lo = min(lo, ex.loss_min)
     core = w.window(w.Composite([(ex_sizing or ex, 1)]), lam, budget)
-    # (STEP_SPAN_CAP for this composition's own cap)
-    for cap in (max_points << (w._WIDE_CELL_LEVELS + 1), max_points):
+    for cap in (max_points * SPAN_PER_POINT, max_points):
         lo, hi = _capped_span(lo, hi, h, core, cap)
         k_lo = int(math.floor(lo / h))
         k_hi = max(int(math.ceil(hi / h)), k_lo + 1)
