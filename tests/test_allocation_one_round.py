@@ -137,8 +137,10 @@ def test_longer_round_takes_the_finer_geometric_grid_that_resolves_it():
 
 
 def test_refinement_chain_ends_where_the_intersection_meets_the_target():
-    """The same round: the geometric grid at 0.005 alone is 1.32x its target, and with the
-    brackets before it the intersection meets it, so the chain stops there (not at 0.0025)."""
+    """The chain of a round that misses its target stops at the first construction with which
+    the intersection of the brackets meets it (sigma 1.877, 1-of-70, 4 epochs, delta 6.4e-12:
+    once the geometric grid at 0.005, which alone was 1.32x its target; since the round-off
+    bounds in three norms, the split with a further light cut)."""
     from pld.mechanisms.allocation import RandomAllocation
 
     d = pld.PLD(((RandomAllocation(pld.Gaussian(1.877), 70), 4),))
@@ -152,8 +154,22 @@ def test_refinement_chain_ends_where_the_intersection_meets_the_target():
             break
         node = boxes[0]
         ((m, _),) = node._components
-        chain.append((m.construction, m.spacing))
-    assert chain[-1] == ("geometric", 0.005), chain
+        chain.append(m)
+    assert chain
+    ends = []
+    for m in chain:
+        c = m.construction if m.construction != "auto" else m._construction()
+        one = RandomAllocation(m.mechanism, m.steps, 1, m.spacing, c, m.kappa, tail=m.tail)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ends.append(pld.PLD(((one, 4),)).epsilon_bounds(6.4e-12))
+    first = RandomAllocation(pld.Gaussian(1.877), 70)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ends.insert(0, pld.PLD(((RandomAllocation(first.mechanism, 70, 1, first.spacing,
+                                                  first._construction(), first.kappa), 4),)).epsilon_bounds(6.4e-12))
+    before = (max(e[0] for e in ends[:-1]), min(e[1] for e in ends[:-1]))
+    assert not _within(*before)
 
 
 def test_finer_spacings_halve_within_their_cap():

@@ -484,10 +484,13 @@ def test_short_round_small_sigma_add_direction_without_gaussian_fallback():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_add_lumps_carry_every_prefix_bound(seed):
-    """A block's round-off e (||e||_2 <= eq) weighted back by w: the add direction's
-    lumps at or below any x carry at least what the worst e can put on the
-    entries at or below x (eq ||w_prefix||_2, attained by e along w there), and
-    their total is the single lump's; the remove direction keeps the single lump."""
+    """A block's round-off e (its l1, l2 and l-infinity norms bounded) weighted back by w:
+    the add direction's lumps at or below any x carry at least what the worst e can put on
+    the entries at or below x (the smallest of eq.l2 ||w_prefix||_2, eq.inf ||w_prefix||_1
+    and eq.l1 max w_prefix), and their total is the single lump's; the remove direction keeps
+    the single lump."""
+    from pld.mechanisms.allocation.roundoff import Err
+
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 400))
     vb = np.sort(rng.random(n)) + 0.5
@@ -495,20 +498,28 @@ def test_add_lumps_carry_every_prefix_bound(seed):
     lw = slope * np.arange(n) + rng.normal(0, 0.1, n)
     top = float(lw.max())
     w = np.exp(lw - top)
-    scale, eq, ep = math.exp(min(top, 50.0)), 1e-13, 2e-13
-    remove, add = _coordinate._block_lumps(vb, lw - top, w, scale, eq, ep)
-    single = eq * math.sqrt(float(np.sum(w * w))) * scale
-    assert len(remove) == 1 and remove[0][:2] == (vb.min(), vb.max())
-    assert remove[0][2] == pytest.approx(single, rel=1e-8) and remove[0][2] >= single
-    assert sum(x[2] for x in add) == pytest.approx(single, rel=1e-8)
-    assert add[0][0] == vb.min() and all(a[0] <= b[0] for a, b in zip(add, add[1:]))
-    for k in range(n):
-        worst = eq * math.sqrt(float(np.sum(w[: k + 1] ** 2))) * scale
-        placed = sum(x[2] for x in add if x[0] <= vb[k])
-        assert placed >= worst * (1 - 1e-12), (k, placed, worst)
-    if slope >= 5.0:
-        # the weights span many nats: the mass sits with the top entries, not at the block's start
-        assert len(add) > 1 and add[-1][2] > 0.5 * single
+    scale = math.exp(min(top, 50.0))
+    for eq, ep in ((Err.of_l2(1e-13, n), Err.of_l2(2e-13, n)),
+                   (Err(4e-12, 1e-13, 3e-15), Err(1e-12, 2e-13, 1e-13))):
+        def bound(e, k):
+            wk = w[: k + 1]
+            return min(e.l2 * math.sqrt(float(np.sum(wk ** 2))), e.inf * float(np.sum(wk)),
+                       e.l1 * float(np.max(wk))) * scale
+
+        remove, add = _coordinate._block_lumps(vb, lw - top, w, scale, eq, ep)
+        single = bound(eq, n - 1)
+        assert len(remove) == 1 and remove[0][:2] == (vb.min(), vb.max())
+        assert remove[0][2] == pytest.approx(single, rel=1e-8) and remove[0][2] >= single
+        assert remove[0][3] >= bound(ep, n - 1)
+        assert sum(x[2] for x in add) == pytest.approx(single, rel=1e-8)
+        assert add[0][0] == vb.min() and all(a[0] <= b[0] for a, b in zip(add, add[1:]))
+        for k in range(n):
+            placed = sum(x[2] for x in add if x[0] <= vb[k])
+            assert placed >= bound(eq, k) * (1 - 1e-12), (k, placed, bound(eq, k))
+            assert sum(x[3] for x in add if x[0] <= vb[k]) >= bound(ep, k) * (1 - 1e-12)
+        if slope >= 5.0:
+            # the weights span many nats: the mass sits with the top entries, not at the block's start
+            assert len(add) > 1 and add[-1][2] > 0.5 * single
 
 
 def test_strict_delta_add_direction_round_off_placed_where_it_is():
@@ -733,7 +744,7 @@ def test_levels_kept_up_to_their_limit_are_exact_below_it():
         assert levels.window(a, 1, t) < limit
         for exact in (True, False):
             run = levels._Run(a, d, t, 0.0, 0.0, False, limit=limit, exact_below_limit=exact)
-            got = levels._sum_levels(run, levels._Level(x, None, 0.0, 0.0, 1, 1), 0.0)
+            got = levels._sum_levels(run, levels._Level(x, None, levels._NO_ERR, levels._NO_ERR, 1, 1), 0.0)
             assert got.step == 1
             mine = levels._pad(got.q, below)[:below]
             gap = float(np.max(np.abs(mine - direct[:below])))

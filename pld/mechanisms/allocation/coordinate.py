@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pld._special import ndtr
+from pld.engine import fft as _fft
 from pld.engine.mgf_bounds import _mgf_bound_from
-from pld.kernels import l1_l2_norms
 from pld.mechanisms.allocation.levels import (
     _MAX_TILTS,
     _NEGLIGIBLE,
@@ -31,6 +31,7 @@ from pld.mechanisms.allocation.levels import (
     _tilted,
     window,
 )
+from pld.mechanisms.allocation.roundoff import Err
 
 
 def coordinate_spread(mu: float, a: float, d: float, n: int) -> np.ndarray:
@@ -67,17 +68,17 @@ def _coordinate_upper(mu: float, a: float, d: float, n: int, t: int, xs: np.ndar
 
 
 def _run_upper(a: float, d: float, t: int, coord: tuple, theta: float, coarse_sd: float,
-               limit: float = math.inf, cap: float = math.inf) -> tuple[_Run, _Level]:
+               limit: float = math.inf, cap: float = math.inf, extended: bool = False) -> tuple[_Run, _Level]:
     xs, (tot_q, tot_p, tail_q, tail_p), chern, lmgf = coord
     g = np.arange(xs.size) * d
     y, c0, rel = _tilted(xs, g, theta)
     # (a lower-tail run reads its entries below the limit as exact: no level may be cut
     # below it by its own window, or what that cut would be missing there)
     run = _Run(a, d, t, theta, c0, True, tot_q, tot_p, chern, limit=limit, cap=cap,
-               exact_below_limit=limit < math.inf)
-    e0 = float(np.sqrt(np.sum((rel * y) ** 2)))
+               exact_below_limit=limit < math.inf, extended=extended)
+    e0 = Err.of_entries(rel * y)
     py = g * y  # the marked coordinate's law (P-mass = value x Q-mass)
-    ep0 = float(np.sqrt(np.sum(((rel + 2.0 * _U) * py) ** 2)))
+    ep0 = Err.of_entries((rel + 2.0 * _U) * py)
     lv = _Level(y, py, e0, ep0, 1, 1, tail_q, tail_p, lmgf)
     return run, _sum_levels(run, lv, coarse_sd)
 
@@ -234,18 +235,18 @@ def _lower_merged(mu: float, a: float, d: float, n: int, t: int,
 
     g = np.arange(n + 1) * d
     xm, rho0, _, e_xm, e_gxm = merged_law(mu, a, d, n, _RHO_CAP)
-    e0 = e_xm + 2.0 * _U * float(l1_l2_norms(xm)[1])
+    e0 = Err.of_l2(e_xm, xm.size).mapped(1.0, 1.0, 2.0 * _U, xm)
     gx = (1.0 - rho0) * g * xm
     # (the products round by an ulp or two each)
-    e0p = e_gxm + 4.0 * _U * float(l1_l2_norms(gx)[1])
+    e0p = Err.of_l2(e_gxm, gx.size).mapped(1.0, 1.0, 4.0 * _U, gx)
     # the merged cells' means are g (1 +- rho0): the marked law at the grid
     # values times (1 - rho0) is below the true one
     first = _Level(xm, gx, e0, e0p, 1, 1, rho_s=rho0 * (1.0 + 1e-12))
     lv = _sum_levels(_Run(a, d, t, 0.0, 0.0, False, merge=True), first, coarse_sd)
     assert lv.p is not None
     dev, edev = _dev(lv, d)
-    p = lv.p - lv.ep
-    q = lv.q - lv.eq
+    p = lv.p - lv.ep.entry
+    q = lv.q - lv.eq.entry
     v = np.arange(q.size) * (lv.step * d)
     # each atom's relative deviation |m - v| / v <= rho_k
     ok = (q > 0) & (v > 0)
@@ -313,12 +314,13 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             coords[nb] = coord_of(nb)
         return coords[nb]
 
-    def run_up(theta: float):
+    def run_up(theta: float, extended: bool = False):
         if theta < 0:
             nb = min(base_cut, int(math.ceil(low_limit / d)) + 1)
         else:
             nb = base_cut if (fixed_cut is not None or theta == 0) else cut(theta)
-        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf, cap)
+        return nb, _run_upper(a, d, m, coordinate(nb), theta, coarse, low_limit if theta < 0 else math.inf, cap,
+                              extended)
 
     thetas = [0.0]
     runs_up = [run_up(0.0)]
@@ -330,7 +332,7 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
         los, his = [], []
         for _, (r, lv) in runs_up:
             assert lv.step == step
-            lo, hi = _bracket(r, lv, lv.q, lv.eq)
+            lo, hi = _bracket(r, lv, lv.q, lv.eq.entry)
             lo, hi = _pad(lo, size), _pad(hi, size)
             if r.limit < math.inf:
                 out = s >= r.limit
@@ -412,39 +414,55 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     # resolved to worse than _LUMP keep their estimate and their round-off is
     # lumped, per run by Cauchy-Schwarz over the entries it covers (sum |e_k|
     # w_k <= E ||w||_2: sqrt(n) E, not n E), in blocks of consecutive entries
-    _, his = brackets()
-    best = np.argmin(his, axis=0)
-    q_hi = his[best, np.arange(size)]
+    def read() -> tuple[np.ndarray, np.ndarray, list, list, float]:
+        _, his = brackets()
+        best = np.argmin(his, axis=0)
+        q_hi = his[best, np.arange(size)]
+        p_hi = v * q_hi
+        lumps: list[tuple[float, float, float, float]] = []
+        lumps_add: list[tuple[float, float, float, float]] = []
+        first = 0.0  # (the untilted run's lumped P- and Q-mass)
+        for j, (_, (r, lv)) in enumerate(runs_up):
+            assert lv.p is not None
+            x = _pad(lv.q, size)
+            noisy = (best == j) & (lv.eq.entry > _LUMP * np.maximum(x, 0.0))
+            noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound may tighten it)
+            if not np.any(noisy):
+                continue
+            idx = np.nonzero(noisy)[0]
+            lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
+            y_all = _pad(lv.p, size)[idx]
+            cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
+            for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
+                if k.size == 0:
+                    continue
+                top = float(lw.max())
+                w = np.exp(lw - top)
+                with np.errstate(over="ignore"):
+                    scale = math.exp(top) * (1.0 + 1e-12)
+                    q_hi[k] = np.maximum(x[k], 0.0) * w * scale
+                    # (the remove direction's P-masses from the run's own P-law: its
+                    # round-off E_p is not multiplied by the likelihood ratio)
+                    p_hi[k] = np.maximum(y, 0.0) * w * scale
+                remove, add = _block_lumps(v[k], lw - top, w, scale, lv.eq, lv.ep)
+                lumps += remove
+                lumps_add += add
+                if j == 0:
+                    first += remove[0][2] + remove[0][3]
+        return q_hi, p_hi, lumps, lumps_add, first
+
     lost_q, lost_p = lost(runs_up)
     v = s / m
-    p_hi = v * q_hi
-    lumps: list[tuple[float, float, float, float]] = []
-    lumps_add: list[tuple[float, float, float, float]] = []
-    for j, (_, (r, lv)) in enumerate(runs_up):
-        assert lv.p is not None
-        x = _pad(lv.q, size)
-        noisy = (best == j) & (lv.eq > _LUMP * np.maximum(x, 0.0))
-        noisy[0] = False  # (entry 0 keeps its bracket; a Chernoff bound may tighten it)
-        if not np.any(noisy):
-            continue
-        idx = np.nonzero(noisy)[0]
-        lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
-        y_all = _pad(lv.p, size)[idx]
-        cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
-        for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
-            if k.size == 0:
-                continue
-            top = float(lw.max())
-            w = np.exp(lw - top)
-            with np.errstate(over="ignore"):
-                scale = math.exp(top) * (1.0 + 1e-12)
-                q_hi[k] = np.maximum(x[k], 0.0) * w * scale
-                # (the remove direction's P-masses from the run's own P-law: its
-                # round-off E_p is not multiplied by the likelihood ratio)
-                p_hi[k] = np.maximum(y, 0.0) * w * scale
-            remove, add = _block_lumps(v[k], lw - top, w, scale, lv.eq, lv.ep)
-            lumps += remove
-            lumps_add += add
+    q_hi, p_hi, lumps, lumps_add, first = read()
+    if first > _EXTENDED_LUMPS and _fft.extended_available():
+        # (the untilted run's round-off, lumped where no tilt resolves it, is a share of
+        # what strict deltas read: that run again with long double transforms; its grids
+        # follow the sizes alone, so its entries line up with the others')
+        again = run_up(0.0, extended=True)
+        if again[1][1].step == step and again[1][1].q.size == size:
+            runs_up[0] = again
+            lost_q, lost_p = lost(runs_up)
+            q_hi, p_hi, lumps, lumps_add, first = read()
     # entry 0 (every coordinate spread to 0: Lambda = 0, an add-direction loss of
     # +inf): Chernoff for the lower tail, Q(S = 0) <= E[e^{theta S}], theta < 0
     r0, base = runs_up[0][1]
@@ -452,17 +470,18 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     neg = r0.chern < 0
     q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
     return _UpperRuns(thetas, step, size, s, q_hi, p_hi, lost_q, lost_p, lumps, heavy_cut,
-                      max(lv.eq for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add)
+                      max(lv.eq.entry for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add)
 
 
-def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float, eq: float,
-                 ep: float) -> tuple[list, list]:
+def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float, eq: Err,
+                 ep: Err) -> tuple[list, list]:
     """One block's lumped round-off, as lumps for each direction.
 
     The block's entries (values ``vb`` increasing, untilting weights ``w e^top``
-    with ``lw_rel = log w``) carry errors ``e_k`` with ``||e||_2 <= eq``, so by
-    Cauchy-Schwarz any subset ``B`` of them carries at most ``eq ||w_B||_2``
-    (``scale`` holds ``e^top``).  The remove direction gets one lump of the
+    with ``lw_rel = log w``) carry errors ``e_k`` with ``||e||_2 <= eq.l2``, so by
+    Cauchy-Schwarz any subset ``B`` of them carries at most ``eq.l2 ||w_B||_2``
+    (``scale`` holds ``e^top``), and also ``eq.inf ||w_B||_1`` and ``eq.l1 max w_B``
+    (:meth:`Err.weighted`: the smallest of the three).  The remove direction gets one lump of the
     whole block, placed at its largest value.  For the add direction a lower
     tilt's weights can grow by thousands of nats over one block: one lump at
     the block's smallest value would put a bound carried by its top entries
@@ -476,23 +495,28 @@ def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float
     weights of a lower tilt are largest anyway; splitting there moved its
     tail bound's cut and never paid.)
     """
-    sq = w * w
-    with np.errstate(over="ignore"):
-        norm = float(np.sqrt(np.sum(sq))) * scale * (1.0 + 1e-9)
-    lo, hi = float(vb.min()), float(vb.max())
-    remove = [(lo, hi, eq * norm, ep * norm)]
     level = np.minimum(np.floor(-lw_rel / _LUMP_NATS), _LUMP_DEPTH)
     edges = [0, *(np.nonzero(np.diff(level))[0] + 1).tolist(), vb.size]
-    if len(edges) == 2:
+    parts = list(zip(edges[:-1], edges[1:]))
+    # the bound on the parts up to each: the smallest of three, each growing part by part
+    s2 = np.sqrt(np.cumsum([float(np.sum(w[a:b] * w[a:b])) for a, b in parts]))
+    s1 = np.cumsum([float(np.sum(w[a:b])) for a, b in parts])
+    top = np.maximum.accumulate([float(np.max(w[a:b])) for a, b in parts])
+
+    def below(e: Err) -> np.ndarray:
+        # (the 1e-9 margin covers the sums' round-off)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.minimum(np.minimum(e.l2 * s2, e.inf * s1), e.l1 * top) * scale * (1.0 + 1e-9)
+
+    bq, bp = below(eq), below(ep)
+    lo, hi = float(vb.min()), float(vb.max())
+    remove = [(lo, hi, float(bq[-1]), float(bp[-1]))]
+    if len(parts) == 1:
         return remove, list(remove)
-    with np.errstate(over="ignore"):
-        # (the 1e-9 margin covers the sums' round-off, as for the single lump)
-        below = [float(np.sqrt(x)) * scale * (1.0 + 1e-9)
-                 for x in np.cumsum([float(np.sum(sq[a:b])) for a, b in zip(edges[:-1], edges[1:])])]
     add = []
-    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
-        inc = below[i] - (below[i - 1] if i > 0 else 0.0)
-        add.append((float(vb[a:b].min()), float(vb[a:b].max()), eq * inc, ep * inc))
+    for i, (a, b) in enumerate(parts):
+        add.append((float(vb[a:b].min()), float(vb[a:b].max()), float(bq[i] - (bq[i - 1] if i else 0.0)),
+                    float(bp[i] - (bp[i - 1] if i else 0.0))))
     return remove, add
 
 
@@ -582,6 +606,9 @@ _TILT_CELLS = 1 << 20
 _LUMP = 1e-3
 #: blocks per run of lumped entries
 _LUMP_BLOCKS = 64
+#: the untilted run's lumped round-off (its Q- plus P-mass) past which that run is redone in
+#: long double (the lumps of a round are placed at their blocks' largest loss)
+_EXTENDED_LUMPS = 1e-12
 #: a block's lumps are cut where its entries' untilting weight falls by this many nats ...
 _LUMP_NATS = 4.0
 #: ... down to this many cuts (what lies lower is one part: its share is below e^-48)

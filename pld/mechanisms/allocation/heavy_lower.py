@@ -14,15 +14,18 @@ import math
 import numpy as np
 
 from pld import _special
-from pld.kernels import l1_l2_norms
 from pld.mechanisms.allocation.coordinate import SideAtoms
-from pld.mechanisms.allocation.levels import _U, _convs
+from pld.mechanisms.allocation.levels import _U
+from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: the dominated side's levels reach this many light caps beyond their bulk (what lies
 #: beyond needs several light coordinates near the cap; a dominated pair may drop it)
 _LOW_CAPS = 2.0
 #: the dominated side's tilts: multiples of this many standard deviations of the sum
 _LOW_TILT = 2.5
+#: P-mass a round's dominated pair may drop to its bulk's round-off before the bulk's runs are
+#: redone with long double transforms (:func:`pld.mechanisms.allocation.roundoff.convolve_errs`)
+_EXTENDED_DROP = 1e-10
 
 
 def lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, big_b: float, w_top: float,
@@ -117,7 +120,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         bulk = m + z * math.sqrt(m * sd1 * sd1)
         return int(min(bulk + _LOW_CAPS * cap, m * cap) / (step * d)) + 2
 
-    def run(theta: float):
+    def run(theta: float, extended: bool = False):
         with np.errstate(divide="ignore"):
             lw = theta * g
             c0 = float(np.logaddexp.reduce(lq1 + lw))
@@ -125,19 +128,16 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         rel = 4.0 * _U * (2.0 + np.abs(lw) + abs(c0))
         q0, p0 = q1 * w, p1 * w
         # (each tilted entry: the cell's bound times its weight, and the weight's rounding)
-        e_q = float(np.sqrt(np.sum((eq1 * w + rel * q0) ** 2))) * (1 + 1e-12)
-        e_p = float(np.sqrt(np.sum((ep1 * w + rel * p0) ** 2))) * (1 + 1e-12)
+        e_q = Err.of_entries(eq1 * w + rel * q0)
+        e_p = Err.of_entries(ep1 * w + rel * p0)
 
         def halve(x, step):
             q, p, eq, ep, m, s0 = x
             f = math.exp(-theta * s0 * d)  # (label 2j + 1 joins 2j: its tilt is one old cell higher)
-            norm = math.sqrt(2.0) * max(1.0, f) * (1 + 1e-12)
             qq = np.append(q, 0.0) if q.size % 2 else q
             pp = np.append(p, 0.0) if p.size % 2 else p
             q2, p2 = qq[0::2] + f * qq[1::2], pp[0::2] + f * pp[1::2]
-            eq = norm * eq + 4.0 * _U * float(l1_l2_norms(q2)[1])
-            ep = norm * ep + 4.0 * _U * float(l1_l2_norms(p2)[1])
-            return q2, p2, eq, ep, m, 2 * s0
+            return q2, p2, eq.halved(f, q2), ep.halved(f, p2), m, 2 * s0
 
         def fit(x):
             while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[0].size > 64:
@@ -155,14 +155,14 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             m = ma + mb
             # (one call: each array transformed once)
             items = [(qa, eqa, qb, eqb), (pa, epa, qb, eqb)] + ([] if x is y else [(qa, eqa, pb, epb)])
-            done = _convs(items)
+            done = convolve_errs(items, extended)
             (q, eq), (pa_, e1) = done[0], done[1]
             if x is y:
                 p, ep = pa_, e1
             else:
                 pb_, e2 = done[2]
                 p = (ma / m) * pa_ + (mb / m) * pb_
-                ep = (ma / m) * e1 + (mb / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+                ep = e1.mixed(ma / m, e2, mb / m, p)
             k = keep(m, step)
             return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
 
@@ -190,7 +190,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         with np.errstate(over="ignore", invalid="ignore"):
             w = np.exp(lw)
             out = []
-            for y, e in ((q, eq), (p, ep)):
+            for y, e in ((q, eq.entry), (p, ep.entry)):
                 lo = np.where(y > e, (y - e) * w, 0.0) * (1.0 - 1e-12)
                 hi = (np.maximum(y, 0.0) + e) * w * (1.0 + 1e-12)
                 out += [np.where(np.isfinite(lo), lo, 0.0), np.where(np.isnan(hi), np.inf, hi)]
@@ -212,6 +212,14 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
                 np.max([b[2] for b in bs], axis=0), np.min([b[3] for b in bs], axis=0))
 
     q_lo, q_hi, p_lo, p_hi = best(full_b)
+    if float(np.sum(np.minimum(p_hi, 1.0) - p_lo)) > 2.0 * _EXTENDED_DROP:
+        # (the bulk's round-off, entry by entry, drops more than _EXTENDED_DROP of P: the
+        # bulk's runs again with long double transforms; every run's bracket holds, the best is kept)
+        for th in [th for th in thetas if th <= 0]:
+            c0, rest, full = run(th, extended=True)
+            rest_b.append(brackets(c0, th, rest))
+            full_b.append(brackets(c0, th, full))
+        q_lo, q_hi, p_lo, p_hi = best(full_b)
     with np.errstate(divide="ignore"):
         sel = (p_lo > 0) & np.isfinite(q_hi)
         lp, lq = np.log(p_lo[sel]), np.log(q_hi[sel])

@@ -48,7 +48,8 @@ import numpy as np
 
 from pld import _special
 from pld.mechanisms.allocation.coordinate import SideAtoms, bracket_atoms
-from pld.mechanisms.allocation.levels import MAX_CELLS, _conv, _pad
+from pld.mechanisms.allocation.levels import MAX_CELLS, _pad
+from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: below this noise multiplier ``k``-of-``t`` takes its lower end from the log labels
 LOG_LABEL_SIGMA = 0.75
@@ -97,25 +98,25 @@ def _origin_z(t: int, offset: float = ORIGIN) -> float:
     return float(-_special.ndtri(1.0 / t)) + offset
 
 
-def _power(x: np.ndarray, e: float, m: int, cut: int) -> tuple[np.ndarray, float]:
+def _power(x: np.ndarray, e: Err, m: int, cut: int) -> tuple[np.ndarray, Err]:
     """``m``-fold convolution power of ``x`` (labels ``0, 1, ...``) by repeated squaring,
     every partial sum cut after entry ``cut`` (the labels are non-negative, so what is
-    cut lands above ``cut`` in the total: the entries kept are exact), with an l2 bound
-    on its error (FFT; for windows too long to convolve directly)."""
-    result: tuple[np.ndarray, float] | None = None
+    cut lands above ``cut`` in the total: the entries kept are exact), with bounds on
+    its error (FFT; for windows too long to convolve directly)."""
+    result: tuple[np.ndarray, Err] | None = None
     cur = (x[: cut + 1], e)
     while True:
         if m & 1:
             if result is None:
                 result = cur
             else:
-                c, ec = _conv(result[0], result[1], cur[0], cur[1])
+                (c, ec), = convolve_errs([(result[0], result[1], cur[0], cur[1])])
                 result = (c[: cut + 1], ec)
         m >>= 1
         if not m:
             assert result is not None
             return result
-        c, ec = _conv(cur[0], cur[1], cur[0], cur[1])
+        (c, ec), = convolve_errs([(cur[0], cur[1], cur[0], cur[1])])
         cur = (c[: cut + 1], ec)
 
 
@@ -176,12 +177,12 @@ def log_label_pair(sigma: float, t: int, k: int, spacing: float,
         p_lo, p_hi = _pad(pk_lo, size), _pad(pk_hi, size)
         ep = eq = 0.0
     else:
-        e_q1 = float(np.sqrt(np.sum(eq1 ** 2)))
-        e_p1 = float(np.sqrt(np.sum(ep1 ** 2)))
-        qt, eq = _power(q1, e_q1, t, cut)
+        e_q1, e_p1 = Err.of_entries(eq1), Err.of_entries(ep1)
+        qt, eqs = _power(q1, e_q1, t, cut)
         marked, em = _power(p1, e_p1, k, cut)
         rest, er = _power(q1, e_q1, t - k, cut)
-        pk, ep = _conv(marked, em, rest, er)
+        (pk, eps), = convolve_errs([(marked, em, rest, er)])
+        ep, eq = eps.entry, eqs.entry
         q, p = _pad(qt[:size], size), _pad(pk[:size], size)
         p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
         q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq

@@ -1,9 +1,11 @@
 """Sums of i.i.d. log-normal coordinates on tilted, re-gridded runs (random allocation).
 
 The machinery behind :mod:`pld.mechanisms.allocation.sums`: a level holds the law
-of a partial sum on a grid with entrywise error bounds; levels are combined by
-FFT convolution (:func:`_conv`), coarsened by a mean-preserving spread (upper) or
-a conditional-mean merge (lower), and cut to a window whose mass is bounded.
+of a partial sum on a grid with bounds on its error (l1, l2, l-infinity); levels
+are combined by FFT convolution
+(:func:`pld.mechanisms.allocation.roundoff.convolve_errs`), coarsened by a
+mean-preserving spread (upper) or a conditional-mean merge (lower), and cut to
+a window whose mass is bounded.
 See that module's docstring for why each step keeps its side of the bound.
 """
 
@@ -16,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pld import _special
-from pld.engine import fft as _fft
 from pld.kernels import l1_l2_norms
+from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: tail probability left beyond the window (sizing only: what is left is bounded)
 _TAIL = 1e-14
@@ -42,6 +44,8 @@ _TILT_STRIDE = 2.5
 
 #: a light part's level reaches this many coordinates' caps beyond its bulk
 _CAP_JUMPS = 5.0
+#: the error of an array that is not there
+_NO_ERR = Err(0.0, 0.0, 0.0)
 
 
 def _bulk(a: float, m: int, t: int) -> float:
@@ -75,14 +79,15 @@ class _Level:
 
     ``q`` (and ``p`` on the lower side; the upper side's P-law is ``s/m``
     times its Q-law) are the exact laws times ``e^{theta s - m c0}``, to
-    within l2 bounds ``eq``, ``ep``.  ``lost_q``, ``lost_p``: upper bounds on
-    the untilted masses cut so far (upper side).
+    within ``eq``, ``ep`` (bounds on the error's l1, l2 and l-infinity norms:
+    :mod:`pld.mechanisms.allocation.roundoff`).  ``lost_q``, ``lost_p``: upper
+    bounds on the untilted masses cut so far (upper side).
     """
 
     q: np.ndarray
     p: np.ndarray | None
-    eq: float
-    ep: float
+    eq: Err
+    ep: Err
     m: int
     step: int
     lost_q: float = 0.0
@@ -103,7 +108,7 @@ def _dev(lv: _Level, d: float) -> tuple[np.ndarray, float]:
         return lv.dev, lv.edev
     v = np.arange(lv.q.size) * (lv.step * d)
     # (|m - v| Q <= rho_s v Q, and Q <= |q| + eq entrywise)
-    return lv.rho_s * v * (np.abs(lv.q) + lv.eq) * (1.0 + 1e-12), 0.0
+    return lv.rho_s * v * (np.abs(lv.q) + lv.eq.entry) * (1.0 + 1e-12), 0.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class _Run:
     #: every coordinate is at most this (a light part: :mod:`pld.mechanisms.allocation.heavy`); a
     #: level of ``m`` is then cut at ``min(m cap, bulk + _CAP_JUMPS cap)`` (sizing only)
     cap: float = math.inf
+    #: convolve in long double (:func:`pld.mechanisms.allocation.roundoff.convolve_errs`)
+    extended: bool = False
 
     def log_w(self, m: int, step: int, k: np.ndarray) -> np.ndarray:
         """log of the untilting factor of entries ``k`` of a level."""
@@ -142,23 +149,6 @@ class _Run:
 
     def tp(self, m: int) -> float:
         return self.tot_p * math.exp((m - 1) * math.log(self.tot_q))
-
-
-def _conv(a: np.ndarray, ea: float, b: np.ndarray, eb: float) -> tuple[np.ndarray, float]:
-    """Convolution with an l2 bound on the error of the result (Young's inequality)."""
-    return _convs([(a, ea, b, eb)])[0]
-
-
-def _convs(items: list[tuple[np.ndarray, float, np.ndarray, float]]) -> list[tuple[np.ndarray, float]]:
-    """:func:`_conv` of each ``(a, ea, b, eb)``, each distinct array transformed once
-    (:func:`pld.engine.fft.convolve_shared`: the same values)."""
-    out = []
-    norms: dict[int, tuple] = {}  # (each distinct array's norms, once)
-    for (a, ea, b, eb), (c, fft_err) in zip(items, _fft.convolve_shared([(a, b) for a, _, b, _ in items], norms)):
-        a1 = float(norms[id(a)][0]) + math.sqrt(a.size) * ea
-        b1 = float(norms[id(b)][0]) + math.sqrt(b.size) * eb
-        out.append((c, (ea * b1 + eb * a1 + fft_err) * (1.0 + 1e-9)))
-    return out
 
 
 def _regrid(x: np.ndarray, th: float) -> np.ndarray:
@@ -195,17 +185,15 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
         return _merge(run, lv)
     th = run.theta * lv.step * run.d
     ch = math.cosh(th)
-    # l2 norm of the map: rows sum to 1 + cosh(th), columns to at most cosh(th)
-    norm = math.sqrt((1.0 + ch) * max(1.0, ch)) * (1.0 + 1e-12)
+    # the map's rows sum to 1 + cosh(th), its columns to at most cosh(th)
     q = _regrid(lv.q, th)
-    eq = norm * lv.eq + 6.0 * _U * norm * float(l1_l2_norms(lv.q)[1])
-    p, ep = None, 0.0
+    eq = lv.eq.mapped(max(1.0, ch) * (1.0 + 1e-12), (1.0 + ch) * (1.0 + 1e-12), 6.0 * _U, lv.q)
+    p, ep = None, _NO_ERR
     if lv.p is not None:
         # rows sum to at most 1 + 3/2 e^|th|, columns to at most e^|th|
         eth = math.exp(abs(th))
-        norm_p = math.sqrt((1.0 + 1.5 * eth) * eth) * (1.0 + 1e-12)
         p = _regrid_p(lv.p, th)
-        ep = norm_p * lv.ep + 8.0 * _U * norm_p * float(l1_l2_norms(lv.p)[1])
+        ep = lv.ep.mapped(eth * (1.0 + 1e-12), (1.0 + 1.5 * eth) * (1.0 + 1e-12), 8.0 * _U, lv.p)
     lmgf = None
     if lv.lmgf is not None:
         assert run.chern is not None
@@ -232,19 +220,18 @@ def _merge(run: _Run, lv: _Level) -> _Level:
     # points it skipped), so their buckets need more atoms
     cap = _WIDTH_CAP if lv.m > 4 else 4 * _WIDTH_CAP
     q, p, dev, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p),
-                                   np.ascontiguousarray(dev0), cap, float(lv.eq), lv.step * run.d)
-    # A linear map with column sums <= 1 and row sums <= r has l2 norm at most
-    # sqrt(r): a merge bucket's row takes at most its atoms; the additions
-    # round each entry by an ulp.  (dev' is a bound built from the computed
-    # dev plus its own terms: its round-off is carried as edev.)
-    k = math.sqrt(widest)
-    eq = k * lv.eq + 2.0 * _U * float(l1_l2_norms(q)[1])
-    ep = k * lv.ep + 2.0 * _U * float(l1_l2_norms(p)[1])
-    edev = k * edev0 + 2.0 * _U * float(l1_l2_norms(dev)[1])
+                                   np.ascontiguousarray(dev0), cap, lv.eq.entry, lv.step * run.d)
+    # A linear map with column sums <= 1 and row sums <= r (a merge bucket's row
+    # takes at most its atoms); the additions round each entry by an ulp.  (dev'
+    # is a bound built from the computed dev plus its own terms: its round-off is
+    # carried as edev, an l2 bound.)
+    eq = lv.eq.mapped(1.0, float(widest), 2.0 * _U, lv.q)
+    ep = lv.ep.mapped(1.0, float(widest), 2.0 * _U, lv.p)
+    edev = math.sqrt(widest) * edev0 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
 
 
-def _cut_mass(run: _Run, x: np.ndarray, e: float, m: int, step: int, start: int) -> tuple[float, float]:
+def _cut_mass(run: _Run, x: np.ndarray, e: Err, m: int, step: int, start: int) -> tuple[float, float]:
     """Upper bounds on the untilted Q- and P-mass of entries ``start..`` of a level's tilted array."""
     if start >= x.size:
         return 0.0, 0.0
@@ -256,8 +243,8 @@ def _cut_mass(run: _Run, x: np.ndarray, e: float, m: int, step: int, start: int)
     w = np.exp(lw - top)  # (scaled by e^top, applied at the end)
     v = k * (step * run.d) / m  # the likelihood ratio of each entry (its P-mass over its Q-mass)
     ax = np.abs(x[start:])
-    cq = (float(np.sum(ax * w)) + e * float(np.sqrt(np.sum(w * w)))) * math.exp(top)
-    cp = (float(np.sum(ax * w * v)) + e * float(np.sqrt(np.sum((w * v) ** 2)))) * math.exp(top)
+    cq = (float(np.sum(ax * w)) + e.weighted(w)) * math.exp(top)
+    cp = (float(np.sum(ax * w * v)) + e.weighted(w * v)) * math.exp(top)
     return cq * (1.0 + 1e-9), cp * (1.0 + 1e-9)
 
 
@@ -278,32 +265,32 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
         # |m - v| Q of a sum atom <= (dev_a * Q_b + Q_a * dev_b)
         da, ea = _dev(a, run.d)
         if a is b:
-            items.append((da, ea, a.q, a.eq))
+            items.append((da, Err.of_l2(ea, da.size), a.q, a.eq))
         else:
             db, eb = _dev(b, run.d)
-            items += [(da, ea, b.q, b.eq), (a.q, a.eq, db, eb)]
-    done = iter(_convs(items))
+            items += [(da, Err.of_l2(ea, da.size), b.q, b.eq), (a.q, a.eq, db, Err.of_l2(eb, db.size))]
+    done = iter(convolve_errs(items, run.extended))
     q, eq = next(done)
-    p, ep = None, 0.0
+    p, ep = None, _NO_ERR
     if a.p is not None:
         if a is b:
             p, ep = next(done)
         else:
             (p1, e1), (p2, e2) = next(done), next(done)
             p = (a.m / m) * p1 + (b.m / m) * p2
-            ep = (a.m / m) * e1 + (b.m / m) * e2 + 4.0 * _U * float(l1_l2_norms(p)[1])
+            ep = e1.mixed(a.m / m, e2, b.m / m, p)
     dev, edev, rho_s = None, 0.0, 0.0
     if run.merge and not deviations:
         # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed
         rho_s = max(a.rho_s, b.rho_s)
     elif deviations:
         if a is b:
-            dev, edev = next(done)
-            dev, edev = 2.0 * dev, 2.0 * edev
+            dev, ed = next(done)
+            dev, edev = 2.0 * dev, 2.0 * ed.l2
         else:
             (d1, e1), (d2, e2) = next(done), next(done)
             dev = d1 + d2
-            edev = e1 + e2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
+            edev = e1.l2 + e2.l2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     lost_q = lost_p = 0.0
     lmgf = None
     if run.upper and run.limit == math.inf:

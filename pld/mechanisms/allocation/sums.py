@@ -106,9 +106,9 @@ from pld.mechanisms.allocation.geometric import fits as geometric_fits
 from pld.mechanisms.allocation.heavy import KAPPA, heavy_laws
 from pld.mechanisms.allocation.levels import (
     _COARSE_RATIO,
+    _NO_ERR,
     _TAIL,
     MAX_CELLS,
-    _convs,
     _Level,
     _pad,
     _Run,
@@ -116,6 +116,7 @@ from pld.mechanisms.allocation.levels import (
     window,
 )
 from pld.mechanisms.allocation.levels import _tail as _tail_var
+from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: the one-jump decomposition is tried when the steps are at least this many
 #: times one coordinate's window (its lumps are placed a window further up)
@@ -375,16 +376,16 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
         q1[-1], p1[-1] = q_top, p_top
         eq1[-1], ep1[-1] = 1e-13 * q_top + 1e-300, 1e-13 * p_top + 1e-300
 
-    def power(x: np.ndarray, e: float, m: int) -> _Level:
+    def power(x: np.ndarray, e: Err, m: int) -> _Level:
         # (every level kept up to W, the final window: as the labels are non-negative,
         # what a level loses past W lies past W in the total, so the entries below W are
         # exact; a level's own window could cut below W, and what it dropped would be
         # missing there, in p and q alike but from different sums)
         run = _Run(a, d, m, 0.0, 0.0, False, limit=w, exact_below_limit=True)
-        return _sum_levels(run, _Level(x, None, e, 0.0, 1, 1), 0.0)
+        return _sum_levels(run, _Level(x, None, e, _NO_ERR, 1, 1), 0.0)
 
-    e_q1 = float(np.sqrt(np.sum(eq1 ** 2)))
-    e_p1 = float(np.sqrt(np.sum(ep1 ** 2)))
+    e_q1 = Err.of_entries(eq1)
+    e_p1 = Err.of_entries(ep1)
     # the t - k unmarked labels beside the k marked (P) or k unmarked (Q) ones: Q's sum of t
     # is the same sum of t - k times that of k (entries below W exact in both)
     rest, (marked, unmarked) = in_parallel(lambda: power(q1, e_q1, t - k) if t > k else None,
@@ -393,13 +394,13 @@ def label_sum_pair(sigma: float, t: int, k: int, spacing: float) -> tuple[SideAt
         pk, ep = marked.q, marked.eq
         qk, eq = unmarked.q, unmarked.eq
     else:
-        (pk, ep), (qk, eq) = _convs([(marked.q, marked.eq, rest.q, rest.eq), (unmarked.q, unmarked.eq, rest.q,
-                                                                              rest.eq)])
+        (pk, ep), (qk, eq) = convolve_errs([(marked.q, marked.eq, rest.q, rest.eq),
+                                            (unmarked.q, unmarked.eq, rest.q, rest.eq)])
     size = n + 1
     q, p = _pad(qk[:size], size), _pad(pk[:size], size)
-    p_lo, p_hi = np.maximum(p - ep, 0.0), np.maximum(p, 0.0) + ep
-    q_lo, q_hi = np.maximum(q - eq, 0.0), np.maximum(q, 0.0) + eq
-    info = {"label_spacing": d, "cells": size, "window": w, "roundoff_p": ep, "roundoff_q": eq,
+    p_lo, p_hi = np.maximum(p - ep.entry, 0.0), np.maximum(p, 0.0) + ep.entry
+    q_lo, q_hi = np.maximum(q - eq.entry, 0.0), np.maximum(q, 0.0) + eq.entry
+    info = {"label_spacing": d, "cells": size, "window": w, "roundoff_p": ep.entry, "roundoff_q": eq.entry,
             "mass_p": float(np.sum(p_lo)), "mass_q": float(np.sum(q_lo))}
     return bracket_atoms(p_lo, p_hi, q_lo, q_hi), info
 
