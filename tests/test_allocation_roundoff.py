@@ -122,3 +122,40 @@ def test_split_round_dominated_pair_keeps_the_light_rounds():
     kept = float(np.sum(np.exp(seen["atoms"].remove[1])))
     assert kept <= exact * (1 + 1e-12)
     assert exact - kept < (1e-8 if _fft.extended_available() else 2e-7)
+
+
+@pytest.mark.parametrize("sigma, t", [(1.206, 402), (0.8, 60), (2.5, 3000)])
+def test_label_quantiles_bound_the_light_sum(sigma, t):
+    """The light sum's upper quantiles from its labels (light_quantiles.py) against Monte Carlo
+    of the sum itself (numpy draws of the log-normal coordinates given Y <= B): every
+    quantile at or above the sample's (its tail frequency at most tau plus four standard
+    errors), and in the bulk within a fifth of a standard deviation of it (Chernoff's are
+    0.5-1.2 standard deviations above).  The labels' cells at the split's own resolution
+    (a quarter of the light sums' coarsening)."""
+    from pld.kernels import cells_on
+    from pld.mechanisms.allocation.heavy import light_cut
+    from pld.mechanisms.allocation.light_quantiles import label_quantiles
+
+    a = 1.0 / sigma
+    mu = -0.5 * a * a
+    d, n_l = light_cut(sigma, t, 0.02, 1e-4)
+    cq, ceq, cp, cep = cells_on(mu, a, np.arange(n_l + 1) * d)
+    taus = np.array([0.9, 0.7, 0.5, 0.3, 0.1, 0.03, 1e-2, 1e-4, 1e-8])
+    got = label_quantiles(cq, ceq, cp, cep, d, t - 1, taus, 0.0025)
+    marked = label_quantiles(cq, ceq, cp, cep, d, t - 1, taus, 0.0025, marked=True)
+    assert np.all(np.diff(got) >= 0) and np.all(marked >= got)
+    rng = np.random.default_rng(5)
+    n = 20000
+    big_b = n_l * d
+    y = np.exp(rng.normal(mu, a, (n, t - 1)))
+    while np.any(y > big_b):  # (given light: redraw the heavy ones)
+        bad = y > big_b
+        y[bad] = np.exp(rng.normal(mu, a, int(bad.sum())))
+    sums = y.sum(axis=1)
+    sd = float(np.std(sums))
+    for tau, s_k in zip(taus, got):
+        assert math.isfinite(s_k) or tau < 1e-4  # (past what the computed law resolves: +inf)
+        freq = float(np.mean(sums > s_k))
+        assert freq <= tau + 4.0 * math.sqrt(tau * (1 - tau) / n) + 1.0 / n, (tau, s_k, freq)
+        if 0.1 <= tau <= 0.9:
+            assert s_k <= float(np.quantile(sums, 1.0 - tau)) + 0.2 * sd

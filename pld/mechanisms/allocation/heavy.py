@@ -90,6 +90,7 @@ from pld.mechanisms.allocation.coordinate import (
 )
 from pld.mechanisms.allocation.heavy_lower import lower_side
 from pld.mechanisms.allocation.levels import _COARSE_RATIO, _TAIL, _U, _tail
+from pld.mechanisms.allocation.light_quantiles import label_quantiles
 
 #: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
 KAPPA = 1e-4
@@ -111,8 +112,9 @@ GAUSSIAN_ADD_FLOOR = 1e-4
 _GAUSS_STEP = 1e-3
 #: groups of the lumps' heavy parts
 _LUMP_GROUPS = 8
-#: Chernoff quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound
-_TAUS = (0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 3e-3, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
+#: quantiles of the light sum (normalised tail probabilities) in the ``{N = j}`` bound: a ladder
+#: of values with ``P(sum > s_k) <= tau_k`` (the label quantiles, or Chernoff's where smaller)
+_TAUS = tuple(round(0.95 - 0.05 * i, 2) for i in range(19)) + (0.02, 1e-2, 3e-3, 1e-3, 1e-4, 1e-5, 1e-6, 1e-8)
 #: the heavy grid reaches the marked coordinate's quantile of this tail
 _TOP_TAIL = 1e-18
 #: a round built for a deeper tail (``levels._tail`` below ``_TAIL``: RandomAllocation.deeper) takes
@@ -328,6 +330,10 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     two_heavy = [in_background(functools.partial(_two_heavy, x, tail_q_h, hv, big_b, lr))
                  for x in (tail_q_h, tail_sb)]
     lower_part = in_background(functools.partial(lower_side, mu, a, d, n_l, t, coarse, big_b, w_top, lr))
+    # (the labels' halvings round up: at a quarter of the sums' coarsening they shift the
+    # quantiles by a few hundredths of a standard deviation)
+    label_ladders = in_background(functools.partial(_label_ladders, mu, a, d, n_l, t - 1, np.array(taus),
+                                                    0.25 * coarse))
 
     # ---------------------------------------------------------------- upper: R = L^{*(t-1)}
     coord = _coordinate_upper(mu, a, d, n_l, t)
@@ -429,6 +435,10 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
                      - math.log1p(-min(p_h, 1.0 - 1e-16)) * (1 + 1e-12))
     s_up_marked = np.array([max(0.0, float(np.min((up.base_lmgf[pos] + lm_marked - math.log(tau) - log_norm)
                                                      / up.base_chern[pos]))) for tau in taus])
+    # the label quantiles: about 0.1 standard deviation above the light sum's, where Chernoff's
+    # are 0.5-1.2 above in the bulk (both valid: the smaller of two quantiles is one)
+    by_labels, by_labels_marked = label_ladders.result()
+    s_up, s_up_marked = np.minimum(s_up, by_labels), np.minimum(s_up_marked, by_labels_marked)
     rem_loss, rem_mass = [], []
     for j in range(2, J + 1):
         # marked heavy (with j - 1 unmarked heavy ones), or marked light (with j unmarked heavy
@@ -515,6 +525,17 @@ def _spread_geometric(r: np.ndarray, dr: float, hv: np.ndarray, hm: np.ndarray, 
     first, second = in_parallel(lambda: sum_spread_geometric(r, dr, hv, hm, g0, lr, n_out, 0, hi),
                                 lambda: sum_spread_geometric(r, dr, hv, hm, g0, lr, n_out, hi, n_out))
     return first[0], first[1] + second[1], second[2]
+
+
+def _label_ladders(mu: float, a: float, d: float, n_l: int, m: int, taus: np.ndarray,
+                   coarse: float) -> tuple[np.ndarray, np.ndarray]:
+    """The light sum's upper quantiles from its labels (:mod:`pld.mechanisms.allocation.light_quantiles`):
+    ``m`` light coordinates, and ``m`` plus the marked one (light)."""
+    from pld.kernels import cells_on
+
+    cq, ceq, cp, cep = cells_on(mu, a, np.arange(n_l + 1) * d)
+    return (label_quantiles(cq, ceq, cp, cep, d, m, taus, coarse),
+            label_quantiles(cq, ceq, cp, cep, d, m, taus, coarse, marked=True))
 
 
 def _two_heavy(tail_a: np.ndarray, tail_q: np.ndarray, hv: np.ndarray, big_b: float,
