@@ -33,14 +33,15 @@ Upper side (dominating):
   ``p_h = P(marked Y > B)``).  Given ``N = j``: the unmarked light coordinates are iid
   ``L / |L|`` and the marked one, if light, has the law ``y L(dy) / P(marked Y <= B)``,
   independent of them, so their sum is at most ``s_k`` except with probability ``tau_k``
-  (Chernoff with the light sum's log-MGF bound, plus the marked one's where it is light;
-  or ``B`` plus the light sum's quantile, whichever is smaller), on a ladder of 15
-  ``tau_k``; each heavy coordinate is at most (stochastically) the size-biased
-  heavy law ``P(marked Y in . | Y > B)`` (size-biasing raises a law stochastically); two
-  are added on the geometric grid (each rounded up to its cell's top, the sum
-  up to the next grid point), a sum of ``j >= 3`` is at most ``j`` times their
+  (the smallest of: the quantile read off the sum of their cell labels, with Hoeffding's
+  bound for the part within the cells, :mod:`pld.mechanisms.allocation.light_quantiles`;
+  Chernoff with the light sum's log-MGF bound, plus the marked one's where it is light;
+  ``B`` plus the light sum's quantile), on a ladder of 27 ``tau_k``; each heavy coordinate
+  is at most (stochastically) the size-biased heavy law ``P(marked Y in . | Y > B)``
+  (size-biasing raises a law stochastically); two are added on the geometric grid (each
+  rounded up to its cell's top, the sum up to the next grid point), a sum of ``j >= 3`` is at most ``j`` times their
   maximum, whose law is closed form.  The light part's law is bounded by that ladder
-  of Chernoff quantiles, so ``S <= s_k + (heavy sum)`` in law.
+  of quantiles, so ``S <= s_k + (heavy sum)`` in law.
   ``{N > J}`` and the rest go to ``+inf``.
 * add direction, ``{N >= 2}``: ``S >= B + s_lo`` there but with probability
   ``tau`` (``s_lo`` a lower Chernoff quantile of a sum of ``t - 1`` light ones; ``N``
@@ -58,7 +59,8 @@ labels of the light coordinates (:mod:`pld.mechanisms.allocation.heavy_lower`, o
 on ``{N = 1}``, a geometric group of the light rest's label plus the heavy
 coordinate's geometric cell (``Q(k, j) = t R_q(k) Q_j``, ``P(k, j) = R_q(k) M_j +
 (t - 1) R_p(k) Q_j``, ``Q_j``, ``M_j`` the cell's mass and partial mean, all
-bracketed for round-off); drop ``{N >= 2}``.  Any function of the outputs is a
+bracketed for round-off); on ``{N = 2}``, a geometric group of the two heavy cells (the
+light ones at their conditional mean); drop ``{N >= 3}``.  Any function of the outputs is a
 post-processing, and each atom's likelihood ratio is its own ``P/Q``.
 
 Checked against Monte Carlo (importance sampling of one large coordinate),

@@ -3,7 +3,8 @@
 Reveal ``N``, the number of heavy coordinates; on ``{N = 0}`` the sum of the cell
 labels of the light coordinates (:func:`_lower_labels`, on tilted chains too); on
 ``{N = 1}`` a geometric group of the light rest's label plus the heavy cell
-(:func:`lower_side`).  Every statistic is a function of the outputs (a
+(:func:`lower_side`); on ``{N = 2}`` a geometric group of the two heavy cells
+(:func:`_two_heavy`).  Every statistic is a function of the outputs (a
 post-processing), so its pair of laws is dominated by the true pair.
 """
 
