@@ -107,21 +107,54 @@ def test_split_round_dominated_pair_keeps_the_light_rounds():
         return out
 
     sigma, t = 0.626, 19762
-    sum_laws.cache_clear()
-    hl._lower_labels = spy
-    try:
-        sum_laws(sigma, t, 0.02, "split", 1e-4)
-    finally:
-        hl._lower_labels = original
+    dropped = {}
+    for precise in (False, True):
         sum_laws.cache_clear()
-    _, a, d, n = seen["args"][:4]
-    top = math.log((n + 0.5) * d)
-    q_h = float(ndtr(-(top + 0.5 * a * a) / a))
-    p_h = float(ndtr(-(top - 0.5 * a * a) / a))
-    exact = (1.0 - p_h) * (1.0 - q_h) ** (t - 1)
-    kept = float(np.sum(np.exp(seen["atoms"].remove[1])))
-    assert kept <= exact * (1 + 1e-12)
-    assert exact - kept < (1e-8 if _fft.extended_available() else 2e-7)
+        hl._lower_labels = spy
+        try:
+            info = sum_laws(sigma, t, 0.02, "split", 1e-4, None, precise)[2]
+        finally:
+            hl._lower_labels = original
+            sum_laws.cache_clear()
+        _, a, d, n = seen["args"][:4]
+        top = math.log((n + 0.5) * d)
+        q_h = float(ndtr(-(top + 0.5 * a * a) / a))
+        p_h = float(ndtr(-(top - 0.5 * a * a) / a))
+        exact = (1.0 - p_h) * (1.0 - q_h) ** (t - 1)
+        kept = float(np.sum(np.exp(seen["atoms"].remove[1])))
+        assert kept <= exact * (1 + 1e-12)
+        dropped[precise] = exact - kept
+        assert info["lumped_upper"] > 0.0
+    # three norms in double: 1.8e-6 -> ~1e-7; a precise round (long double where it drops
+    # more than 1e-10) ~3e-9
+    assert dropped[False] < 2e-7
+    assert dropped[True] < (1e-8 if _fft.extended_available() else 2e-7)
+
+
+def test_round_off_a_share_of_delta_sends_the_chain_to_the_precise_round():
+    """A round built in double only (``precise=False``) counts its lumped and dropped round-off
+    in its tail_mass() (the share of delta past which pld.PLD goes on from its deeper() pair),
+    and deeper() is the same round built precise (long double where it lumps or drops); the
+    chain goes on precise from there.  sigma 1.294, 1-of-662, delta 1e-9: the lumps were a
+    tenth of delta (48x its target)."""
+    import pld
+    from pld.mechanisms.allocation import RandomAllocation
+
+    assert RandomAllocation(pld.Gaussian(1.294), 662).precise
+    r = RandomAllocation(pld.Gaussian(1.294), 662, precise=False)
+    info = r.grid_info()
+    assert info["lumped_upper"] > 1e-12 and r.tail_mass() >= info["lumped_upper"]
+    deep = r.deeper()
+    # (the round-off outweighs the tails at +inf: first the same round precise, its tails as they were)
+    assert deep is not None and deep.precise and deep.tail is None and deep.tail_mass() < info["lumped_upper"]
+    deepest = deep.deeper()
+    assert deepest is not None and deepest.tail is not None and deepest.precise and deepest.deeper() is None
+    after = deep.refined()
+    assert after is not None and after.precise
+    d = pld.PLD(((r, 1),))
+    lo, hi = d.epsilon_bounds(1e-9)
+    assert hi - lo <= 1.3e-4 * hi  # (48x its target before)
+    assert d._deep_box and d._deep_box[0] is not None
 
 
 @pytest.mark.parametrize("sigma, t", [(1.206, 402), (0.8, 60), (2.5, 3000)])

@@ -628,9 +628,12 @@ def test_many_rounds_one_of_t_close_on_the_deeper_tail():
     (5000 x 1.6e-16) were most of a 0.8% width ([3.75597, 3.78724]); with the deeper
     cut the bracket is 1.5e-4 of epsilon wide, and the tail is said in no warning."""
     r = RandomAllocation(pld.Gaussian(3.0), 2000)
-    assert 1e-16 < r.tail_mass() < 1e-15
+    inf, _ = r._small_masses()
+    assert 1e-16 < inf < 1e-15 and r.tail_mass() >= inf
     deep = r.deeper()
-    assert deep is not None and deep.tail == 1e-22 and deep.deeper() is None
+    if deep is not None and deep.tail is None:  # (the round-off outweighed the tails: precise first)
+        deep = deep.deeper()
+    assert deep is not None and deep.tail == 1e-22 and deep.precise and deep.deeper() is None
     assert deep.tail_mass() < 1e-21
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -646,6 +649,8 @@ def test_many_rounds_one_of_t_close_on_the_deeper_tail():
     # split's tail is cut deeper too (its Chernoff quantiles go on past 1e-8)
     split = RandomAllocation(pld.Gaussian(1.08), 448)
     deep_split = split.deeper()
+    if deep_split is not None and deep_split.tail is None:
+        deep_split = deep_split.deeper()
     assert deep_split is not None and deep_split.construction == "auto"
     assert split.grid_info()["construction"] == deep_split.grid_info()["construction"] == "split"
     assert deep_split.tail_mass() < 1e-3 * split.tail_mass()

@@ -89,6 +89,7 @@ def test_declared_types_are_those_queries_compile():
             "pld.RandomAllocation(pld.Gaussian(1.0), 1000, 1).pld().epsilon_bounds(1e-10)\n"
             "pld.RandomAllocation(pld.Gaussian(2.0), 64, 8).pld().epsilon_bounds(1e-5)\n"
             "pld.RandomAllocation(pld.Gaussian(0.5), 4, 1).pld().epsilon_bounds(1e-5)\n"
+            "pld.RandomAllocation(pld.Gaussian(1.0), 1000, 1, construction='linear').pld().epsilon_bounds(1e-5)\n"
             "for name, d, sig in J.find_kernels():\n"
             "    print(name, [tuple(s) for s in d.signatures] == [tuple(sig)], d.signatures)\n")
     for line in _run(code, PLD_KERNELS_AOT="off").splitlines():  # (the JIT kernels, even after `pld warm`)

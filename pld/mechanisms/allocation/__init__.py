@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -264,6 +265,9 @@ class RandomAllocation(Mechanism):
     #: the variants :meth:`refined` returns next (internal: ``(construction, spacing, kappa)``)
     refine_next: tuple = field(default=(), repr=False)
     tail: float | None = None
+    #: untilted runs whose round-off is a share of their mass redone in long double (False: in
+    #: double only, up to twice as fast to build, wider at strict deltas; :meth:`deeper` makes it precise)
+    precise: bool = True
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -336,7 +340,7 @@ class RandomAllocation(Mechanism):
             if self.spacing / 2 < FINEST_SPACING * (1 - 1e-9):
                 return None
             return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing / 2,
-                                    self.construction, self.kappa, tail=self.tail)
+                                    self.construction, self.kappa, tail=self.tail, precise=self.precise)
         pending = list(self.refine_next)
         s, t = self.noise_multiplier, self.steps
         first = self._construction()
@@ -381,24 +385,36 @@ class RandomAllocation(Mechanism):
         if not pending:
             return None
         c, sp, kap = pending[0]
-        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]), tail=self.tail)
+        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]), tail=self.tail,
+                                precise=self.precise)
 
     def tail_mass(self) -> float:
-        """The larger direction's mass at ``+inf`` of the dominating pair (0 for ``k > 1``)."""
+        """The larger direction's mass at ``+inf`` of the dominating pair, and unless the round is
+        precise the round-off its untilted runs lump (upper) and drop (lower) in double (0 for
+        ``k > 1``): what :meth:`deeper` takes away."""
+        inf, off = self._small_masses()
+        return inf + off
+
+    def _small_masses(self) -> tuple[float, float]:
         info = {} if self.participations > 1 else self.grid_info()
-        return max(info.get("inf_mass_upper_remove", 0.0), info.get("inf_mass_upper_add", 0.0))
+        off = 0.0 if self.precise else info.get("lumped_upper", 0.0) + info.get("dropped_lower", 0.0)
+        return max(info.get("inf_mass_upper_remove", 0.0), info.get("inf_mass_upper_add", 0.0)), off
 
     def deeper(self) -> RandomAllocation | None:
-        """The same round with its windows and quantiles cut at ``DEEP_TAIL`` (None if they are).
+        """The same round built precise where its round-off outweighs its tails at ``+inf``,
+        else with its windows and quantiles cut at ``DEEP_TAIL`` and precise (None if it is both).
 
         :class:`pld.PLD` asks for it when an epsilon bracket misses its target and the
         rounds' tails at ``+inf`` (about ``1e-16``-``1e-15`` each: the linear windows'
         ``1e-14`` tail, the split's last Chernoff quantile ``1e-8`` of its two-heavy part)
-        reach a share of delta: thousands of rounds at a strict delta add up to it."""
-        if self.tail is not None and self.tail <= DEEP_TAIL:
+        and the round-off they lump or drop in double (:meth:`tail_mass`) reach a share of
+        delta: thousands of rounds at a strict delta add up to it; a few at delta 1e-9 too."""
+        inf, off = self._small_masses()
+        if off > inf:
+            return dataclasses.replace(self, precise=True)  # (the round-off first; deeper tails after)
+        if self.tail is not None and self.tail <= DEEP_TAIL and self.precise:
             return None
-        return RandomAllocation(self.mechanism, self.steps, self.participations, self.spacing, self.construction,
-                                self.kappa, self.refine_next, tail=DEEP_TAIL)
+        return dataclasses.replace(self, tail=DEEP_TAIL, precise=True)
 
     def build_laws(self) -> None:
         """Build (and remember) the round's laws, which its loss models read: the
@@ -411,39 +427,10 @@ class RandomAllocation(Mechanism):
         ``S``, the merge's residual ``rho``, round-off bounds, the upper
         pair's mass at ``+inf`` in each direction and the ``construction``."""
         return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa,
-                             self.tail)[2])
+                             self.tail, self.precise)[2])
 
     def _coarse(self, info: dict) -> str | None:
-        # the grid must resolve the bulk of one coordinate, not only its
-        # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
-        # below the standard deviation the heavy tail makes
-        median = math.exp(-0.5 / self.noise_multiplier ** 2)
-        if info.get("geometric"):
-            return None  # (the whole law on one geometric grid: nothing coarse to report)
-        if info.get("heavy"):
-            # the light/heavy split (pld.mechanisms.allocation.heavy): the bulk of the sum is resolved
-            # whatever the median; a short round's add direction is not, and says so by
-            # its mass at Lambda = 0 (every coordinate spread to 0)
-            if info.get("gaussian_add"):
-                return (f"at sigma = {self.noise_multiplier:g} and {self.steps} steps the light grid of one "
-                        f"coordinate (spacing {info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) puts "
-                        f"{info['inf_mass_upper_add']:.2g} of the add direction at Lambda = 0, so that direction's "
-                        f"upper end is one Gaussian step's (no amplification, a valid but loose bound); the bracket "
-                        f"stays certified but will be wide")
-            if info["inf_mass_upper_add"] > 1e-6 or info["lower_mass"] < 0.999:
-                return (f"at sigma = {self.noise_multiplier:g} the light grid of one coordinate (spacing "
-                        f"{info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) leaves the add direction "
-                        f"a mass of {info['inf_mass_upper_add']:.2g} at +inf (every coordinate in its first cell); "
-                        f"the dominated pair keeps {info['lower_mass']:.3g} of the mass; the bracket stays certified "
-                        f"but may be wide")
-            return None
-        if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
-            return (f"the heavy log-normal tail at sigma = {self.noise_multiplier:g} needs a window reaching "
-                    f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
-                    f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
-                    f"({info['first_cells']} cells, spacing parameter {self.spacing:g}; the dominated pair keeps "
-                    f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
-        return None
+        return _explain.coarse_grid(self, info)
 
     # ------------------------------------------------------------ k > 1
     def blocks(self) -> tuple[tuple[int, int], ...]:
@@ -495,7 +482,8 @@ class RandomAllocation(Mechanism):
         def block(s: int) -> Mechanism:
             if s == 1:
                 return self.mechanism
-            return RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa, tail=self.tail)
+            return RandomAllocation(self.mechanism, s, 1, self.spacing, self.construction, self.kappa, tail=self.tail,
+                                    precise=self.precise)
 
         upper = tuple((block(s), c) for s, c in self.blocks())
         return upper, ((self._lower_part(), 1),)
@@ -597,7 +585,7 @@ class RandomAllocation(Mechanism):
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
         return _model(self.noise_multiplier, self.steps, self.spacing, direction, self._construction(), self.kappa,
-                      self.tail)
+                      self.tail, self.precise)
 
 
 # (Shuffling reads RandomAllocation and the round checks above: imported once they exist)
@@ -623,17 +611,22 @@ def _epochs(steps: int, per_epoch: int) -> int:
 
 #: first-grid spacing of the rounds the sampling schemes build (None: SPACING_PER_SD)
 _RUN_SPACING: contextvars.ContextVar[float | None] = contextvars.ContextVar("allocation_spacing", default=None)
+_RUN_PRECISE: contextvars.ContextVar[bool] = contextvars.ContextVar("allocation_precise_runs", default=True)
 
 
 @contextlib.contextmanager
-def run_spacing(spacing: float):
+def run_spacing(spacing: float | None, precise: bool = True):
     """Rounds built by the sampling schemes in this context use first grids of
-    ``spacing`` standard deviations (a coarse one is cheaper and still
-    certified: the calibration's first, coarse brackets use it)."""
-    token = _RUN_SPACING.set(v.real("spacing", spacing, low=1e-4, high=1.0))
+    ``spacing`` standard deviations (None: the default; a coarse one is cheaper and still
+    certified: the calibration's first, coarse brackets use it), built ``precise`` or not
+    (:class:`RandomAllocation`; the calibration's search, whose tolerance is above what
+    round-off moves, builds them in double only)."""
+    token = _RUN_SPACING.set(None if spacing is None else v.real("spacing", spacing, low=1e-4, high=1.0))
+    p_token = _RUN_PRECISE.set(bool(precise))
     try:
         yield
     finally:
+        _RUN_PRECISE.reset(p_token)
         _RUN_SPACING.reset(token)
 
 
@@ -643,7 +636,8 @@ def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, p
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
     if t == participations:  # (every record in every step: the Gaussian mechanism, step by step)
         return Gaussian(noise_multiplier).pld().self_compose(steps)
-    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing).pld()
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing,
+                             precise=_RUN_PRECISE.get()).pld()
     return epoch.self_compose(_epochs(steps, t))
 
 

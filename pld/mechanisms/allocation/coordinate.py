@@ -26,6 +26,7 @@ from pld.mechanisms.allocation.levels import (
     _dev,
     _Level,
     _pad,
+    _precise,
     _Run,
     _sum_levels,
     _tilted,
@@ -291,6 +292,9 @@ class _UpperRuns:
     base_chern: np.ndarray
     #: the same for the add direction (loss falls with the value): placed at the smallest
     lumps_add: list
+    #: the untilted run's lumped round-off (Q- plus P-mass) as built in double: past
+    #: ``_EXTENDED_LUMPS`` a precise round redoes it in long double
+    lumped: float = 0.0
 
 
 def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of, fixed_cut: int | None = None,
@@ -454,7 +458,8 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     lost_q, lost_p = lost(runs_up)
     v = s / m
     q_hi, p_hi, lumps, lumps_add, first = read()
-    if first > _EXTENDED_LUMPS and _fft.extended_available():
+    lumped = first
+    if _precise.get() and first > _EXTENDED_LUMPS and _fft.extended_available():
         # (the untilted run's round-off, lumped where no tilt resolves it, is a share of
         # what strict deltas read: that run again with long double transforms; its grids
         # follow the sizes alone, so its entries line up with the others')
@@ -470,7 +475,7 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     neg = r0.chern < 0
     q_hi[0] = min(float(q_hi[0]), math.exp(min(float(np.min(base.lmgf[neg])), 0.0)) * (1 + 1e-9))
     return _UpperRuns(thetas, step, size, s, q_hi, p_hi, lost_q, lost_p, lumps, heavy_cut,
-                      max(lv.eq.entry for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add)
+                      max(lv.eq.entry for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add, lumped)
 
 
 def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float, eq: Err,

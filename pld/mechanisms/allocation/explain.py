@@ -91,3 +91,37 @@ def width_parts(d, delta: float, lo: float, hi: float) -> dict:
              f"bound known here says how it splits between the two ends ({MEASURED})")
     return {"width_parts": parts, "structural_share": share, "loose": loose,
             "block_bracket": (u_lo, u_hi), "statistic_bracket": (l_lo, l_hi)}
+
+
+def coarse_grid(r, info: dict) -> str | None:
+    """Why round ``r``'s grid is coarse for its bulk (a warning's text), or None."""
+    # the grid must resolve the bulk of one coordinate, not only its
+    # variance: below sigma ~ 0.75 the median exp(-1/(2 s^2)) is far
+    # below the standard deviation the heavy tail makes
+    median = math.exp(-0.5 / r.noise_multiplier ** 2)
+    if info.get("geometric"):
+        return None  # (the whole law on one geometric grid: nothing coarse to report)
+    if info.get("heavy"):
+        # the light/heavy split (pld.mechanisms.allocation.heavy): the bulk of the sum is resolved
+        # whatever the median; a short round's add direction is not, and says so by
+        # its mass at Lambda = 0 (every coordinate spread to 0)
+        if info.get("gaussian_add"):
+            return (f"at sigma = {r.noise_multiplier:g} and {r.steps} steps the light grid of one "
+                    f"coordinate (spacing {info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) puts "
+                    f"{info['inf_mass_upper_add']:.2g} of the add direction at Lambda = 0, so that direction's "
+                    f"upper end is one Gaussian step's (no amplification, a valid but loose bound); the bracket "
+                    f"stays certified but will be wide")
+        if info["inf_mass_upper_add"] > 1e-6 or info["lower_mass"] < 0.999:
+            return (f"at sigma = {r.noise_multiplier:g} the light grid of one coordinate (spacing "
+                    f"{info['spacing']:.3g}, {info['spacing'] / median:.2g} medians) leaves the add direction "
+                    f"a mass of {info['inf_mass_upper_add']:.2g} at +inf (every coordinate in its first cell); "
+                    f"the dominated pair keeps {info['lower_mass']:.3g} of the mass; the bracket stays certified "
+                    f"but may be wide")
+        return None
+    if info["spacing_sd"] > 0.3 or info["spacing"] > 0.1 * median or info["lower_mass"] < 0.999:
+        return (f"the heavy log-normal tail at sigma = {r.noise_multiplier:g} needs a window reaching "
+                f"{info['first_window']:.3g}, so the grid spacing is {info['spacing_sd']:.2g} standard "
+                f"deviations and {info['spacing'] / median:.2g} medians of one coordinate "
+                f"({info['first_cells']} cells, spacing parameter {r.spacing:g}; the dominated pair keeps "
+                f"{info['lower_mass']:.3g} of the mass); the bracket stays certified but will be wide")
+    return None

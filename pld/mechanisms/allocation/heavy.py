@@ -492,7 +492,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
         # the add direction is then taken from one Gaussian step instead, which dominates it
         upper = SideAtoms(upper.remove, _gaussian_add_atoms(a))
 
-    lower, rows = lower_part.result()
+    lower, rows, dropped = lower_part.result()
 
     info = {"construction": "split", "spacing": d, "spacing_sd": d / sd1, "first_cells": n_l, "first_window": w_top,
             "light_cut": big_b, "kappa": kappa, "fine": fine, "heavy_points": int(hv.size), "ratio": RATIO,
@@ -500,6 +500,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
             "one_jump": True, "heavy": True, "light_sum_quantiles": tuple(float(x) for x in s_up),
             "lower_cells": rows,
             "lower_mass": float(np.sum(np.exp(lower.remove[1]))), "roundoff_upper": up.roundoff,
+            "lumped_upper": up.lumped, "dropped_lower": dropped,
             "inf_mass_upper_remove": min(1.0, inf_p), "inf_mass_upper_add": add_floor,
             "gaussian_add": gaussian_add}
     return upper, lower, info

@@ -16,7 +16,7 @@ import numpy as np
 
 from pld import _special
 from pld.mechanisms.allocation.coordinate import SideAtoms
-from pld.mechanisms.allocation.levels import _U
+from pld.mechanisms.allocation.levels import _U, _precise
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: the dominated side's levels reach this many light caps beyond their bulk (what lies
@@ -32,12 +32,13 @@ _PAIR_MERGE, _PAIR_CELLS = 8, 700
 
 
 def lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, big_b: float, w_top: float,
-                lr: float) -> tuple[SideAtoms, int]:
+                lr: float) -> tuple[SideAtoms, int, float]:
     """The dominated pair of a split round (``{N = 0}`` by :func:`_lower_labels`, ``{N = 1}``
-    by geometric groups) and the label rows it used."""
+    by geometric groups), the label rows it used and the P-mass its bulk's round-off drops
+    in double (where the round is precise, the bulk is then redone in long double)."""
     from pld.kernels import cells_on, group_pairs
 
-    low0, top0, rows, rest = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
+    low0, top0, rows, rest, dropped = _lower_labels(mu, a, d, n_l, t, coarse, big_b)
     lo_edges = top0 * np.exp(np.arange(int(math.ceil(math.log(w_top / top0) / lr)) + 2) * lr)
     cq, ceq, cp, cep = cells_on(mu, a, lo_edges)
     # {N = 1}: reveal the light rest's label k (those resolved to 1%: the others are
@@ -68,7 +69,7 @@ def lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, b
         lp, lq = np.log(q1_lo[ok]), np.log(p1_hi[ok])
         add = (np.concatenate((low0.add[0], lp - lq)), np.concatenate((low0.add[1], lp)),
                np.concatenate((low0.add[2], lq)))
-    return SideAtoms(rem, add), rows
+    return SideAtoms(rem, add), rows, dropped
 
 
 def _two_heavy(mu: float, a: float, t: int, top0: float, edges: np.ndarray, cq: np.ndarray, ceq: np.ndarray,
@@ -122,7 +123,7 @@ def _two_heavy(mu: float, a: float, t: int, top0: float, edges: np.ndarray, cq: 
 
 
 def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: float,
-                  cap: float) -> tuple[SideAtoms, float, int, tuple]:
+                  cap: float) -> tuple[SideAtoms, float, int, tuple, float]:
     """The dominated pair of ``{N = 0}``: a statistic of the outputs built from cell labels.
 
     Each coordinate gets the label ``c`` of its cell ``((c - 1/2) d, (c + 1/2) d]``
@@ -268,7 +269,8 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
                 np.max([b[2] for b in bs], axis=0), np.min([b[3] for b in bs], axis=0))
 
     q_lo, q_hi, p_lo, p_hi = best(full_b)
-    if float(np.sum(np.minimum(p_hi, 1.0) - p_lo)) > 2.0 * _EXTENDED_DROP:
+    dropped = 0.5 * float(np.sum(np.minimum(p_hi, 1.0) - p_lo))
+    if _precise.get() and dropped > _EXTENDED_DROP:
         # (the bulk's round-off, entry by entry, drops more than _EXTENDED_DROP of P: the
         # bulk's runs again with long double transforms; every run's bracket holds, the best is kept)
         for th in [th for th in thetas if th <= 0]:
@@ -283,4 +285,4 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         sel = (q_lo > 0) & np.isfinite(p_hi)
         lp, lq = np.log(q_lo[sel]), np.log(p_hi[sel])
         add = (lp - lq, lp, lq)
-    return SideAtoms(remove, add), (n + 0.5) * d, int(q_lo.size), best(rest_b) + (step,)
+    return SideAtoms(remove, add), (n + 0.5) * d, int(q_lo.size), best(rest_b) + (step,), dropped

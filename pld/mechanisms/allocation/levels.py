@@ -26,6 +26,9 @@ _TAIL = 1e-14
 #: the tail of the round being built (:func:`pld.mechanisms.allocation.sums.sum_laws` sets it
 #: for a round that asks for a deeper one; parts built on other threads copy it)
 _tail: ContextVar[float] = ContextVar("allocation_tail", default=_TAIL)
+#: whether the round being built redoes a run in long double where its round-off is a share of
+#: its mass (:func:`pld.mechanisms.allocation.sums.sum_laws`'s ``precise``)
+_precise: ContextVar[bool] = ContextVar("allocation_precise", default=False)
 _U = 2.0 ** -53
 #: re-grid a level while its spacing stays below this fraction of the first
 #: grid's spacing in standard deviations (of the partial sum, of one coordinate)

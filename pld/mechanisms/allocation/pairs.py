@@ -85,8 +85,8 @@ class _SidedModel(_AtomsModel):
 
 
 def _model(sigma: float, t: int, spacing: float, direction: str, construction: str = "linear",
-           kappa: float | None = None, tail: float | None = None) -> _SidedModel:
-    upper, lower, _ = sum_laws(sigma, t, spacing, construction, kappa, tail)
+           kappa: float | None = None, tail: float | None = None, precise: bool = True) -> _SidedModel:
+    upper, lower, _ = sum_laws(sigma, t, spacing, construction, kappa, tail, precise)
     lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
     return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
 
