@@ -17,6 +17,7 @@ import numpy as np
 from pld import _special
 from pld.mechanisms.allocation.coordinate import SideAtoms
 from pld.mechanisms.allocation.levels import _U, _precise
+from pld.mechanisms.allocation.powering import by_squaring
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: the dominated side's levels reach this many light caps beyond their bulk (what lies
@@ -223,22 +224,12 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             k = keep(m, step)
             return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
 
+        def add(r, c):
+            r = to_step(r, c[5])
+            return combine(r, to_step(c, r[5]))
+
         first = (q0, p0, e_q, e_p, 1, 1)
-        result = None
-        cur = first
-        k = t - 1
-        while True:
-            if k & 1:
-                if result is None:
-                    result = cur
-                else:
-                    r_ = to_step(result, cur[5])
-                    result = combine(r_, to_step(cur, r_[5]))
-            k >>= 1
-            if not k:
-                break
-            cur = combine(cur, cur)
-        assert result is not None
+        result = by_squaring(first, t - 1, lambda c: combine(c, c), add)
         return c0, result, combine(result, to_step(first, result[5]))
 
     def brackets(c0: float, theta: float, x) -> tuple:

@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from pld.mechanisms.allocation.powering import by_squaring
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 _U = 2.0 ** -53
@@ -108,21 +109,11 @@ def label_quantiles(cell_q: np.ndarray, cell_eq: np.ndarray, cell_p: np.ndarray,
         k = a[2] + b[2]
         return fit((c[: keep(k, a[3])].copy(), ec, k, a[3]))
 
-    result = None
-    cur = (x, ex, 1, 1)
-    k = m
-    while True:
-        if k & 1:
-            if result is None:
-                result = cur
-            else:
-                ra = to_step(result, cur[3])
-                result = combine(ra, to_step(cur, ra[3]))
-        k >>= 1
-        if not k:
-            break
-        cur = combine(cur, cur)
-    assert result is not None
+    def add(r: tuple, c: tuple) -> tuple:
+        r = to_step(r, c[3])
+        return combine(r, to_step(c, r[3]))
+
+    result = by_squaring((x, ex, 1, 1), m, lambda c: combine(c, c), add)
     count = m
     if marked:
         mt = math.fsum(cell_p.tolist())
