@@ -416,8 +416,8 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
 
     # the tightest upper bracket of each entry; every run's cut mass; entries
     # resolved to worse than _LUMP keep their estimate and their round-off is
-    # lumped, per run by Cauchy-Schwarz over the entries it covers (sum |e_k|
-    # w_k <= E ||w||_2: sqrt(n) E, not n E), in blocks of consecutive entries
+    # lumped, per run over the entries it covers (sum |e_k| w_k at most the smallest
+    # of E_2 ||w||_2, E_inf ||w||_1 and E_1 max w: not n E), in blocks of consecutive entries
     def read() -> tuple[np.ndarray, np.ndarray, list, list, float]:
         _, his = brackets()
         best = np.argmin(his, axis=0)

@@ -225,11 +225,12 @@ def _merge(run: _Run, lv: _Level) -> _Level:
     q, p, dev, widest = merge_half(np.ascontiguousarray(lv.q), np.ascontiguousarray(lv.p),
                                    np.ascontiguousarray(dev0), cap, lv.eq.entry, lv.step * run.d)
     # A linear map with column sums <= 1 and row sums <= r (a merge bucket's row
-    # takes at most its atoms); the additions round each entry by an ulp.  (dev'
-    # is a bound built from the computed dev plus its own terms: its round-off is
-    # carried as edev, an l2 bound.)
-    eq = lv.eq.mapped(1.0, float(widest), 2.0 * _U, lv.q)
-    ep = lv.ep.mapped(1.0, float(widest), 2.0 * _U, lv.p)
+    # takes at most its atoms); a bucket's running sum of r split products rounds by
+    # 2 (r + 1) ulps of its terms.  (dev' is a bound built from the computed dev plus
+    # its own terms: its round-off is carried as edev, an l2 bound.)
+    u_sum = 2.0 * (widest + 1.0) * _U
+    eq = lv.eq.mapped(1.0, float(widest), u_sum, lv.q)
+    ep = lv.ep.mapped(1.0, float(widest), u_sum, lv.p)
     edev = math.sqrt(widest) * edev0 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
 
