@@ -208,7 +208,7 @@ def test_split_dominated_pair_keeps_two_heavy_rounds(sigma, t):
     from pld._special import ndtr
 
     seen = {}
-    original = hl._two_heavy
+    original = hl._two_heavy_pairs
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
@@ -216,11 +216,11 @@ def test_split_dominated_pair_keeps_two_heavy_rounds(sigma, t):
         return out
 
     sum_laws.cache_clear()
-    hl._two_heavy = spy
+    hl._two_heavy_pairs = spy
     try:
         sum_laws(sigma, t, 0.02, "split", 1e-4)
     finally:
-        hl._two_heavy = original
+        hl._two_heavy_pairs = original
         sum_laws.cache_clear()
     mu, a, _, top0 = seen["args"][:4]
     q2_lo, q2_hi, p2_lo, p2_hi = seen["out"]

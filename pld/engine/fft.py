@@ -441,10 +441,11 @@ def convolve(a: np.ndarray, b: np.ndarray, norms: tuple | None = None) -> tuple[
     return c, _fft_bound(n, a1, a2, b1, b2)
 
 
-def _fft_bound(n: int, a1: float, a2: float, b1: float, b2: float) -> float:
+def _fft_bound(n: int, a1: float, a2: float, b1: float, b2: float, u: float = _U) -> float:
     """l2 bound on the round-off of an FFT convolution of length ``n`` of inputs with l1 and
-    l2 norms ``(a1, a2)``, ``(b1, b2)``."""
-    return _C_ERR * _U * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
+    l2 norms ``(a1, a2)``, ``(b1, b2)``, computed with unit roundoff ``u`` (``_U_LD``: in
+    long double)."""
+    return _C_ERR * u * (math.log2(n) + 1.0) * (a2 * b1 + a1 * b2)
 
 
 def convolve_shared(pairs: list[tuple[np.ndarray, np.ndarray]],

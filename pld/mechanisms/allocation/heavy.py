@@ -537,8 +537,7 @@ def _label_ladders(mu: float, a: float, d: float, n_l: int, m: int, taus: np.nda
     from pld.kernels import cells_on
 
     cq, ceq, cp, cep = cells_on(mu, a, np.arange(n_l + 1) * d)
-    return (label_quantiles(cq, ceq, cp, cep, d, m, taus, coarse),
-            label_quantiles(cq, ceq, cp, cep, d, m, taus, coarse, marked=True))
+    return label_quantiles(cq, ceq, cp, cep, d, m, taus, coarse)
 
 
 def _two_heavy(tail_a: np.ndarray, tail_q: np.ndarray, hv: np.ndarray, big_b: float,

@@ -4,7 +4,7 @@ Reveal ``N``, the number of heavy coordinates; on ``{N = 0}`` the sum of the cel
 labels of the light coordinates (:func:`_lower_labels`, on tilted chains too); on
 ``{N = 1}`` a geometric group of the light rest's label plus the heavy cell
 (:func:`lower_side`); on ``{N = 2}`` a geometric group of the two heavy cells
-(:func:`_two_heavy`).  Every statistic is a function of the outputs (a
+(:func:`_two_heavy_pairs`).  Every statistic is a function of the outputs (a
 post-processing), so its pair of laws is dominated by the true pair.
 """
 
@@ -59,7 +59,7 @@ def lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, b
     p1_lo = (b1_lo + (t - 1) * b2_lo) * lo_f
     p1_hi = (b1_hi + (t - 1) * b2_hi) * hi_f
 
-    q2_lo, q2_hi, p2_lo, p2_hi = _two_heavy(mu, a, t, top0, lo_edges, cq, ceq, cp, cep, lr)
+    q2_lo, q2_hi, p2_lo, p2_hi = _two_heavy_pairs(mu, a, t, top0, lo_edges, cq, ceq, cp, cep, lr)
     q1_lo, q1_hi = np.concatenate((q1_lo, q2_lo)), np.concatenate((q1_hi, q2_hi))
     p1_lo, p1_hi = np.concatenate((p1_lo, p2_lo)), np.concatenate((p1_hi, p2_hi))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -73,7 +73,7 @@ def lower_side(mu: float, a: float, d: float, n_l: int, t: int, coarse: float, b
     return SideAtoms(rem, add), rows, dropped
 
 
-def _two_heavy(mu: float, a: float, t: int, top0: float, edges: np.ndarray, cq: np.ndarray, ceq: np.ndarray,
+def _two_heavy_pairs(mu: float, a: float, t: int, top0: float, edges: np.ndarray, cq: np.ndarray, ceq: np.ndarray,
                cp: np.ndarray, cep: np.ndarray, lr: float) -> tuple[np.ndarray, ...]:
     """``{N = 2}``: reveal ``N`` and a geometric group of the sum of the two heavy coordinates'
     cells (``(Q_lo, Q_hi, P_lo, P_hi)`` per group; none for ``t < 2``).
@@ -195,7 +195,9 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             qq = np.append(q, 0.0) if q.size % 2 else q
             pp = np.append(p, 0.0) if p.size % 2 else p
             q2, p2 = qq[0::2] + f * qq[1::2], pp[0::2] + f * pp[1::2]
-            return q2, p2, eq.halved(f, q2), ep.halved(f, p2), m, 2 * s0
+            # (each output takes an even input and f times an odd one, rounded by 4 ulps of both)
+            col, row = max(1.0, f), 1.0 + f
+            return q2, p2, eq.mapped(col, row, 4.0 * _U, qq), ep.mapped(col, row, 4.0 * _U, pp), m, 2 * s0
 
         def fit(x):
             while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[0].size > 64:
@@ -220,7 +222,7 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             else:
                 pb_, e2 = done[2]
                 p = (ma / m) * pa_ + (mb / m) * pb_
-                ep = e1.mixed(ma / m, e2, mb / m, p)
+                ep = e1.mixed(ma / m, e2, mb / m, pa_, pb_)
             k = keep(m, step)
             return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
 

@@ -282,7 +282,7 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
         else:
             (p1, e1), (p2, e2) = next(done), next(done)
             p = (a.m / m) * p1 + (b.m / m) * p2
-            ep = e1.mixed(a.m / m, e2, b.m / m, p)
+            ep = e1.mixed(a.m / m, e2, b.m / m, p1, p2)
     dev, edev, rho_s = None, 0.0, 0.0
     if run.merge and not deviations:
         # rho_a v_a Q_a * Q_b + Q_a * rho_b v_b Q_b <= max(rho) v (Q_a * Q_b): no array needed

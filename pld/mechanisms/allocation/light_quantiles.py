@@ -55,29 +55,28 @@ def _halved_up(x: np.ndarray) -> np.ndarray:
 
 
 def label_quantiles(cell_q: np.ndarray, cell_eq: np.ndarray, cell_p: np.ndarray, cell_ep: np.ndarray, d: float,
-                    m: int, taus: np.ndarray, coarse: float, marked: bool = False) -> np.ndarray:
-    """``s_k`` with ``P(S_L > s_k) <= tau_k`` for the sum of ``m`` light coordinates (``+inf``
-    where the computed law does not resolve ``tau_k``), optionally plus one marked coordinate.
+                    m: int, taus: np.ndarray, coarse: float) -> tuple[np.ndarray, np.ndarray]:
+    """``s_k`` with ``P(S_L > s_k) <= tau_k`` for the sum of ``m`` light coordinates, and for
+    that sum plus one marked coordinate (``+inf`` where the computed law does not resolve
+    ``tau_k``); one chain of convolutions serves both.
 
     ``cell_q[c - 1]``, ``cell_eq[c - 1]``: the Q-mass of the cell ``((c - 1) d, c d]`` and a bound
     on its rounding, ``c = 1 .. n`` (the light part, ``Y <= n d``); ``cell_p``, ``cell_ep``: its
-    partial mean ``E[Y; cell]`` (the marked coordinate's mass there) and its bound.  ``marked``:
-    one more coordinate, of the marked law given light (``y L(dy)`` normalised).
+    partial mean ``E[Y; cell]`` (the marked coordinate's mass there) and its bound.  The marked
+    coordinate's law given light is ``y L(dy)`` normalised.
     """
     n = cell_q.size
     tot = math.fsum(cell_q.tolist())
-    if not (m >= 1 and n >= 1 and tot > 0.0):
-        return np.full(len(taus), math.inf)
-    # one coordinate's label law given light (index = label), normalised: the computed total
-    # is within the cells' rounding of the exact one
-    rel = math.fsum(cell_eq.tolist()) / tot
-    x = np.concatenate(([0.0], cell_q / tot))
-    ex = Err.of_entries(np.concatenate(([0.0], (cell_eq + cell_q * (rel + 4.0 * _U)) / tot)) * (1.0 + 2.0 * rel))
+    mt = math.fsum(cell_p.tolist())
+    if not (m >= 1 and n >= 1 and tot > 0.0 and mt > 0.0):
+        return np.full(len(taus), math.inf), np.full(len(taus), math.inf)
+    x, ex = _normalised(cell_q, cell_eq, tot)
     labels = np.arange(1, n + 1) * d
-    mean_y = math.fsum(cell_p.tolist()) / tot
+    mean_y = mt / tot
     mean_c = math.fsum((labels * cell_q).tolist()) / tot
     # r = E[c d - Y | light] >= 0, from below: each mean off by its cells' bounds and the
-    # normaliser's (rel), the products and sums by a few ulps
+    # normaliser's, the products and sums by a few ulps
+    rel = math.fsum(cell_eq.tolist()) / tot
     err_m = (math.fsum((labels * cell_eq).tolist()) + math.fsum(cell_ep.tolist())) / tot + (rel + 8.0 * _U) * (
         mean_c + mean_y)
     r = max(0.0, (mean_c - mean_y - err_m) * (1.0 - 1e-12) - 1e-15 * d)
@@ -88,57 +87,56 @@ def label_quantiles(cell_q: np.ndarray, cell_eq: np.ndarray, cell_p: np.ndarray,
         # (what a window drops only lowers the distribution function read below)
         return int((k * mean_c + 12.0 * math.sqrt(k) * sd + 3.0 * top) / (step * d)) + 2
 
-    def fit(lv: tuple) -> tuple:
+    def halve(lv: tuple) -> tuple:
         y, e, k, step = lv
-        while 2 * step * d <= coarse * sd * math.sqrt(k) and y.size > 64:
-            y2 = _halved_up(y)
-            e = e.mapped(1.0, 2.0, 2.0 * _U, y)
-            y, step = y2, 2 * step
-        return y, e, k, step
+        return _halved_up(y), e.mapped(1.0, 2.0, 2.0 * _U, y), k, 2 * step
+
+    def fit(lv: tuple) -> tuple:
+        while 2 * lv[3] * d <= coarse * sd * math.sqrt(lv[2]) and lv[0].size > 64:
+            lv = halve(lv)
+        return lv
 
     def to_step(lv: tuple, step: int) -> tuple:
-        y, e, k, s = lv
-        while s < step:
-            y2 = _halved_up(y)
-            e = e.mapped(1.0, 2.0, 2.0 * _U, y)
-            y, s = y2, 2 * s
-        return y, e, k, s
+        while lv[3] < step:
+            lv = halve(lv)
+        return lv
 
     def combine(a: tuple, b: tuple) -> tuple:
         (c, ec), = convolve_errs([(a[0], a[1], b[0], b[1])])
         k = a[2] + b[2]
         return fit((c[: keep(k, a[3])].copy(), ec, k, a[3]))
 
-    def add(r: tuple, c: tuple) -> tuple:
-        r = to_step(r, c[3])
-        return combine(r, to_step(c, r[3]))
+    def add(r_: tuple, c: tuple) -> tuple:
+        r_ = to_step(r_, c[3])
+        return combine(r_, to_step(c, r_[3]))
 
-    result = by_squaring((x, ex, 1, 1), m, lambda c: combine(c, c), add)
-    count = m
-    if marked:
-        mt = math.fsum(cell_p.tolist())
-        if not mt > 0.0:
-            return np.full(len(taus), math.inf)
-        rel_p = math.fsum(cell_ep.tolist()) / mt
-        mx = np.concatenate(([0.0], cell_p / mt))
-        me = Err.of_entries(np.concatenate(([0.0], (cell_ep + cell_p * (rel_p + 4.0 * _U)) / mt)) * (1.0 + 2.0 * rel_p))
-        mk = to_step((mx, me, 1, 1), result[3])
-        (c, ec), = convolve_errs([(result[0], result[1], mk[0], mk[1])])
-        result = (c, ec, m + 1, result[3])
-        count = m + 1
-    law, err, _, step = result
+    law, err, _, step = by_squaring((x, ex, 1, 1), m, lambda c: combine(c, c), add)
+    mk = to_step((*_normalised(cell_p, cell_ep, mt), 1, 1), step)
+    (law_m, err_marked), = convolve_errs([(law, err, mk[0], mk[1])])
+    # (the marked coordinate's term Y - c d has mean <= 0: only the m unmarked ones' r is taken off)
+    return (_read(law, err, step, d, m, m * r, taus), _read(law_m, err_marked, step, d, m + 1, m * r, taus))
+
+
+def _normalised(q: np.ndarray, eq: np.ndarray, tot: float) -> tuple[np.ndarray, Err]:
+    """One coordinate's label law (index = label, none at 0) from its cells' masses, normalised
+    by their computed total ``tot``, which is within the cells' rounding of the exact one."""
+    rel = math.fsum(eq.tolist()) / tot
+    e = np.concatenate(([0.0], (eq + q * (rel + 4.0 * _U)) / tot)) * (1.0 + 2.0 * rel)
+    return np.concatenate(([0.0], q / tot)), Err.of_entries(e)
+
+
+def _read(law: np.ndarray, err: Err, step: int, d: float, count: int, shift: float,
+          taus: np.ndarray) -> np.ndarray:
+    """The quantiles of ``d step L + sum (Y_i - c_i d)`` over ``count`` coordinates, whose
+    second sum is at most ``-shift`` plus Hoeffding's term (see the module)."""
     cdf_lo = np.cumsum(np.maximum(law - err.entry, 0.0)) * (1.0 - 4.0 * law.size * _U)
     out = np.full(len(taus), math.inf)
     for i, tau in enumerate(taus):
         best = math.inf
         for share in _HOEFFDING_SHARES:
             t_h = share * tau
-            rest = tau - t_h
-            j = int(np.searchsorted(cdf_lo, 1.0 - rest))  # (first label with F_lo >= 1 - rest)
-            if j >= law.size:
-                continue
-            x_h = d * math.sqrt(count * math.log(1.0 / t_h) / 2.0)
-            # (the marked coordinate's term has mean <= 0: only the m unmarked ones' r is taken off)
-            best = min(best, d * step * j + x_h - m * r)
+            j = int(np.searchsorted(cdf_lo, 1.0 - (tau - t_h)))  # (first label with F_lo >= 1 - rest)
+            if j < law.size:
+                best = min(best, d * step * j + d * math.sqrt(count * math.log(1.0 / t_h) / 2.0) - shift)
         out[i] = max(0.0, best * (1.0 + 1e-12))
     return out

@@ -59,17 +59,6 @@ class Err:
         """A bound on every entry's error."""
         return min(self.l2, self.inf)
 
-    def halved(self, f: float, out: np.ndarray) -> Err:
-        """The error of ``out = x[0::2] + f x[1::2]`` (entries of ``x`` carrying this error),
-        with the rounding of that sum: each output entry takes one or two inputs, one
-        weighted by ``f``."""
-        l1, l2 = l1_l2_norms(out)
-        top = float(np.max(np.abs(out), initial=0.0))
-        g = max(1.0, f)
-        return Err((g * self.l1 + 4.0 * _U * float(l1)) * _UP,
-                   (math.sqrt(1.0 + f * f) * self.l2 + 4.0 * _U * float(l2)) * _UP,
-                   ((1.0 + f) * self.inf + 4.0 * _U * top) * _UP)
-
     def mapped(self, col: float, row: float, u: float, x: np.ndarray) -> Err:
         """The error after a non-negative linear map ``M`` whose columns sum to at most ``col``
         and rows to at most ``row`` (``|M|_1 = col``, ``|M|_inf = row``, ``|M|_2 <= sqrt(col
@@ -89,13 +78,16 @@ class Err:
         top = float(np.max(w, initial=0.0))
         return min(self.l2 * float(w2), self.inf * float(w1), self.l1 * top) * _UP
 
-    def mixed(self, w: float, other: Err, w_other: float, out: np.ndarray) -> Err:
-        """The error of ``out = w x + w_other y`` (``x`` carrying this error, ``y`` the other's)."""
-        l1, l2 = l1_l2_norms(out)
-        top = float(np.max(np.abs(out), initial=0.0))
-        return Err((w * self.l1 + w_other * other.l1 + 4.0 * _U * float(l1)) * _UP,
-                   (w * self.l2 + w_other * other.l2 + 4.0 * _U * float(l2)) * _UP,
-                   (w * self.inf + w_other * other.inf + 4.0 * _U * top) * _UP)
+    def mixed(self, w: float, other: Err, w_other: float, x: np.ndarray, y: np.ndarray) -> Err:
+        """The error of ``w x + w_other y`` computed (``x`` carrying this error, ``y`` the
+        other's, ``w``, ``w_other >= 0``): each entry rounded by at most ``4u`` of ``w |x| +
+        w_other |y|``."""
+        (x1, x2), (y1, y2) = l1_l2_norms(x), l1_l2_norms(y)
+        xt, yt = (float(np.max(np.abs(z), initial=0.0)) for z in (x, y))
+        u = 4.0 * _U
+        return Err((w * (self.l1 + u * float(x1)) + w_other * (other.l1 + u * float(y1))) * _UP,
+                   (w * (self.l2 + u * float(x2)) + w_other * (other.l2 + u * float(y2))) * _UP,
+                   (w * (self.inf + u * xt) + w_other * (other.inf + u * yt)) * _UP)
 
 
 def _term(e: Err, n1: float, n2: float, ninf: float) -> tuple[float, float, float]:
@@ -161,6 +153,6 @@ def _extended(pairs: list[tuple[np.ndarray, np.ndarray]], norms: dict) -> list[t
         spec = spectra[(id(a), n)] * spectra[(id(b), n)]
         c = np.asarray(_fft._scipy_fft().irfft(spec, n)[:m], dtype=np.float64)
         (a1, a2), (b1, b2) = norms[id(a)], norms[id(b)]
-        f = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * (float(a2) * float(b1) + float(a1) * float(b2))
+        f = _fft._fft_bound(n, float(a1), float(a2), float(b1), float(b2), _fft._U_LD)
         out.append((c, f, 1.01 * _U))
     return out
