@@ -49,6 +49,7 @@ import numpy as np
 from pld import _special
 from pld.mechanisms.allocation.coordinate import SideAtoms, bracket_atoms
 from pld.mechanisms.allocation.levels import MAX_CELLS, _pad
+from pld.mechanisms.allocation.powering import by_squaring
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: below this noise multiplier ``k``-of-``t`` takes its lower end from the log labels
@@ -103,21 +104,11 @@ def _power(x: np.ndarray, e: Err, m: int, cut: int) -> tuple[np.ndarray, Err]:
     every partial sum cut after entry ``cut`` (the labels are non-negative, so what is
     cut lands above ``cut`` in the total: the entries kept are exact), with bounds on
     its error (FFT; for windows too long to convolve directly)."""
-    result: tuple[np.ndarray, Err] | None = None
-    cur = (x[: cut + 1], e)
-    while True:
-        if m & 1:
-            if result is None:
-                result = cur
-            else:
-                (c, ec), = convolve_errs([(result[0], result[1], cur[0], cur[1])])
-                result = (c[: cut + 1], ec)
-        m >>= 1
-        if not m:
-            assert result is not None
-            return result
-        (c, ec), = convolve_errs([(cur[0], cur[1], cur[0], cur[1])])
-        cur = (c[: cut + 1], ec)
+    def conv(a: tuple[np.ndarray, Err], b: tuple[np.ndarray, Err]) -> tuple[np.ndarray, Err]:
+        (c, ec), = convolve_errs([(a[0], a[1], b[0], b[1])])
+        return c[: cut + 1], ec
+
+    return by_squaring((x[: cut + 1], e), m, lambda c: conv(c, c), conv)
 
 
 def _conv_direct(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
@@ -134,16 +125,8 @@ def _conv_direct(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
 
 def _power_direct(x: tuple[np.ndarray, np.ndarray], m: int, cut: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_power` on entrywise brackets, by direct convolutions (:func:`_conv_direct`)."""
-    result: tuple[np.ndarray, np.ndarray] | None = None
-    cur = (x[0][: cut + 1], x[1][: cut + 1])
-    while True:
-        if m & 1:
-            result = cur if result is None else _conv_direct(result, cur, cut)
-        m >>= 1
-        if not m:
-            assert result is not None
-            return result
-        cur = _conv_direct(cur, cur, cut)
+    return by_squaring((x[0][: cut + 1], x[1][: cut + 1]), m, lambda c: _conv_direct(c, c, cut),
+                       lambda a, b: _conv_direct(a, b, cut))
 
 
 @functools.lru_cache(maxsize=16)

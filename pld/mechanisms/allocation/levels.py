@@ -19,6 +19,7 @@ import numpy as np
 
 from pld import _special
 from pld.kernels import l1_l2_norms
+from pld.mechanisms.allocation.powering import by_squaring
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 #: tail probability left beyond the window (sizing only: what is left is bounded)
@@ -356,22 +357,12 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
             w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
         return int(min(w, run.limit) / (step * d)) + 2
 
-    result = None
-    cur = x
-    k = t
-    while True:
-        if k & 1:
-            if result is None:
-                result = cur
-            else:
-                r = to_step(result, cur.step)
-                c = to_step(cur, r.step)
-                result = fit(_combine(run, r, c, keep(r.m + c.m, c.step)))
-        k >>= 1
-        if not k:
-            assert result is not None  # (t >= 1: the lowest set bit set it)
-            return result
-        cur = fit(_combine(run, cur, cur, keep(2 * cur.m, cur.step)))
+    def add(r: _Level, c: _Level) -> _Level:
+        r = to_step(r, c.step)
+        c = to_step(c, r.step)
+        return fit(_combine(run, r, c, keep(r.m + c.m, c.step)))
+
+    return by_squaring(x, t, lambda c: fit(_combine(run, c, c, keep(2 * c.m, c.step))), add)
 
 
 def _tilted(x: np.ndarray, g: np.ndarray, theta: float,

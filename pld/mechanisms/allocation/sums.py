@@ -197,7 +197,7 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     ``tail``: the probability the linear levels' windows leave beyond them (``_TAIL``
     if None; smaller puts less mass at ``+inf`` on wider windows, for runs of many
     rounds at a strict delta).  ``precise``: the untilted runs whose round-off is a share
-    of their mass (``info["lumped_upper"]``, ``1 - info["lower_mass"]``) are redone with
+    of their mass (``info["lumped_upper"]``, ``info["dropped_lower"]``) are redone with
     long double transforms (:mod:`pld.mechanisms.allocation.roundoff`; up to twice the
     build's time, and what a strict delta needs: built lazily, as a refinement, a sample of
     DP-SGD settings took 2.4x as long).  The rest as :func:`_sum_laws`.
