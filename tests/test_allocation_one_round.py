@@ -204,8 +204,9 @@ def test_split_dominated_pair_keeps_two_heavy_rounds(sigma, t):
     and ``p_h (t - 1) q_h (1 - q_h)^(t-2) + (1 - p_h) C(t - 1, 2) q_h^2 (1 - q_h)^(t-3)``.
     (sigma 1.206, 1-of-402, delta 8e-11: those rounds held 0.1% of delta, and dropping them
     put the lower end 5e-5 low; the one-round oracle puts delta at the lower end 1.00024 x.)"""
+    from scipy.special import ndtr
+
     import pld.mechanisms.allocation.heavy_lower as hl
-    from pld._special import ndtr
 
     seen = {}
     original = hl._two_heavy_pairs
