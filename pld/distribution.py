@@ -20,7 +20,6 @@ import functools
 import math
 import warnings
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,10 +27,9 @@ from pld import _validate as v
 from pld.engine import budget as _budget
 from pld.engine import gaussian_exact, queries, total_variation
 from pld.engine.composer import GridTooLargeError
-from pld.engine.grid import GridPLD
 from pld.engine.laws import DIRECTIONS
-from pld.engine.pipeline import Engine
-from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, Settings
+from pld.engine.pipeline import Engine, GridPair
+from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING
 from pld.mechanisms import Mechanism, register_pld_type
 from pld.mechanisms import adjacency as adj
 
@@ -63,34 +61,6 @@ class NotTightWarning(UserWarning):
     constructions.  Silence it with
     ``warnings.simplefilter("ignore", pld.NotTightWarning)``.
     """
-
-
-@dataclass(frozen=True)
-class GridPair:
-    """One direction's certified grids behind an answer (read-only).
-
-    ``dominating`` bounds delta from above at every epsilon (its error bound
-    and mass at +inf included), ``dominated`` from below; ``settings`` are the
-    spacing, tilt, truncation budget and FFT power precision they were built
-    with, and ``power_steps`` the steps each component composed by one FFT power.
-    """
-
-    direction: str
-    settings: Settings
-    dominating: GridPLD
-    dominated: GridPLD
-    power_steps: tuple[int, ...]
-
-    def delta_bounds(self, epsilons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(lower, upper)`` on this direction's delta at ``epsilons`` (an array of reals), each
-        in ``[0, 1]``: the dominated grid's certified evaluator below, the dominating grid's above
-        (:meth:`pld.engine.grid.GridPLD.delta`, its round-off bound included)."""
-        eps = np.asarray(epsilons, dtype=np.float64)
-
-        def at(g: GridPLD) -> np.ndarray:
-            return np.clip(np.asarray(g.delta(eps.ravel())).reshape(eps.shape), 0.0, 1.0)
-
-        return at(self.dominated), at(self.dominating)
 
 
 def _budgeted(method):
@@ -588,8 +558,8 @@ class PLD:
             self._deep_box.append(PLD(tuple(deeper)))
         return self._deep_box[0]
 
-    def _epsilon_bracket_refined(self, delta: float, rtol: float,
-                                 known: tuple[float, float] = (0.0, math.inf)) -> tuple[float, float, str | None]:
+    def _epsilon_bracket_refined(self, delta: float, rtol: float, known: tuple[float, float] = (0.0, math.inf),
+                                 futile: frozenset = frozenset()) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
 
         A component whose own model has an accuracy setting (``refined()``:
@@ -597,7 +567,10 @@ class PLD:
         is refined when the bracket misses its target, and the brackets are
         intersected (both are certified; ``known``: the earlier ones', the chain ends where
         it meets the target).  Where the components' tails at ``+inf`` are a share of delta,
-        the chain goes on from their ``deeper()`` pairs instead (:meth:`_deeper`).
+        the chain goes on from their ``deeper()`` pairs instead (:meth:`_deeper`).  A family of
+        constructions (:meth:`_family`) whose bracket improved neither end and was
+        :data:`FUTILE_WIDTH` times as wide as the earlier ones' is ``futile``: the chain skips
+        its deeper and finer members (halving a grid's spacing narrows a bracket a few times).
         """
         engine = self._engine()
         try:
@@ -606,19 +579,27 @@ class PLD:
             # (no grid of some direction could be built in time: the trivial
             # bracket, said; PLD_TIME_BUDGET gives the query more time)
             return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
+        if lo <= known[0] and hi >= known[1] and hi - lo > FUTILE_WIDTH * (known[1] - known[0]):
+            futile = futile | {self._family()}
         lo, hi = max(lo, known[0]), min(hi, known[1])
         miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is None or self._h_fixed is not None:
             return lo, hi, miss
-        refined = self._deeper(delta) or self._refined()
+        refined = (self._family() not in futile and self._deeper(delta)) or self._refined()
+        while refined is not None and refined._family() in futile:
+            refined = refined._refined()
         if refined is None:
             return lo, hi, miss
-        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi))
+        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi), futile)
         lo, hi = max(lo, lo2), min(hi, hi2)
         # (an infinite upper end misses any target unless epsilon is infinite exactly:
         # inf - lo <= rtol * inf would call it met)
         met = lo == hi or (math.isfinite(hi) and hi - lo <= rtol * hi + EPS_ATOL)
         return lo, hi, (None if met else (miss2 or miss))
+
+    def _family(self) -> tuple:
+        """The components' families of constructions (``refinement_family``; None without)."""
+        return tuple(getattr(m, "refinement_family", None) for m, _ in self._components)
 
     def _refined(self) -> PLD | None:
         """The composition of the components' ``refined()`` versions (None if none has one)."""
@@ -680,6 +661,9 @@ class PLD:
 #: a missed epsilon bracket goes on from its components' deeper tails (:meth:`PLD._deeper`)
 #: where their mass at +inf, summed over the composition, reaches this share of delta
 DEEPER_TAIL_SHARE = 1e-3
+#: a construction's bracket this many times as wide as the chain's so far (improving neither end)
+#: ends its family's part of the chain (:meth:`PLD._epsilon_bracket_refined`)
+FUTILE_WIDTH = 20.0
 #: a delta bracket wider than this share of its upper end goes down the same chain
 #: (:meth:`PLD._delta_curve`; the epsilon target is worth ~1e-3 of delta where delta is steep)
 DELTA_CHAIN_RTOL = 1e-2

@@ -146,12 +146,15 @@ def test_refined_rounds_and_the_target():
     # (a short round's last resort at sigma >= 1: the geometric grid, then finer ones only)
     last = chain.index(("geometric", mech.spacing, mech.kappa))
     assert all(c == "geometric" and sp < mech.spacing for c, sp, _ in chain[last + 1:]) and chain[last + 1:]
-    # a long round leaves the finer split out (sigma 0.968, 1-of-18324: 9 more seconds for a
-    # bracket that still missed its target)
-    long_chain, r = [], RandomAllocation(pld.Gaussian(0.968), 18324)
-    while (r := r.refined()) is not None:
-        long_chain.append((r.construction, r.spacing))
-    assert ("split", mech.spacing / 2) not in long_chain and long_chain
+    # a long round tries the finer split before the finer linear grid (sigma 0.968, 1-of-18324,
+    # 162 epochs, delta 1e-8: 0.82x its target with it, in 4.6 s), a longer one leaves it out
+    for t, finer_split in ((18324, True), (25000, False)):
+        long_chain, r = [], RandomAllocation(pld.Gaussian(0.968), t)
+        while (r := r.refined()) is not None:
+            long_chain.append((r.construction, r.spacing))
+        assert (("split", mech.spacing / 2) in long_chain) == finer_split, long_chain
+        if finer_split:
+            assert long_chain[-2:] == [("split", mech.spacing / 2), ("linear", mech.spacing / 2)]
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")
@@ -233,6 +236,45 @@ def test_split_rounds_skip_a_linear_grid_too_wide_for_its_tail(sigma, steps):
     assert "linear" not in _chain(mech)
     assert "linear" in _chain(RandomAllocation(pld.Gaussian(1.05), steps))
     assert "linear" in _chain(RandomAllocation(pld.Gaussian(0.985), 16631))
+
+
+@pytest.mark.parametrize("futile_width", [20.0, math.inf])
+def test_the_chain_skips_a_futile_family(monkeypatch, futile_width):
+    """A family of constructions whose bracket was tens of times wider than the chain's so far,
+    and improved neither end, is skipped with its finer and deeper members (each a grid's spacing
+    halved: a few times narrower); the other family's members still run.  Brackets here are
+    stand-ins by family (the split narrows as its grid refines, the linear grid stays 300x
+    wider), so the test reads the chain's order without building a round."""
+    from pld import distribution
+    from pld.engine import queries
+
+    seen = []
+
+    def bracket(engine, delta, rtol):
+        ((m, _),) = engine._components
+        seen.append((m.refinement_family, m.spacing, m.kappa, m.tail))
+        w = 1e-3 * m.spacing if m.refinement_family == "split" else 0.3
+        return 1.0 - w, 1.0 + w, None
+
+    monkeypatch.setattr(distribution, "FUTILE_WIDTH", futile_width)
+    monkeypatch.setattr(distribution.PLD, "_engine", lambda self: self)
+    monkeypatch.setattr(queries, "epsilon_bracket", bracket)
+    monkeypatch.setattr(queries, "target_miss", lambda e, d, r, lo, hi, used: "stand-in")
+    monkeypatch.setattr(RandomAllocation, "grid_info", lambda self: {})
+    # (the linear grid's tails at +inf a share of delta, as at sigma 1.2, 1-of-400, delta 1e-10)
+    monkeypatch.setattr(RandomAllocation, "tail_mass",
+                        lambda self: 1.0 if self.refinement_family == "linear" and self.tail is None else 0.0)
+    mech = RandomAllocation(pld.Gaussian(1.2), 400)
+    assert mech._construction() == "split"
+    lo, hi, miss = pld.PLD(((mech, 2),))._epsilon_bracket_refined(1e-10, 1e-4)
+    families = [f for f, *_ in seen]
+    assert families[:2] == ["split", "linear"]
+    if math.isfinite(futile_width):
+        assert families.count("linear") == 1  # (its deeper pair and its finer grid skipped)
+    else:
+        assert [s for f, s, _, tail in seen if f == "linear"] == [0.02, 0.02, 0.01]
+    assert families.count("split") == 3  # (the split's own refinements run either way)
+    assert hi - lo == pytest.approx(2e-3 * min(s for f, s, *_ in seen if f == "split"))
 
 
 def test_structural_gaps_are_said_not_refined():

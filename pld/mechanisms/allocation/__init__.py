@@ -105,17 +105,15 @@ _GEOMETRIC_LAST_STEPS, _GEOMETRIC_LAST_POINTS, _GEOMETRIC_LAST_RESOLVES = 1024, 
 _KAPPA_REFINE_SIGMA = 0.7
 #: a split round's add mass at +inf past which a missed target tries the light grid in medians
 _ADD_INF_REFINE = 1e-10
-#: longest round whose missed target tries the split on a light grid of half the spacing (about
-#: what the default split costs up to here; beyond, its cells and time grow with no gain seen)
-_FINER_SPLIT_STEPS = 4096
+#: longest round whose missed target tries the split on a light grid of half the spacing (1-2 s
+#: at 2e4 steps, where it met targets the linear grid's finer one met in 8 s)
+_FINER_SPLIT_STEPS = 20_000
+#: coarsest first grid (standard deviations of one coordinate) worth computing
+_COARSEST_SD = 0.3
 
 
 class AllocationAccuracyWarning(RuntimeWarning):
     """The certified construction is valid but its grid is coarse: the bracket will be wide."""
-
-
-#: coarsest first grid (standard deviations of one coordinate) worth computing
-_COARSEST_SD = 0.3
 
 
 class UnsupportedBaseError(ValueError, TypeError):
@@ -287,6 +285,12 @@ class RandomAllocation(Mechanism):
         :func:`pld.mechanisms.allocation.sums.choose_construction`)."""
         return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
 
+    @property
+    def refinement_family(self) -> str:
+        """The construction (``"blocks"`` for ``k > 1``): :class:`pld.PLD`'s chain of :meth:`refined`
+        rounds skips a family whose bracket was far wider than the others'."""
+        return "blocks" if self.participations > 1 else self._construction()
+
     def _finer(self, construction: str, spacing: float, kappa: float) -> tuple | None:
         """The next finer variant of the linear grid or the split, or None (the geometric grid's:
         :func:`geometric.finer_spacings`): the single grid at half the
@@ -328,8 +332,9 @@ class RandomAllocation(Mechanism):
         intersects the two brackets (both are certified), then asks the new
         round again.  From ``construction="auto"`` the chain is: the other
         construction (the single linear grid or the light/heavy split, where
-        it can be built), then the finer variant of the first
-        (:meth:`_finer`), then that of the other; a short round also tries the
+        it can be built), then the finer variant of the first (:meth:`_finer`), then
+        that of the other, with the split at half the spacing (up to ``_FINER_SPLIT_STEPS``)
+        before the linear grid's where the split came first; a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
         (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
         grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
@@ -364,8 +369,10 @@ class RandomAllocation(Mechanism):
             if can_other:
                 pending.append(self._finer(other, self.spacing, self.kappa))
             if 2 <= t <= _FINER_SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
-                # (the split on a light grid twice as fine; for long rounds it costs many seconds)
-                pending.append(("split", self.spacing / 2, self.kappa))
+                # (the split on a light grid twice as fine; before the finer linear grid, which costs
+                # four times as much from 4096 steps on, where the split came first)
+                half = ("split", self.spacing / 2, self.kappa)
+                pending.insert(len(pending) - (first != "linear" and can_other), half)
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
