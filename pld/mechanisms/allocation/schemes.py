@@ -1,0 +1,116 @@
+"""The sampling schemes built from rounds of random allocation: balls-in-bins (1 of ``t = 1/q``
+steps per epoch), random allocation (``k`` of ``t = k/q``) and shuffling, registered with
+:mod:`pld.accounting.sampling` so that ``pld.dpsgd(..., sampling=...)`` composes their epochs."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+from pld import _validate as v
+from pld.accounting import sampling
+from pld.distribution import PLD
+from pld.mechanisms import Gaussian
+from pld.mechanisms import adjacency as adj
+from pld.mechanisms.allocation import MAX_STEPS, SPACING_PER_SD, RandomAllocation
+from pld.mechanisms.allocation.shuffling import Shuffling
+
+
+def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
+    """``t = k / q``: the steps of an epoch in which every record takes part ``k`` times."""
+    t = participations / sampling_rate
+    steps = round(t)
+    if steps < 1 or abs(t - steps) > 1e-9 * t:
+        raise ValueError(f"sampling_rate must be participations / (steps per epoch) for random allocation "
+                         f"(every record in exactly {participations} of the steps of an epoch), got "
+                         f"{sampling_rate!r}: {participations} / {sampling_rate!r} = {t:.6g} is not an integer")
+    return steps
+
+
+def _epochs(steps: int, per_epoch: int) -> int:
+    """Epochs accounted for ``steps`` steps: a last partial epoch counts as a whole one
+    (it is the whole epoch with its remaining steps not released: a post-processing)."""
+    return -(-steps // per_epoch)
+
+
+#: first-grid spacing of the rounds the sampling schemes build (None: SPACING_PER_SD)
+_RUN_SPACING: contextvars.ContextVar[float | None] = contextvars.ContextVar("allocation_spacing", default=None)
+_RUN_PRECISE: contextvars.ContextVar[bool] = contextvars.ContextVar("allocation_precise_runs", default=True)
+
+
+@contextlib.contextmanager
+def run_spacing(spacing: float | None, precise: bool = True):
+    """Rounds built by the sampling schemes in this context use first grids of
+    ``spacing`` standard deviations (None: the default; a coarse one is cheaper and still
+    certified: the calibration's first, coarse brackets use it), built ``precise`` or not
+    (:class:`RandomAllocation`; the calibration's search, whose tolerance is above what
+    round-off moves, builds them in double only)."""
+    token = _RUN_SPACING.set(None if spacing is None else v.real("spacing", spacing, low=1e-4, high=1.0))
+    p_token = _RUN_PRECISE.set(bool(precise))
+    try:
+        yield
+    finally:
+        _RUN_PRECISE.reset(p_token)
+        _RUN_SPACING.reset(token)
+
+
+def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, participations: int = 1) -> PLD:
+    participations = v.integer("participations", participations, low=1, high=MAX_STEPS)
+    t = _steps_per_epoch(sampling_rate, participations)
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    if t == participations:  # (every record in every step: the Gaussian mechanism, step by step)
+        return Gaussian(noise_multiplier).pld().self_compose(steps)
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing,
+                             precise=_RUN_PRECISE.get()).pld()
+    return epoch.self_compose(_epochs(steps, t))
+
+
+def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
+    t = _steps_per_epoch(sampling_rate)
+    if t == 1:  # (one batch: every record in every step)
+        return Gaussian(noise_multiplier).pld().self_compose(steps)
+    spacing = _RUN_SPACING.get() or SPACING_PER_SD
+    return Shuffling(Gaussian(noise_multiplier), t, spacing).pld().self_compose(_epochs(steps, t))
+
+
+_WHOLE_EPOCHS = ("epochs composed; a last partial epoch is accounted as a whole one (its remaining steps not "
+                 "released: a post-processing)")
+
+BALLS_IN_BINS = sampling.register(sampling.SamplingScheme(
+    name="balls_in_bins",
+    aliases=("balls_and_bins", "bnb", "random_allocation_1"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="balls-in-bins (every record in exactly one uniformly chosen step of each epoch of 1/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    summary="balls-in-bins (random allocation, 1 of t = 1/q steps per epoch), add-or-remove one record (both "
+            "directions); " + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C",
+    caveat="covers loaders that put every record in exactly one uniformly chosen batch per epoch, "
+           "independently of the other records; a shuffled permutation cut into batches is sampling='shuffle'"))
+
+RANDOM_ALLOCATION = sampling.register(sampling.SamplingScheme(
+    name="random_allocation",
+    aliases=("allocation", "k_of_t"),
+    adjacency=adj.ADD_OR_REMOVE,
+    description="random allocation (every record in exactly k uniformly chosen steps of each epoch of k/q steps)",
+    batch_name="expected batch",
+    run_pld=_allocation_run,
+    epoch_steps=_steps_per_epoch,
+    options=("participations",),
+    summary="random allocation (k of t = k/q steps per epoch; for k > 1 the upper end by the block argument, "
+            "the lower end by a statistic of the outputs: see RandomAllocation.explain), add-or-remove one record; "
+            + _WHOLE_EPOCHS + "; sigma = noise std / clipping norm C"))
+
+SHUFFLE = sampling.register(sampling.SamplingScheme(
+    name="shuffle",
+    aliases=("shuffling", "shuffled"),
+    adjacency=adj.REPLACE_SPECIAL,
+    description="shuffling (a random permutation cut into 1/q fixed batches each epoch)",
+    batch_name="batch",
+    run_pld=_shuffle_run,
+    epoch_steps=_steps_per_epoch,
+    summary="shuffling, the record's slot replaced by a zero record: certified but NOT tight: the upper end "
+            "assumes no amplification (one Gaussian step per epoch), the lower end is 1-of-t allocation on a "
+            "dataset whose other records contribute zero; " + _WHOLE_EPOCHS,
+    caveat="no tight analysis of shuffling is known: the bracket is wide by construction"))
