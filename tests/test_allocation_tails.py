@@ -272,9 +272,27 @@ def test_the_chain_skips_a_futile_family(monkeypatch, futile_width):
     if math.isfinite(futile_width):
         assert families.count("linear") == 1  # (its deeper pair and its finer grid skipped)
     else:
-        assert [s for f, s, _, tail in seen if f == "linear"] == [0.02, 0.02, 0.01]
+        assert [s for f, s, *_ in seen if f == "linear"][-1] == 0.01  # (the finer linear grid too)
     assert families.count("split") == 3  # (the split's own refinements run either way)
     assert hi - lo == pytest.approx(2e-3 * min(s for f, s, *_ in seen if f == "split"))
+
+
+def test_a_linear_round_too_wide_for_the_deep_windows_has_no_deeper_pair(monkeypatch):
+    """The deeper pair of a single linear grid spans windows cut at DEEP_TAIL: at sigma 1.114,
+    1-of-8188 that is 545k cells, whose lumped round-off put the upper end at 0.63 against 0.299
+    (21 epochs, delta 7e-10) in 5.4 s; such a round has no deeper pair (the chain goes on to the
+    other constructions).  At sigma 5, 1-of-17786 the deep linear grid is small and met the target."""
+    from pld.mechanisms.allocation import _LINEAR_REFINE_CELLS, DEEP_TAIL
+
+    monkeypatch.setattr(RandomAllocation, "_small_masses", lambda self: (1.0, 0.0))
+    wide = RandomAllocation(pld.Gaussian(1.114), 8188, construction="linear")
+    assert wide._linear_cells() < _LINEAR_REFINE_CELLS < wide._linear_cells(DEEP_TAIL)
+    assert wide.deeper() is None
+    small = RandomAllocation(pld.Gaussian(4.995), 17786, construction="linear")
+    assert small._linear_cells(DEEP_TAIL) < _LINEAR_REFINE_CELLS
+    assert small.deeper() == RandomAllocation(pld.Gaussian(4.995), 17786, construction="linear", tail=DEEP_TAIL)
+    # (the split's deeper pair stands wherever the windows reach)
+    assert RandomAllocation(pld.Gaussian(1.114), 8188, construction="split").deeper().tail == DEEP_TAIL
 
 
 def test_structural_gaps_are_said_not_refined():
