@@ -295,6 +295,26 @@ def test_a_linear_round_too_wide_for_the_deep_windows_has_no_deeper_pair(monkeyp
     assert RandomAllocation(pld.Gaussian(1.114), 8188, construction="split").deeper().tail == DEEP_TAIL
 
 
+def test_split_add_direction_has_no_lone_far_atom():
+    """The split's add direction bounds {N >= 2} by lower quantiles of the light sum; with one
+    quantile (1e-8) the rest, ``1e-8 C(t, 2) q_h^2``, sat alone at ``S = 2B`` (loss 6.8 at sigma
+    5.936, 1-of-4370), and its tilted mass outweighed the whole bulk from a tilt of ~5 on: the
+    add grid took tilt 3 and 165k points (the query 6 s, the single grid's 0.5 s).  On a ladder
+    of quantiles down to 1e-300 the bulk dominates the tilted law at the tilt the remove
+    direction takes (the Monte Carlo tests above check the add direction's atoms for validity)."""
+    from scipy.special import ndtr
+
+    up, _, info = _allocation_sum.sum_laws(5.936, 4370, 0.02, "split", 1e-4)
+    loss, lp, lq = up.add
+    fin = np.isfinite(loss)
+    tilted = lp[fin] + 86.7 * loss[fin]
+    assert loss[fin][np.argmax(tilted)] < 0.01, loss[fin][np.argmax(tilted)]
+    a = 1 / 5.936
+    q_h = float(ndtr(-(math.log(info["light_cut"]) + a * a / 2) / a))
+    far = fin & (loss > -math.log(2 * info["light_cut"] / 4370) - 1e-9)
+    assert 0 < np.exp(lq[far]).sum() <= 1e-299 * math.comb(4370, 2) * q_h * q_h  # (the last quantile's share)
+
+
 def test_structural_gaps_are_said_not_refined():
     """k > 1 and shuffling are wide by construction: each end comes from a composition of
     tight pairs refined to its own target, and the gap is said as NotTightWarning (a
