@@ -559,7 +559,7 @@ class PLD:
         return self._deep_box[0]
 
     def _epsilon_bracket_refined(self, delta: float, rtol: float, known: tuple[float, float] = (0.0, math.inf),
-                                 futile: frozenset = frozenset()) -> tuple[float, float, str | None]:
+                                 widths: tuple = ()) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
 
         A component whose own model has an accuracy setting (``refined()``:
@@ -568,9 +568,10 @@ class PLD:
         intersected (both are certified; ``known``: the earlier ones', the chain ends where
         it meets the target).  Where the components' tails at ``+inf`` are a share of delta,
         the chain goes on from their ``deeper()`` pairs instead (:meth:`_deeper`).  A family of
-        constructions (:meth:`_family`) whose bracket improved neither end and was
-        :data:`FUTILE_WIDTH` times as wide as the earlier ones' is ``futile``: the chain skips
-        its deeper and finer members (halving a grid's spacing narrows a bracket a few times).
+        constructions (:meth:`_family`) is skipped with its deeper and finer members once a
+        bracket of it improved neither end and was :data:`FUTILE_WIDTH` times the chain's, or once
+        two of its brackets left its narrowest :data:`OUTCLASSED_WIDTH` times another family's
+        (``widths``: family, narrowest width, brackets), where refinement no longer closes the gap.
         """
         engine = self._engine()
         try:
@@ -579,18 +580,28 @@ class PLD:
             # (no grid of some direction could be built in time: the trivial
             # bracket, said; PLD_TIME_BUDGET gives the query more time)
             return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
-        if lo <= known[0] and hi >= known[1] and hi - lo > FUTILE_WIDTH * (known[1] - known[0]):
-            futile = futile | {self._family()}
+        fam = self._family()
+        best = {f: (w, n) for f, w, n in widths}
+        w0, n0 = best.get(fam, (math.inf, 0))
+        far = lo <= known[0] and hi >= known[1] and hi - lo > FUTILE_WIDTH * (known[1] - known[0])
+        best[fam] = (math.inf, math.inf) if far else (min(w0, hi - lo), n0 + 1)
+
+        def futile(family: tuple) -> bool:
+            w, n = best.get(family, (math.inf, 0))
+            others = [x for f, (x, _) in best.items() if f != family]
+            return n >= 2 and bool(others) and not w <= OUTCLASSED_WIDTH * min(others)
+
         lo, hi = max(lo, known[0]), min(hi, known[1])
         miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
         if miss is None or self._h_fixed is not None:
             return lo, hi, miss
-        refined = (self._family() not in futile and self._deeper(delta)) or self._refined()
-        while refined is not None and refined._family() in futile:
+        refined = (not futile(self._family()) and self._deeper(delta)) or self._refined()
+        while refined is not None and futile(refined._family()):
             refined = refined._refined()
         if refined is None:
             return lo, hi, miss
-        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi), futile)
+        lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi),
+                                                            tuple((f, w, n) for f, (w, n) in best.items()))
         lo, hi = max(lo, lo2), min(hi, hi2)
         # (an infinite upper end misses any target unless epsilon is infinite exactly:
         # inf - lo <= rtol * inf would call it met)
@@ -662,8 +673,11 @@ class PLD:
 #: where their mass at +inf, summed over the composition, reaches this share of delta
 DEEPER_TAIL_SHARE = 1e-3
 #: a construction's bracket this many times as wide as the chain's so far (improving neither end)
-#: ends its family's part of the chain (:meth:`PLD._epsilon_bracket_refined`)
+#: ends its family's part of the chain (:meth:`PLD._epsilon_bracket_refined`) ...
 FUTILE_WIDTH = 20.0
+#: ... as does a family's narrowest of two or more brackets this many times another family's (a
+#: grid's spacing halved narrowed the split's by 0-50%, the geometric grid's 2-5x, on seeded settings)
+OUTCLASSED_WIDTH = 2.0
 #: a delta bracket wider than this share of its upper end goes down the same chain
 #: (:meth:`PLD._delta_curve`; the epsilon target is worth ~1e-3 of delta where delta is steep)
 DELTA_CHAIN_RTOL = 1e-2

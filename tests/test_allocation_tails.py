@@ -240,9 +240,9 @@ def test_split_rounds_skip_a_linear_grid_too_wide_for_its_tail(sigma, steps):
 
 @pytest.mark.parametrize("futile_width", [20.0, math.inf])
 def test_the_chain_skips_a_futile_family(monkeypatch, futile_width):
-    """A family of constructions whose bracket was tens of times wider than the chain's so far,
-    and improved neither end, is skipped with its finer and deeper members (each a grid's spacing
-    halved: a few times narrower); the other family's members still run.  Brackets here are
+    """A family of constructions whose bracket was FUTILE_WIDTH times the chain's, improving
+    neither end, is skipped with its finer and deeper members (each a grid's spacing halved:
+    0-50% narrower for these two); the other family's members still run.  Brackets here are
     stand-ins by family (the split narrows as its grid refines, the linear grid stays 300x
     wider), so the test reads the chain's order without building a round."""
     from pld import distribution
@@ -257,6 +257,7 @@ def test_the_chain_skips_a_futile_family(monkeypatch, futile_width):
         return 1.0 - w, 1.0 + w, None
 
     monkeypatch.setattr(distribution, "FUTILE_WIDTH", futile_width)
+    monkeypatch.setattr(distribution, "OUTCLASSED_WIDTH", futile_width)
     monkeypatch.setattr(distribution.PLD, "_engine", lambda self: self)
     monkeypatch.setattr(queries, "epsilon_bracket", bracket)
     monkeypatch.setattr(queries, "target_miss", lambda e, d, r, lo, hi, used: "stand-in")
@@ -275,6 +276,37 @@ def test_the_chain_skips_a_futile_family(monkeypatch, futile_width):
         assert [s for f, s, *_ in seen if f == "linear"][-1] == 0.01  # (the finer linear grid too)
     assert families.count("split") == 3  # (the split's own refinements run either way)
     assert hi - lo == pytest.approx(2e-3 * min(s for f, s, *_ in seen if f == "split"))
+
+
+def test_the_chain_skips_an_outclassed_family(monkeypatch):
+    """A family whose narrowest of two brackets is OUTCLASSED_WIDTH times another family's leaves
+    the chain (sigma 4.995, 1-of-17786: the split at 2.9x its target after three brackets, the
+    linear grid 1.44x; the split's finer grid, 3.0x, cost 2.2 s); a family with one bracket
+    stays, as the geometric grid does (its halvings narrowed it 2-5x each).  Stand-in brackets
+    by family: the split 3x as wide as the linear grid, the geometric grid 8x, none narrowing."""
+    from pld import distribution
+    from pld.engine import queries
+
+    seen = []
+    width = {"split": 0.03, "linear": 0.01, "geometric": 0.08}
+
+    def bracket(engine, delta, rtol):
+        ((m, _),) = engine._components
+        seen.append((m.refinement_family, m.spacing, m.kappa))
+        return 1.0 - width[m.refinement_family], 1.0 + width[m.refinement_family], None
+
+    monkeypatch.setattr(distribution.PLD, "_engine", lambda self: self)
+    monkeypatch.setattr(queries, "epsilon_bracket", bracket)
+    monkeypatch.setattr(queries, "target_miss", lambda e, d, r, lo, hi, used: "stand-in")
+    monkeypatch.setattr(RandomAllocation, "grid_info", lambda self: {})
+    monkeypatch.setattr(RandomAllocation, "tail_mass", lambda self: 0.0)
+    mech = RandomAllocation(pld.Gaussian(1.2), 61)
+    assert mech._construction() == "split"
+    pld.PLD(((mech, 2),))._epsilon_bracket_refined(1e-10, 1e-4)
+    families = [f for f, *_ in seen]
+    assert families[:3] == ["split", "linear", "split"]  # (the split's second bracket: outclassed)
+    assert families.count("split") == 2 and families.count("linear") >= 2
+    assert families.count("geometric") >= 2  # (one bracket is no verdict)
 
 
 def test_a_linear_round_too_wide_for_the_deep_windows_has_no_deeper_pair(monkeypatch):
