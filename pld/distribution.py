@@ -29,7 +29,7 @@ from pld.engine import gaussian_exact, queries, total_variation
 from pld.engine.composer import GridTooLargeError
 from pld.engine.laws import DIRECTIONS
 from pld.engine.pipeline import Engine, GridPair
-from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING
+from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, NotTightWarning, TargetMissedWarning
 from pld.mechanisms import Mechanism, register_pld_type
 from pld.mechanisms import adjacency as adj
 
@@ -39,28 +39,6 @@ __all__ = ["PLD", "GridPair", "GridTooLargeError", "TargetMissedWarning", "NotTi
 #: answer compositions of Gaussian mechanisms from their closed form (exact at
 #: any count).  Tests that exercise the FFT engine on Gaussians turn it off.
 CLOSED_FORMS = True
-
-
-class TargetMissedWarning(RuntimeWarning):
-    """A certified bracket ended wider than its target (``rtol * epsilon + atol``).
-
-    Both ends are still proofs; the message says why the grid could not be
-    refined further (memory cap, a fixed spacing, refinement that stalled).
-    Turn it into an error with ``warnings.simplefilter("error", pld.TargetMissedWarning)``.
-    """
-
-
-class NotTightWarning(UserWarning):
-    """A bracket is wide because a part is not tight (:attr:`PLD.tight`), not
-    because of the numerics.
-
-    The upper end comes from a dominating pair that is not tight and the lower
-    end from a dominated construction of the true mechanism (or is 0); both
-    are certified, and each met its own width target unless a
-    :class:`TargetMissedWarning` says otherwise.  ``explain()`` states both
-    constructions.  Silence it with
-    ``warnings.simplefilter("ignore", pld.NotTightWarning)``.
-    """
 
 
 def _budgeted(method):
@@ -378,14 +356,16 @@ class PLD:
         ``tilt`` replaces the exponential tilt of the grids (same spacing and
         windows budget); the per-direction values then describe those grids.
         A weak tilt (0) represents the bulk of the loss law best, the query's
-        own tilt the tail at ``delta``.
+        own tilt the tail at ``delta``.  Where the components' own accuracy settings were
+        refined (random allocation's constructions), ``"refinements"`` lists each composition
+        built, its components' settings and its own bracket: the answer is their intersection.
         """
         delta = v.real("delta", delta, low=v.MIN_DELTA, high=1.0, high_open=True)
         if not self.tight:
             return self._explain_bounds(delta, tilt)
         lo, hi = self._epsilon_bracket(delta, EPS_RTOL)
         engine = self._engine()
-        miss = queries.target_miss(engine, delta, EPS_RTOL, lo, hi, queries.used_settings(engine, delta))
+        chain, miss = self.__dict__["_chain_logs"][(delta, EPS_RTOL)]
         mu = self._closed_form_mu()
         if mu is not None:
             # the answer is the closed form's; the grids below describe what
@@ -402,6 +382,8 @@ class PLD:
                "target": f"upper - lower <= {EPS_RTOL:g} * epsilon + {EPS_ATOL:g}",
                "target_met": miss is None, "target_missed_because": miss,
                "big_jump_decomposition": jumps or None}
+        if mu is None and len(chain) > 1:  # (the constructions intersected, each its own bracket)
+            out["refinements"] = [{"components": labels, "epsilon_bracket": (a, b)} for labels, a, b in chain]
         directions: dict[str, dict] = {}
         out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():
@@ -531,7 +513,12 @@ class PLD:
         return self._engine_box[0]
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
-        lo, hi, miss = self._epsilon_bracket_refined(delta, rtol)
+        log: list = []  # (the chain's constructions and their own brackets, for explain())
+        lo, hi, miss = self._epsilon_bracket_refined(delta, rtol, log=log)
+        if miss is not None and len(log) > 1:
+            miss = (f"{len(log)} constructions of its parts intersected (explain()['refinements']) still leave "
+                    f"this width; the last one's: {miss}")
+        self.__dict__.setdefault("_chain_logs", {})[(delta, rtol)] = (log, miss)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
@@ -559,7 +546,7 @@ class PLD:
         return self._deep_box[0]
 
     def _epsilon_bracket_refined(self, delta: float, rtol: float, known: tuple[float, float] = (0.0, math.inf),
-                                 widths: tuple = ()) -> tuple[float, float, str | None]:
+                                 widths: tuple = (), log: list | None = None) -> tuple[float, float, str | None]:
         """The bracket, and why it misses its target (None: it does not).
 
         A component whose own model has an accuracy setting (``refined()``:
@@ -572,6 +559,7 @@ class PLD:
         bracket of it improved neither end and was :data:`FUTILE_WIDTH` times the chain's, or once
         two of its brackets left its narrowest :data:`OUTCLASSED_WIDTH` times another family's
         (``widths``: family, narrowest width, brackets), where refinement no longer closes the gap.
+        ``log`` gets each construction's label and own bracket.
         """
         engine = self._engine()
         try:
@@ -580,6 +568,8 @@ class PLD:
             # (no grid of some direction could be built in time: the trivial
             # bracket, said; PLD_TIME_BUDGET gives the query more time)
             return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
+        if log is not None:
+            log.append((tuple(getattr(m, "refinement_label", None) for m, _ in self._components), lo, hi))
         fam = self._family()
         best = {f: (w, n) for f, w, n in widths}
         w0, n0 = best.get(fam, (math.inf, 0))
@@ -601,7 +591,7 @@ class PLD:
         if refined is None:
             return lo, hi, miss
         lo2, hi2, miss2 = refined._epsilon_bracket_refined(delta, rtol, (lo, hi),
-                                                            tuple((f, w, n) for f, (w, n) in best.items()))
+                                                            tuple((f, w, n) for f, (w, n) in best.items()), log)
         lo, hi = max(lo, lo2), min(hi, hi2)
         # (an infinite upper end misses any target unless epsilon is infinite exactly:
         # inf - lo <= rtol * inf would call it met)

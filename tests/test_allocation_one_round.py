@@ -175,6 +175,18 @@ def test_refinement_chain_ends_where_the_intersection_meets_the_target():
                                                   first._construction(), first.kappa), 4),)).epsilon_bounds(6.4e-12))
     before = (max(e[0] for e in ends[:-1]), min(e[1] for e in ends[:-1]))
     assert not _within(*before)
+    # explain() lists the chain: each construction with its own bracket (each alone, as rebuilt
+    # above), the answer their intersection
+    ex = d.explain(6.4e-12)
+    refs = ex["refinements"]
+    assert len(refs) == len(ends)
+    assert [r["components"][0].split(",")[0] for r in refs] == [
+        m.refinement_family for m in [first] + chain]
+    for r, e in zip(refs, ends):
+        assert r["epsilon_bracket"] == pytest.approx(e, rel=1e-12)
+    assert (ex["epsilon_lower"], ex["epsilon_upper"]) == (max(r["epsilon_bracket"][0] for r in refs),
+                                                          min(r["epsilon_bracket"][1] for r in refs))
+    assert ex["target_met"] and ex["target_missed_because"] is None
 
 
 def test_finer_spacings_halve_within_their_cap():

@@ -1,4 +1,5 @@
-"""What a query asks: its target, and the settings of the grids that answer it.
+"""What a query asks: its target, the warnings of a bracket that misses it, and the settings of
+the grids that answer it.
 
 A query fixes, per direction, a :class:`Settings` (spacing, tilt, truncation
 budget, FFT precision); the planner (:mod:`pld.engine.planner`) chooses them,
@@ -16,6 +17,29 @@ from typing import NamedTuple
 EPS_RTOL = 1e-4
 #: default absolute accuracy of an epsilon bracket (epsilons near 0)
 EPS_ATOL = 1e-6
+
+
+class TargetMissedWarning(RuntimeWarning):
+    """A certified bracket ended wider than its target (``rtol * epsilon + atol``).
+
+    Both ends are still proofs; the message says why the grid could not be
+    refined further (memory cap, a fixed spacing, refinement that stalled).
+    Turn it into an error with ``warnings.simplefilter("error", pld.TargetMissedWarning)``.
+    """
+
+
+class NotTightWarning(UserWarning):
+    """A bracket is wide because a part is not tight (:attr:`pld.PLD.tight`), not
+    because of the numerics.
+
+    The upper end comes from a dominating pair that is not tight and the lower
+    end from a dominated construction of the true mechanism (or is 0); both
+    are certified, and each met its own width target unless a
+    :class:`TargetMissedWarning` says otherwise.  ``explain()`` states both
+    constructions.  Silence it with
+    ``warnings.simplefilter("ignore", pld.NotTightWarning)``.
+    """
+
 
 #: largest fixed grid spacing accepted: a privacy loss on a coarser grid says
 #: nothing (every supported mechanism's loss per run is far below it)

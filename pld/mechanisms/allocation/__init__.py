@@ -290,6 +290,15 @@ class RandomAllocation(Mechanism):
         rounds skips a family whose bracket was far wider than the others'."""
         return "blocks" if self.participations > 1 else self._construction()
 
+    @property
+    def refinement_label(self) -> str:
+        """This round's construction and accuracy settings, as :meth:`pld.PLD.explain` lists the
+        refinement chain's members."""
+        return (f"{self.refinement_family}, spacing {self.spacing:g}"
+                + (f", kappa {self.kappa:g}" if self.refinement_family.startswith("split") else "")
+                + ("" if self.tail is None else f", windows to {self.tail:g}")
+                + ("" if self.precise else ", double only"))
+
     def _finer(self, construction: str, spacing: float, kappa: float) -> tuple | None:
         """The next finer variant of the linear grid or the split, or None (the geometric grid's:
         :func:`geometric.finer_spacings`): the single grid at half the
