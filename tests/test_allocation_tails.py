@@ -146,15 +146,18 @@ def test_refined_rounds_and_the_target():
     # (a short round's last resort at sigma >= 1: the geometric grid, then finer ones only)
     last = chain.index(("geometric", mech.spacing, mech.kappa))
     assert all(c == "geometric" and sp < mech.spacing for c, sp, _ in chain[last + 1:]) and chain[last + 1:]
-    # a long round tries the finer split before the finer linear grid (sigma 0.968, 1-of-18324,
-    # 162 epochs, delta 1e-8: 0.82x its target with it, in 4.6 s), a longer one leaves it out
+    # a long round tries the finer split before the further light cut and the finer linear grid
+    # (sigma 0.968, 1-of-18324, 162 epochs, delta 1e-8: 0.82x its target with it, in 4.6 s), a
+    # longer one leaves it out
     for t, finer_split in ((18324, True), (25000, False)):
         long_chain, r = [], RandomAllocation(pld.Gaussian(0.968), t)
         while (r := r.refined()) is not None:
-            long_chain.append((r.construction, r.spacing))
-        assert (("split", mech.spacing / 2) in long_chain) == finer_split, long_chain
+            long_chain.append((r.construction, r.spacing, r.kappa))
+        half = ("split", mech.spacing / 2, mech.kappa)
+        assert (half in long_chain) == finer_split, long_chain
         if finer_split:
-            assert long_chain[-2:] == [("split", mech.spacing / 2), ("linear", mech.spacing / 2)]
+            assert long_chain[1:] == [half, ("split", mech.spacing, mech.kappa / 100),
+                                      ("linear", mech.spacing / 2, mech.kappa)], long_chain
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")

@@ -107,6 +107,9 @@ _ADD_INF_REFINE = 1e-10
 #: longest round whose missed target tries the split on a light grid of half the spacing (1-2 s
 #: at 2e4 steps, where it met targets the linear grid's finer one met in 8 s)
 _FINER_SPLIT_STEPS = 20_000
+#: rounds from which a split's missed target tries half the spacing before the further light cut
+#: (sigma 0.8-1.2, 3721-19821 steps: the cut moved no end, 0.6-1.9 s each)
+_HALF_BEFORE_CUT_STEPS = 1000
 #: coarsest first grid (standard deviations of one coordinate) worth computing
 _COARSEST_SD = 0.3
 
@@ -384,9 +387,13 @@ class RandomAllocation(Mechanism):
                 pending.append(self._finer(other, self.spacing, self.kappa))
             if 2 <= t <= _FINER_SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
                 # (the split on a light grid twice as fine; before the finer linear grid, which costs
-                # four times as much from 4096 steps on, where the split came first)
+                # four times as much from 4096 steps on, where the split came first; in a long round
+                # before the further light cut too, which moved no end there)
                 half = ("split", self.spacing / 2, self.kappa)
-                pending.insert(len(pending) - (first != "linear" and can_other), half)
+                at = len(pending) - (first != "linear" and can_other)
+                if first == "split" and t >= _HALF_BEFORE_CUT_STEPS:
+                    at -= pending[at - 1] is not None and pending[at - 1][0] == "split"
+                pending.insert(at, half)
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
