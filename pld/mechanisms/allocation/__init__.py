@@ -351,7 +351,8 @@ class RandomAllocation(Mechanism):
         construction (the single linear grid or the light/heavy split, where
         it can be built), then the finer variant of the first (:meth:`_finer`), then
         that of the other, with the split at half the spacing (up to ``_FINER_SPLIT_STEPS``)
-        before the linear grid's where the split came first; a short round also tries the
+        before the linear grid's where the split came first (and, from ``_HALF_BEFORE_CUT_STEPS``
+        steps, before the split's further light cut); a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
         (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
         grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
