@@ -365,7 +365,8 @@ class PLD:
             return self._explain_bounds(delta, tilt)
         lo, hi = self._epsilon_bracket(delta, EPS_RTOL)
         engine = self._engine()
-        chain, miss = self.__dict__["_chain_logs"][(delta, EPS_RTOL)]
+        chain, miss = self.__dict__.get("_chain_logs", {}).get((delta, EPS_RTOL)) or (
+            [], queries.target_miss(engine, delta, EPS_RTOL, lo, hi, queries.used_settings(engine, delta)))
         mu = self._closed_form_mu()
         if mu is not None:
             # the answer is the closed form's; the grids below describe what
@@ -383,7 +384,9 @@ class PLD:
                "target_met": miss is None, "target_missed_because": miss,
                "big_jump_decomposition": jumps or None}
         if mu is None and len(chain) > 1:  # (the constructions intersected, each its own bracket)
-            out["refinements"] = [{"components": labels, "epsilon_bracket": (a, b)} for labels, a, b in chain]
+            out["refinements"] = [{"components": tuple(getattr(m, "refinement_label", None)
+                                                       for m, _ in node._components),
+                                   "epsilon_bracket": (a, b)} for node, a, b in chain]
         directions: dict[str, dict] = {}
         out["directions"] = directions
         for d, pair in self.grids(delta, tilt=tilt).items():
@@ -513,12 +516,13 @@ class PLD:
         return self._engine_box[0]
 
     def _epsilon_bracket(self, delta: float, rtol: float) -> tuple[float, float]:
-        log: list = []  # (the chain's constructions and their own brackets, for explain())
+        log: list = []  # (the chain's compositions and their own brackets, for explain())
         lo, hi, miss = self._epsilon_bracket_refined(delta, rtol, log=log)
-        if miss is not None and len(log) > 1:
-            miss = (f"{len(log)} constructions of its parts intersected (explain()['refinements']) still leave "
-                    f"this width; the last one's: {miss}")
-        self.__dict__.setdefault("_chain_logs", {})[(delta, rtol)] = (log, miss)
+        if len(log) > 1:  # (kept only where a chain was walked: most queries have none)
+            if miss is not None:
+                miss = (f"{len(log)} constructions of its parts intersected (explain()['refinements']) still "
+                        f"leave this width; the last one's: {miss}")
+            self.__dict__.setdefault("_chain_logs", {})[(delta, rtol)] = (log, miss)
         if miss is not None:
             shown = f"1 - {1.0 - delta:.3g}" if delta > 0.99 else f"{delta:.3g}"
             warnings.warn(f"epsilon bracket [{lo:.6g}, {hi:.6g}] at delta = {shown} is wider than its "
@@ -559,7 +563,7 @@ class PLD:
         bracket of it improved neither end and was :data:`FUTILE_WIDTH` times the chain's, or once
         two of its brackets left its narrowest :data:`OUTCLASSED_WIDTH` times another family's
         (``widths``: family, narrowest width, brackets), where refinement no longer closes the gap.
-        ``log`` gets each construction's label and own bracket.
+        ``log`` gets each composition built and its own bracket.
         """
         engine = self._engine()
         try:
@@ -569,23 +573,24 @@ class PLD:
             # bracket, said; PLD_TIME_BUDGET gives the query more time)
             return 0.0, math.inf, f"{exc} (no grid finished; PLD_TIME_BUDGET sets the budget)"
         if log is not None:
-            log.append((tuple(getattr(m, "refinement_label", None) for m, _ in self._components), lo, hi))
+            log.append((self, lo, hi))
+        own = hi - lo
+        far = lo <= known[0] and hi >= known[1] and own > FUTILE_WIDTH * (known[1] - known[0])
+        lo, hi = max(lo, known[0]), min(hi, known[1])
+        miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
+        if miss is None or self._h_fixed is not None:
+            return lo, hi, miss
         fam = self._family()
         best = {f: (w, n) for f, w, n in widths}
         w0, n0 = best.get(fam, (math.inf, 0))
-        far = lo <= known[0] and hi >= known[1] and hi - lo > FUTILE_WIDTH * (known[1] - known[0])
-        best[fam] = (math.inf, math.inf) if far else (min(w0, hi - lo), n0 + 1)
+        best[fam] = (math.inf, math.inf) if far else (min(w0, own), n0 + 1)
 
         def futile(family: tuple) -> bool:
             w, n = best.get(family, (math.inf, 0))
             others = [x for f, (x, _) in best.items() if f != family]
             return n >= 2 and bool(others) and not w <= OUTCLASSED_WIDTH * min(others)
 
-        lo, hi = max(lo, known[0]), min(hi, known[1])
-        miss = queries.target_miss(engine, delta, rtol, lo, hi, used)
-        if miss is None or self._h_fixed is not None:
-            return lo, hi, miss
-        refined = (not futile(self._family()) and self._deeper(delta)) or self._refined()
+        refined = (not futile(fam) and self._deeper(delta)) or self._refined()
         while refined is not None and futile(refined._family()):
             refined = refined._refined()
         if refined is None:

@@ -383,18 +383,19 @@ class RandomAllocation(Mechanism):
                 # (small sigma: only a light grid in medians resolves the add direction, not a further cut)
                 pending.insert(0, ("split_fine", self.spacing, self.kappa))
                 first = "split_fine"
-            pending.append(self._finer(first, self.spacing, self.kappa))
-            if can_other:
-                pending.append(self._finer(other, self.spacing, self.kappa))
-            if 2 <= t <= _FINER_SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9):
-                # (the split on a light grid twice as fine; before the finer linear grid, which costs
-                # four times as much from 4096 steps on, where the split came first; in a long round
-                # before the further light cut too, which moved no end there)
-                half = ("split", self.spacing / 2, self.kappa)
-                at = len(pending) - (first != "linear" and can_other)
-                if first == "split" and t >= _HALF_BEFORE_CUT_STEPS:
-                    at -= pending[at - 1] is not None and pending[at - 1][0] == "split"
-                pending.insert(at, half)
+            finer_first = self._finer(first, self.spacing, self.kappa)
+            finer_other = self._finer(other, self.spacing, self.kappa) if can_other else None
+            half = (("split", self.spacing / 2, self.kappa)
+                    if 2 <= t <= _FINER_SPLIT_STEPS and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9) else None)
+            # (the split on a light grid twice as fine: before the finer linear grid, which costs four
+            # times as much from 4096 steps on, where the split came first, and in a long round before
+            # the split's further light cut too, which moved no end there)
+            if first == "linear":
+                pending += [finer_first, finer_other, half]
+            elif first == "split" and t >= _HALF_BEFORE_CUT_STEPS:
+                pending += [half, finer_first, finer_other]
+            else:
+                pending += [finer_first, half, finer_other]
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
                 # (a short round: first below sigma = 1, where the split is loose; above, last)
                 pending.insert(0 if s < _GEOMETRIC_FIRST_SIGMA else len(pending), ("geometric", self.spacing,
