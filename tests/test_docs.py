@@ -119,10 +119,15 @@ def test_not_tight_brackets_quoted_in_the_pages():
 
 
 @pytest.mark.slow
-def test_the_very_long_run_quoted_in_the_limits():
+def test_the_very_long_run_quoted_in_the_limits(monkeypatch):
     text = " ".join((DOCS / "certificate.md").read_text(encoding="utf-8").split())
     m = re.search(rf"`dpsgd\(1, 1e-3, 10\*\*12\)` answers \[({NUMBER}), ({NUMBER})\] at δ = 1e-5", text)
     assert m
+    # (the quote is the finished query's: under the default budget a loaded machine cuts it
+    # short, with a wider bracket, at a point that depends on the load)
+    from pld.engine import budget
+
+    monkeypatch.setattr(budget, "TIME_BUDGET", 600.0)
     with pytest.warns(pld.TargetMissedWarning):
         lo, hi = pld.dpsgd(1.0, 1e-3, 10**12).epsilon_bounds(1e-5)
     assert float(m.group(1)) <= lo and hi <= float(m.group(2))
