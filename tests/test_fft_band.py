@@ -170,20 +170,44 @@ def test_entries_left_out_of_the_band_are_dead(monkeypatch):
     seen = []
     real = _power._extended_powers
 
-    def spy(g, size, c_a, c_b, *rest):
-        out = real(g, size, c_a, c_b, *rest)
-        seen.append((g.p.copy(), size, c_a if c_b <= 0 else min(c_a, c_b), out[0]))
+    def spy(g, size, counts, *rest):
+        out = real(g, size, counts, *rest)
+        seen.append((g.p.copy(), size, counts, out))
         return out
 
     monkeypatch.setattr(_power, "_extended_powers", spy)
     pld.dpsgd(1.0, 1e-3, 10**9).epsilon_bounds(1e-6)
     assert seen
-    for p, size, low, powers in seen:
+    for p, size, counts, per_count in seen:
+        assert all(kind == "extended" for kind, _, _ in per_count)
         full = np.abs(_fft.rfft_extended(p, size)).astype(float)
         bound = _fft._C_ERR * _fft._U_LD * (math.log2(size) + 2.0) * math.sqrt(size) * float(np.linalg.norm(p))
         live = np.zeros(full.size, dtype=bool)
-        live[powers[0][0]] = True
-        live[powers[1][0]] = True
+        for _, (at, _values), _ in per_count:
+            live[at] = True
         dead = ~live
         assert dead.sum() > 0.99 * full.size
-        assert np.all(low * np.log(full[dead] + bound) < math.log(1e-300))
+        assert np.all(min(counts) * np.log(full[dead] + bound) < math.log(1e-300))
+
+
+def test_a_remainder_beside_a_long_power_is_powered_in_double(monkeypatch):
+    """sigma 1, q 1e-3, 1e8 steps: the power (24414, 256) takes the long count through
+    the band and the remainder from the double transform; both sides' brackets are
+    certified, so they intersect the all-long-double path's, and are no wider."""
+    import pld
+
+    kinds = []
+    real = _power._extended_powers
+
+    def spy(*args):
+        out = real(*args)
+        kinds.append(tuple(kind for kind, _, _ in out))
+        return out
+
+    monkeypatch.setattr(_power, "_extended_powers", spy)
+    lo, hi = pld.dpsgd(1.0, 1e-3, 10**8).epsilon_bounds(1e-6)
+    assert ("extended", "double") in kinds
+    monkeypatch.setattr(_power, "_BAND_COUNT", 1 << 62)
+    lo_f, hi_f = pld.dpsgd(1.0, 1e-3, 10**8).epsilon_bounds(1e-6)
+    assert max(lo, lo_f) <= min(hi, hi_f)
+    assert hi - lo <= (hi_f - lo_f) * (1.0 + 1e-6)

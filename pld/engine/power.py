@@ -260,14 +260,13 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     # a count whose whole support fits has no aliasing at all
     starts = [s_lo if s_hi - s_lo + 1 <= size else a0 for a0, _, s_lo, s_hi in ranges]
     log_n = math.log2(size) + 1.0
-    u_fwd = _U_LD if extended else _U
     c_b = counts[1] if len(counts) > 1 else 0
     with _fft.transform(size) as (buf, spec, out, fwd, inv):
         l1 = p1 * (1.0 + n * _U)
         if extended:
             # (the norm as summed in double: within n u of the true one)
             p2 *= 1.0 + n * _U
-            powers_ld, fwd_err = _extended_powers(g, size, counts[0], c_b, p2, log_n, buf, spec, fwd)
+            per_count = _extended_powers(g, size, counts, p2, log_n, buf, spec, fwd)
             split = input_error_split(g)
             # p~ (see the notes) lies within (1 + r_0) of p entrywise
             l1 *= 1.0 + max(r0 for r0, _ in split)
@@ -277,31 +276,32 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             fwd()
             second = np.empty(out.size if c_b else 0, dtype=out.dtype)
             complex_powers(spec, counts[0], c_b, out, second)
-            powers = (out, second)
-            powers_ld = None
             split = [(0.0, g.err)]
             fwd_err = _C_ERR * _U * log_n * p2
+            # (the first power is already in `out`)
+            per_count = [("double", None, fwd_err), ("double", second, fwd_err)][: len(counts)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
         # l2 bound, so also a bound per entry)
-        m_bound = l1 + max(math.sqrt(n) * g.err, math.sqrt(size) * fwd_err)
+        m_bound = l1 + max(math.sqrt(n) * g.err, math.sqrt(size) * max(f for _, _, f in per_count))
         results = []
         for idx, (c, win) in enumerate(zip(counts, windows)):
+            kind, powered, fwd_err = per_count[idx]
             growth = (c - 1) * math.log(m_bound)
-            kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * u_fwd))
+            kappa = math.expm1(2.0 * c * math.log1p(math.sqrt(5.0) * (_U_LD if kind == "extended" else _U)))
             if growth > 1.0 or kappa > 0.01:
                 return None  # the bound would be vacuous: squaring instead
-            if powers_ld is not None:
-                _scatter_powers(out, *powers_ld[idx])
-            elif idx == 1:
-                out[:] = powers[idx]
+            if kind == "extended":
+                _scatter_powers(out, *powered)
+            elif powered is not None:
+                out[:] = powered
             inv()  # normalised by 1/size; destroys `out`
             # ||Y||_2 / sqrt(size) = ||F^-1 Y||_2, which the computed inverse
             # matches to its own (relative) rounding: bound it from the result
             inv_rel = _C_ERR * _U * log_n
             y_norm = l1_l2_norms(buf)[1] * (1.0 + buf.size * 2.0 ** -53) / (1.0 - inv_rel)
             lip = c * math.exp(growth)
-            if extended:
+            if kind == "extended":
                 # the computation from the stored step: forward error through
                 # z -> z^c, the powering's and the rounding to double
                 # (relative to ||Y_ld|| <= ||Y|| / (1 - u)), then the error
@@ -321,42 +321,59 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     return results
 
 
-def _extended_powers(g: GridPLD, size: int, c_a: int, c_b: int, p2: float, log_n: float,
-                     buf: np.ndarray, spec: np.ndarray, fwd) -> tuple[tuple, float]:
-    """``(powers, fwd_err)``: :func:`_powers_extended` of the step's long double
-    spectrum (zero-padded to ``size``), and the forward error bound of that
-    spectrum (l2 over the whole spectrum, divided by ``sqrt(size)``: the
-    module's ``C u_ld (log2 N + 1) ||p||_2`` for the full transform).
+def _extended_powers(g: GridPLD, size: int, counts: tuple[int, ...], p2: float, log_n: float,
+                     buf: np.ndarray, spec: np.ndarray, fwd) -> list[tuple[str, object, float]]:
+    """Per count, ``(kind, powered, fwd_err)``: ``("extended", (live, values),
+    fwd_err)`` for a power of the step's long double spectrum (zero-padded to
+    ``size``; :func:`_powers_extended`), or ``("double", array, fwd_err)`` for
+    one of its double spectrum (:func:`pld.kernels.complex_powers`); ``fwd_err``
+    bounds that spectrum's l2 error over the whole spectrum, divided by
+    ``sqrt(size)`` (the module's ``C u (log2 N + 1) ||p||_2`` for a full
+    transform, ``u`` its arithmetic's).
 
     A long run's powers keep only a few low entries live.  The double
     transform (``buf``, ``spec``, ``fwd``: the pooled plan of ``size``; each
     entry within ``e_d = sqrt(size) C u (log2 N + 1) ||p||_2`` of the exact
     one) finds them: an entry with ``|X^_k| + e_d`` below ``|x|`` at
-    :func:`_live_threshold` of the smaller count has an exact value whose power
-    is below ``1e-300``, written as 0 exactly as the full path writes its
-    own (the ``size c 1e-300`` term; the computed value is taken to be the
-    exact one there, with no error).  The rest, when they lie in a low band,
-    come from :func:`pld.engine.fft_band.rfft_extended_band`, whose error
-    bound (over them) replaces the full transform's; else the full long double
-    transform is computed.
+    :func:`_live_threshold` of the smallest count of at least ``_BAND_COUNT``
+    has an exact value whose power is below ``1e-300``, written as 0 exactly
+    as the full path writes its own (the ``size c 1e-300`` term; the computed
+    value is taken to be the exact one there, with no error).  The rest, when
+    they lie in a low band, come from
+    :func:`pld.engine.fft_band.rfft_extended_band`, whose error bound (over
+    them) replaces the full transform's.  A count below ``_BAND_COUNT`` beside
+    them (a long run's remainder: 256 steps beside 24,414) is then powered
+    in double from the double transform: its round-off is that count times a
+    double transform's, far below the long power's after its squarings.
+    Otherwise the full long double transform serves every count.
     """
     n = g.p.size
-    low = c_a if c_b <= 0 else min(c_a, c_b)
-    block = 0
-    if low >= _BAND_COUNT and _fft_band.plan(size, _live_band_estimate(g.p, size, low)):
+    big = [c for c in counts if c >= _BAND_COUNT]
+    if big and _fft_band.plan(size, _live_band_estimate(g.p, size, min(big))):
         buf[:n] = g.p
         buf[n:] = 0.0
         fwd()
         e_d = math.sqrt(size) * _C_ERR * _U * log_n * p2
-        candidates = np.flatnonzero(np.abs(spec) * (1.0 + 4.0 * _U) + e_d >= math.sqrt(_live_threshold(low)))
+        threshold = math.sqrt(_live_threshold(min(big)))
+        candidates = np.flatnonzero(np.abs(spec) * (1.0 + 4.0 * _U) + e_d >= threshold)
         block = _fft_band.plan(size, int(candidates[-1])) if candidates.size else 0
-    if block:
-        values, err = _fft_band.rfft_extended_band(g.p, size, candidates, block)
-        powers = _powers_extended(values, c_a, c_b)
-        return tuple((candidates[live], v) for live, v in powers), err / math.sqrt(size)
+        if block:
+            values, err = _fft_band.rfft_extended_band(g.p, size, candidates, block)
+            band = iter(_powers_extended(values, big[0], big[1] if len(big) > 1 else 0))
+            out: list[tuple[str, object, float]] = []
+            for c in counts:
+                if c >= _BAND_COUNT:
+                    live, v = next(band)
+                    out.append(("extended", (candidates[live], v), err / math.sqrt(size)))
+                else:
+                    powered = np.empty(spec.size, dtype=np.complex128)
+                    complex_powers(spec, c, 0, powered, np.empty(0, dtype=np.complex128))
+                    out.append(("double", powered, _C_ERR * _U * log_n * p2))
+            return out
     with _fft.rfft_extended_view(g.p, size) as spec_ld:
-        powers = _powers_extended(spec_ld, c_a, c_b)
-    return powers, _C_ERR * _U_LD * log_n * p2
+        powers = _powers_extended(spec_ld, counts[0], counts[1] if len(counts) > 1 else 0)
+    f = _C_ERR * _U_LD * log_n * p2
+    return [("extended", powers[i], f) for i in range(len(counts))]
 
 
 #: smallest power whose live entries are looked for in a low band: from there on a live
