@@ -98,6 +98,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from fractions import Fraction
 
 import numpy as np
@@ -279,7 +280,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             split = [(0.0, g.err)]
             fwd_err = _C_ERR * _U * log_n * p2
             # (the first power is already in `out`)
-            per_count = [("double", None, fwd_err), ("double", second, fwd_err)][: len(counts)]
+            per_count: list[tuple[str, Any, float]] = [("double", None, fwd_err),
+                                                       ("double", second, fwd_err)][: len(counts)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
         # l2 bound, so also a bound per entry)
@@ -322,7 +324,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
 
 
 def _extended_powers(g: GridPLD, size: int, counts: tuple[int, ...], p2: float, log_n: float,
-                     buf: np.ndarray, spec: np.ndarray, fwd) -> list[tuple[str, object, float]]:
+                     buf: np.ndarray, spec: np.ndarray, fwd) -> list[tuple[str, Any, float]]:
     """Per count, ``(kind, powered, fwd_err)``: ``("extended", (live, values),
     fwd_err)`` for a power of the step's long double spectrum (zero-padded to
     ``size``; :func:`_powers_extended`), or ``("double", array, fwd_err)`` for
@@ -360,7 +362,7 @@ def _extended_powers(g: GridPLD, size: int, counts: tuple[int, ...], p2: float, 
         if block:
             values, err = _fft_band.rfft_extended_band(g.p, size, candidates, block)
             band = iter(_powers_extended(values, big[0], big[1] if len(big) > 1 else 0))
-            out: list[tuple[str, object, float]] = []
+            out: list[tuple[str, Any, float]] = []
             for c in counts:
                 if c >= _BAND_COUNT:
                     live, v = next(band)
