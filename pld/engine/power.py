@@ -98,8 +98,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -264,6 +264,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
     c_b = counts[1] if len(counts) > 1 else 0
     with _fft.transform(size) as (buf, spec, out, fwd, inv):
         l1 = p1 * (1.0 + n * _U)
+        per_count: list[tuple[str, Any, float]]
         if extended:
             # (the norm as summed in double: within n u of the true one)
             p2 *= 1.0 + n * _U
@@ -280,8 +281,7 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             split = [(0.0, g.err)]
             fwd_err = _C_ERR * _U * log_n * p2
             # (the first power is already in `out`)
-            per_count: list[tuple[str, Any, float]] = [("double", None, fwd_err),
-                                                       ("double", second, fwd_err)][: len(counts)]
+            per_count = [("double", None, fwd_err), ("double", second, fwd_err)][: len(counts)]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
         # l2 bound, so also a bound per entry)
