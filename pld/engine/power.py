@@ -294,7 +294,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             if growth > 1.0 or kappa > 0.01:
                 return None  # the bound would be vacuous: squaring instead
             if kind == "extended":
-                _scatter_powers(out, *powered)
+                live, values = powered
+                _scatter_powers(out, live, values)
             elif powered is not None:
                 out[:] = powered
             inv()  # normalised by 1/size; destroys `out`
