@@ -281,7 +281,8 @@ def self_compose_powers(g: GridPLD, counts: tuple[int, ...], windows: tuple[tupl
             split = [(0.0, g.err)]
             fwd_err = _C_ERR * _U * log_n * p2
             # (the first power is already in `out`)
-            per_count = [("double", None, fwd_err), ("double", second, fwd_err)][: len(counts)]
+            per_count = [("double", None, fwd_err), ("double", second, fwd_err)]
+            del per_count[len(counts):]
         # |X*_k| <= ||p*||_1 <= ||p||_1 (summed with rounding) + the error ball, and
         # the computed |X_k| exceed |F p|_k by at most the forward error (an
         # l2 bound, so also a bound per entry)
