@@ -876,3 +876,22 @@ def test_levels_kept_up_to_their_limit_are_exact_below_it():
                 assert gap > 1e-6 * float(direct.max())
     finally:
         levels._tail.reset(token)
+
+
+def test_a_deeper_round_never_refines_into_its_own_pair():
+    """sigma 0.985, 1-of-4582: the deeper round (windows to 1e-22) is a split; one linear
+    grid fits the shallow windows but not the deep ones, and "linear" there resolves to the
+    split again. Its chain must not rebuild that same pair (the stop hook's probe: 1.3 s for an
+    identical bracket), and every member resolves to a distinct construction and settings."""
+    deep = RandomAllocation(pld.Gaussian(0.985), 4582).deeper()
+    assert deep is not None and deep.tail is not None
+    assert deep._construction() == "split" and not deep._fits_linear(deep.spacing)
+    assert RandomAllocation(pld.Gaussian(0.985), 4582)._fits_linear(deep.spacing)
+    seen = []
+    member = deep
+    while member is not None and len(seen) < 12:
+        key = (member._construction(), member.spacing, member.kappa, member.tail)
+        assert key not in seen
+        seen.append(key)
+        member = member.refined()
+    assert len(seen) >= 2

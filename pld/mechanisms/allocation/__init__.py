@@ -61,6 +61,7 @@ References: Feldman & Shenfeld, "Privacy amplification by random allocation"
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -283,9 +284,28 @@ class RandomAllocation(Mechanism):
         _check_tail(self.noise_multiplier, self.steps)
 
     def _construction(self) -> str:
-        """The construction of this round's pair (``"auto"`` resolved; see
-        :func:`pld.mechanisms.allocation.sums.choose_construction`)."""
-        return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
+        """The construction of this round's pair (``"auto"`` resolved, and ``"linear"`` where one
+        grid cannot hold the round's windows; see
+        :func:`pld.mechanisms.allocation.sums.choose_construction`), under the round's ``tail``
+        as :func:`pld.mechanisms.allocation.sums.sum_laws` resolves it."""
+        with self._tail_scope():
+            return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
+
+    def _fits_linear(self, spacing: float) -> bool:
+        """Whether one linear grid of ``spacing`` holds the round's windows (at its ``tail``)."""
+        with self._tail_scope():
+            return linear_fits(self.noise_multiplier, self.steps, spacing)
+
+    @contextlib.contextmanager
+    def _tail_scope(self):
+        from pld.mechanisms.allocation.levels import _tail
+
+        token = None if self.tail is None else _tail.set(self.tail)
+        try:
+            yield
+        finally:
+            if token is not None:
+                _tail.reset(token)
 
     @property
     def refinement_family(self) -> str:
@@ -313,10 +333,12 @@ class RandomAllocation(Mechanism):
 
         s, t = self.noise_multiplier, self.steps
         if construction == "linear":
-            if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not linear_fits(s, t, spacing / 2):
+            if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not self._fits_linear(spacing / 2):
                 return None
             a = 1.0 / s
-            if 2 * window(a, 1, t) / (spacing * math.sqrt(math.expm1(min(a * a, 700.0)))) > _REFINE_CELLS:
+            with self._tail_scope():
+                w1 = window(a, 1, t)
+            if 2 * w1 / (spacing * math.sqrt(math.expm1(min(a * a, 700.0)))) > _REFINE_CELLS:
                 return None  # (a heavy tail's grid: twice the cells would cost minutes)
             return ("linear", spacing / 2, kappa)
         if construction == "split_fine" or s < _KAPPA_REFINE_SIGMA:
@@ -374,8 +396,10 @@ class RandomAllocation(Mechanism):
                 pending.append(("split", self.spacing, self.kappa))
         elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"
-            can_other = t >= 2 and (other == "split" or (linear_fits(s, t, self.spacing)
-                                                         and self._linear_cells() <= _LINEAR_REFINE_CELLS))
+            # (at the round's tail: a deeper round's windows may not fit one grid where the
+            # shallow one's did, and "linear" would build the split again)
+            can_other = t >= 2 and (other == "split" or (self._fits_linear(self.spacing)
+                                                         and self._linear_cells(self.tail) <= _LINEAR_REFINE_CELLS))
             pending = [(other, self.spacing, self.kappa)] if can_other else []
             info = self.grid_info() if first == "split" else {}
             if ((info.get("gaussian_add") and fine_resolves(s, t, self.spacing, self.kappa))
@@ -412,11 +436,15 @@ class RandomAllocation(Mechanism):
                         and sd_loss >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(g[1])]
                 pending += fine
         pending = [p for p in pending if p is not None]
-        if not pending:
-            return None
-        c, sp, kap = pending[0]
-        return RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending[1:]), tail=self.tail,
-                                precise=self.precise)
+        mine = (self._construction(), self.spacing, self.kappa)
+        while pending:
+            c, sp, kap = pending.pop(0)
+            nxt = RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending), tail=self.tail,
+                                   precise=self.precise)
+            if (nxt._construction(), sp, kap) != mine:
+                return nxt
+            # (the same pair again: a construction that resolves to this round's own)
+        return None
 
     def tail_mass(self) -> float:
         """The larger direction's mass at ``+inf`` of the dominating pair, and unless the round is
