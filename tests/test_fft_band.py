@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pld.engine import fft as _fft
 from pld.engine import fft_band
@@ -113,6 +115,33 @@ def test_band_matches_the_full_long_double_transform_on_scattered_indices():
     diff = np.abs((values - full[at]).astype(np.clongdouble)).astype(float)
     full_bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
     assert math.sqrt(2.0 * float(np.sum(diff ** 2))) <= err + full_bound
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), mult=st.sampled_from([1, 3, 5, 7]), k=st.integers(13, 17),
+       fill=st.floats(0.05, 0.9), spike=st.floats(0.0, 1.0), band=st.floats(0.0, 1.0))
+def test_band_agrees_with_the_full_transform_across_shapes(seed, mult, k, fill, spike, band):
+    """Any non-negative input (smooth, spiky, tails over many orders of magnitude), any
+    canonical length, any band the plan accepts: the band's values lie within its bound plus
+    the full long double transform's of the full transform's."""
+    rng = np.random.default_rng(seed)
+    n = mult << k
+    m = max(8, int(fill * n))
+    j = np.arange(m, dtype=float)
+    x = np.exp(-0.5 * ((j - rng.uniform(0, m)) / rng.uniform(2.0, m / 4)) ** 2)
+    x += spike * rng.random(m) ** 20 + 1e-30 * rng.random(m)
+    x /= x.sum()
+    top = int(band * n / fft_band._MAX_BAND)
+    block = fft_band.plan(n, top)
+    if not block:
+        return
+    at = np.arange(top + 1)
+    values, err = fft_band.rfft_extended_band(x, n, at, block)
+    full = _fft.rfft_extended(x, n)[at]
+    diff = np.abs(values - full).astype(float)
+    full_bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
+    assert math.sqrt(2.0 * float(np.sum(diff ** 2))) <= err + full_bound
+    assert err <= 3.0 * full_bound
 
 
 def test_plan_limits():
