@@ -463,6 +463,11 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
             asked = query
             if stop is not None and planner.predicted_points(d, query) > stop:
                 asked = Query("delta", query.value, JUMPS_FIRST_RTOL)
+            if asked.kind == "delta" and i > 0:
+                below = _probe_below(engine, d, asked, flat, np.where(inside, lo, np.inf))
+                if below is not None:
+                    d_hi = np.minimum(d_hi, below)
+                    continue
             if asked.kind == "delta":
                 pess, opt, q_hi = _floored(engine, d, asked, floor, flat,
                                            np.where(inside, np.maximum(lo, seen_lo), np.inf), stop_above=stop)
@@ -479,6 +484,26 @@ def delta_pass(engine: Engine, flat: np.ndarray, queries: list[Query],
         hi = np.maximum(hi, np.where(inside, d_hi, 0.0))
         lo = np.maximum(lo, np.where(inside, d_lo, 0.0))
     return lo, hi, short
+
+
+def _probe_below(engine: Engine, d: str, query: Query, flat: np.ndarray, lo: np.ndarray) -> np.ndarray | None:
+    """Direction ``d``'s upper delta at ``flat`` from the dominating side of its coarse probe grid
+    (:meth:`pld.engine.planner.Planner.probe_settings`), where it is at most ``lo`` (the lower ends
+    the directions before it found) at every point, else None.
+
+    There the direction moves neither end of the maximum: its own lower end is below its upper
+    one, so no dominated side is needed, and its upper end leaves the maximum's as it is (as
+    :func:`_direction_ends` settles an epsilon query's direction on the probe grid).
+    """
+    probe = engine.planner.probe_settings(d, query)
+    if probe is None:
+        return None
+    try:
+        pess, _ = engine.composer.materialize(d, *probe, lower=False)
+    except (FloatingPointError, _budget.BudgetSpent):
+        return None
+    d_hi = pess.delta(flat)
+    return d_hi if bool(np.all(d_hi <= lo)) else None
 
 
 def _floored(engine: Engine, d: str, query: Query, floor: float, flat: np.ndarray, others_lo: np.ndarray,
