@@ -25,7 +25,7 @@ import numpy as np
 
 from pld import _validate as v
 from pld.engine import budget as _budget
-from pld.engine import gaussian_exact, queries, total_variation
+from pld.engine import delta_queries, gaussian_exact, queries, total_variation
 from pld.engine.composer import GridTooLargeError
 from pld.engine.laws import DIRECTIONS
 from pld.engine.pipeline import Engine, GridPair
@@ -317,7 +317,7 @@ class PLD:
     def delta_bounds(self, epsilon):
         """Certified ``(lower, upper)`` on delta(epsilon) = max over directions.
 
-        Vectorised: a whole curve in one call (see :func:`pld.engine.queries.delta_curve`).
+        Vectorised: a whole curve in one call (see :func:`pld.engine.delta_queries.delta_curve`).
         """
         e, scalar = v.real_array("epsilon", epsilon)
         if not self.tight:
@@ -338,7 +338,7 @@ class PLD:
             warnings.warn(f"delta bounds are [0, 1]: {exc} (no grid finished; PLD_TIME_BUDGET sets the "
                           "budget). Both ends are still certified.", TargetMissedWarning, stacklevel=4)
         if self._closed_form_mu() is None:
-            queries.warn_if_loose(flat, lo, hi, self._h_fixed, queries.tunable_epsilon(self._engine()),
+            delta_queries.warn_if_loose(flat, lo, hi, self._h_fixed, delta_queries.tunable_epsilon(self._engine()),
                                   TargetMissedWarning)
         if scalar:
             return float(lo[0]), float(hi[0])
@@ -623,9 +623,11 @@ class PLD:
         if mu is not None:
             return gaussian_exact.delta_bounds(mu, flat)
         engine = self._engine()
-        lo, hi = (np.array(x, dtype=float) for x in queries.delta_curve(engine, flat, self._epsilon_at_zero_delta()))
+        curve = delta_queries.delta_curve(engine, flat, self._epsilon_at_zero_delta())
+        lo, hi = (np.array(x, dtype=float) for x in curve)
+        tunable = delta_queries.tunable_epsilon(engine)
         with np.errstate(invalid="ignore"):
-            miss = (np.abs(flat) < queries.tunable_epsilon(engine)) & (hi > 1e-200) & (hi - lo > DELTA_CHAIN_RTOL * hi)
+            miss = (np.abs(flat) < tunable) & (hi > 1e-200) & (hi - lo > DELTA_CHAIN_RTOL * hi)
         refined = None
         if self._h_fixed is None and np.any(miss):
             refined = self._deeper(float(np.min(hi[miss]))) or self._refined()

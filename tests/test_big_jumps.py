@@ -412,7 +412,7 @@ def test_delta_curve_uses_the_split_too():
     at the heavy-tail case the delta brackets at the epsilon bracket's ends
     are narrow, bracket delta from the right sides, and nest in the one-grid
     brackets (the decomposition switched off)."""
-    from pld.engine import queries
+    from pld.engine import delta_queries
 
     delta = 4.49e-12
     p = pld.dpsgd(0.802, 2.14e-5, 128)
@@ -420,12 +420,12 @@ def test_delta_curve_uses_the_split_too():
     d_lo, d_hi = p.delta_bounds([lo, hi])
     assert d_hi[0] >= delta and d_lo[1] <= delta  # consistent with the epsilon bracket
     assert np.all(d_hi - d_lo <= 1e-3 * d_hi)
-    keep = queries._refine_delta_by_jumps
+    keep = delta_queries._refine_delta_by_jumps
     try:
-        setattr(queries, "_refine_delta_by_jumps", lambda engine, flat, a, b, limit: (a, b))  # noqa: B010
+        setattr(delta_queries, "_refine_delta_by_jumps", lambda engine, flat, a, b, limit: (a, b))  # noqa: B010
         g_lo, g_hi = pld.dpsgd(0.802, 2.14e-5, 128).delta_bounds([lo, hi])
     finally:
-        queries._refine_delta_by_jumps = keep
+        delta_queries._refine_delta_by_jumps = keep
     assert np.all(g_lo <= d_lo) and np.all(d_hi <= g_hi)
 
 

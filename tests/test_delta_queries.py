@@ -1,5 +1,5 @@
 """Delta queries: a direction that does not bind is settled on its coarse probe grid
-(pld.engine.queries._probe_below), as an epsilon query's is, so that a delta query costs about
+(pld.engine.delta_queries._probe_below), as an epsilon query's is, so that a delta query costs about
 what the matching epsilon query does; the brackets are those of the fully tuned path.
 
 References: the same queries with the probe turned off (every direction tuned on its own grids),
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pld
-from pld.engine import queries as _queries
+from pld.engine import delta_queries as _queries
 from tests import oracles
 
 

@@ -286,8 +286,11 @@ def test_delta_query_leaves_a_direction_that_does_not_bind_unrefined(monkeypatch
     """delta at an epsilon: the add direction, far below the remove direction
     here, is tuned against a floor as an epsilon query tunes it (sigma 0.43,
     q 1.3e-3, T 1.4e4: it was refined to a 2e6-point grid, 2.1 s, for a
-    bracket the remove direction decides).  The bracket is the one with
+    bracket the remove direction decides), or settled on its coarse probe grid
+    (pld.engine.delta_queries._probe_below).  The bracket is the one with
     every direction fully refined, and the add direction holds fewer grids."""
+    from pld.engine import delta_queries
+
     sigma, q, steps, delta = 0.429, 0.0013, 14000, 8e-6
     p = pld.dpsgd(sigma, q, steps)
     lo, hi = p.epsilon_bounds(delta)
@@ -298,6 +301,7 @@ def test_delta_query_leaves_a_direction_that_does_not_bind_unrefined(monkeypatch
     full = planner.settings
     monkeypatch.setattr(planner, "settings",
                         lambda d, query, floor=-math.inf, **kw: full(d, query, **kw))
+    monkeypatch.setattr(delta_queries, "_probe_below", lambda *args: None)
     refined = ref.delta_bounds(hi), ref.delta_bounds(lo)
     assert floored == refined
     assert floored[0][1] <= delta * (1 + 1e-9) <= floored[1][1] * (1 + 1e-9)
