@@ -9,12 +9,17 @@ directions.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import pld
 from pld.engine import delta_queries as _queries
-from tests import oracles
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import oracles  # noqa: E402
 
 
 def _delta_bounds(monkeypatch, build, eps, probe: bool):
