@@ -174,6 +174,20 @@ _LINEAR_REFINE_CELLS = 200_000
 _LABEL_SUM_SHARE = 0.25
 
 
+@contextlib.contextmanager
+def _windows_to(tail: float | None):
+    """Within the block, the linear levels' windows leave ``tail`` beyond them (the current
+    tail where None), as :func:`pld.mechanisms.allocation.sums.sum_laws` sets it for a round."""
+    from pld.mechanisms.allocation.levels import _tail
+
+    token = None if tail is None else _tail.set(tail)
+    try:
+        yield
+    finally:
+        if token is not None:
+            _tail.reset(token)
+
+
 @dataclass(frozen=True)
 class RandomAllocation(Mechanism):
     """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
@@ -288,24 +302,13 @@ class RandomAllocation(Mechanism):
         grid cannot hold the round's windows; see
         :func:`pld.mechanisms.allocation.sums.choose_construction`), under the round's ``tail``
         as :func:`pld.mechanisms.allocation.sums.sum_laws` resolves it."""
-        with self._tail_scope():
+        with _windows_to(self.tail):
             return choose_construction(self.noise_multiplier, self.steps, self.spacing, self.construction)
 
     def _fits_linear(self, spacing: float) -> bool:
         """Whether one linear grid of ``spacing`` holds the round's windows (at its ``tail``)."""
-        with self._tail_scope():
+        with _windows_to(self.tail):
             return linear_fits(self.noise_multiplier, self.steps, spacing)
-
-    @contextlib.contextmanager
-    def _tail_scope(self):
-        from pld.mechanisms.allocation.levels import _tail
-
-        token = None if self.tail is None else _tail.set(self.tail)
-        try:
-            yield
-        finally:
-            if token is not None:
-                _tail.reset(token)
 
     @property
     def refinement_family(self) -> str:
@@ -336,7 +339,7 @@ class RandomAllocation(Mechanism):
             if spacing / 2 < FINEST_SPACING * (1 - 1e-9) or not self._fits_linear(spacing / 2):
                 return None
             a = 1.0 / s
-            with self._tail_scope():
+            with _windows_to(self.tail):
                 w1 = window(a, 1, t)
             if 2 * w1 / (spacing * math.sqrt(math.expm1(min(a * a, 700.0)))) > _REFINE_CELLS:
                 return None  # (a heavy tail's grid: twice the cells would cost minutes)
@@ -350,15 +353,11 @@ class RandomAllocation(Mechanism):
     def _linear_cells(self, tail: float | None = None) -> float:
         """Cells of the single linear grid's first window (sizing only; at the windows' ``tail``
         if given, else at the current one)."""
-        from pld.mechanisms.allocation.levels import _tail, window
+        from pld.mechanisms.allocation.levels import window
 
         a = 1.0 / self.noise_multiplier
-        token = None if tail is None else _tail.set(tail)
-        try:
+        with _windows_to(tail):
             return window(a, 1, self.steps) / (self.spacing * math.sqrt(math.expm1(min(a * a, 700.0))))
-        finally:
-            if token is not None:
-                _tail.reset(token)
 
     @property
     def noise_multiplier(self) -> float:
