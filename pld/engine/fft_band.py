@@ -83,7 +83,7 @@ _TRUNC_SHARE = 1e-3
 #: smallest block and shortest transform a plan uses
 _MIN_BLOCK = 8
 _MIN_LENGTH = 32
-#: largest block: x_j d_j stays exact in long double (53 + 9 bits), and the long double
+#: largest block: x_j d_j stays exact in long double (53 + 7 bits), and the long double
 #: moments stay few (the Taylor argument grows with the block)
 _MAX_BLOCK = 128
 #: a band whose highest index exceeds n / _MAX_BAND is left to the full transform
