@@ -156,8 +156,14 @@ def test_refined_rounds_and_the_target():
         half = ("split", mech.spacing / 2, mech.kappa)
         assert (half in long_chain) == finer_split, long_chain
         if finer_split:
-            assert long_chain[1:] == [half, ("split", mech.spacing, mech.kappa / 100),
-                                      ("linear", mech.spacing / 2, mech.kappa)], long_chain
+            # (and, up to sigma 2.5, before the single linear grid, whose bracket was the wider there)
+            assert long_chain == [half, ("linear", mech.spacing, mech.kappa), ("split", mech.spacing, mech.kappa / 100),
+                                  ("linear", mech.spacing / 2, mech.kappa)], long_chain
+    # above sigma 2.5, or in a round shorter than 4096 steps, the linear grid comes first
+    for s, t in ((3.0, 18324), (2.0, 4095)):
+        r = RandomAllocation(pld.Gaussian(s), t)
+        assert r._construction() == "split"
+        assert r.refined().construction == "linear"
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")

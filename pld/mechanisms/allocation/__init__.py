@@ -111,6 +111,10 @@ _FINER_SPLIT_STEPS = 20_000
 #: rounds from which a split's missed target tries half the spacing before the further light cut
 #: (sigma 0.8-1.2, 3721-19821 steps: the cut moved no end, 0.6-1.9 s each)
 _HALF_BEFORE_CUT_STEPS = 1000
+#: rounds from which, up to this noise multiplier, a split's missed target tries half the spacing
+#: before the single linear grid (whose bracket there was wider than the split's, at 1-3.5 s a try:
+#: sigma 0.97-2.1, 7676-19821 steps; from sigma ~3 on the linear grid was the narrower)
+_HALF_BEFORE_LINEAR_STEPS, _HALF_BEFORE_LINEAR_SIGMA = 4096, 2.5
 #: coarsest first grid (standard deviations of one coordinate) worth computing
 _COARSEST_SD = 0.3
 
@@ -373,7 +377,8 @@ class RandomAllocation(Mechanism):
         it can be built), then the finer variant of the first (:meth:`_finer`), then
         that of the other, with the split at half the spacing (up to ``_FINER_SPLIT_STEPS``)
         before the linear grid's where the split came first (and, from ``_HALF_BEFORE_CUT_STEPS``
-        steps, before the split's further light cut); a short round also tries the
+        steps, before the split's further light cut; from ``_HALF_BEFORE_LINEAR_STEPS`` steps up to
+        ``_HALF_BEFORE_LINEAR_SIGMA``, before the other construction too); a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
         (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
         grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
@@ -416,6 +421,10 @@ class RandomAllocation(Mechanism):
             if first == "linear":
                 pending += [finer_first, finer_other, half]
             elif first == "split" and t >= _HALF_BEFORE_CUT_STEPS:
+                if (half is not None and t >= _HALF_BEFORE_LINEAR_STEPS and s <= _HALF_BEFORE_LINEAR_SIGMA
+                        and pending[:1] == [(other, self.spacing, self.kappa)]):
+                    pending.insert(0, half)
+                    half = None
                 pending += [half, finer_first, finer_other]
             else:
                 pending += [finer_first, half, finer_other]
