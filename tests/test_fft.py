@@ -460,3 +460,86 @@ def test_long_double_rfft_bound_on_longer_zero_padded_transforms(n):
     bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
     assert 0 < err <= bound, (n, err, bound)
     RATIOS[f"rfft_ld_padded_{n}"] = err / bound
+
+
+# ---------------------------------------------------------------------------
+# long double transforms through pooled plans (pld.engine.fft.transform_extended:
+# FFTW's fftwl where pyfftw has it, else pocketfft), as random allocation's
+# precise runs convolve with them
+# ---------------------------------------------------------------------------
+
+def _ld_backends() -> list[str]:
+    out = ["pocketfft"]
+    if _fft._ld_plans_available():
+        out.append("fftw")
+    return out
+
+
+@pytest.fixture(params=_ld_backends())
+def ld_backend(request, monkeypatch):
+    if request.param == "pocketfft":
+        monkeypatch.setattr(_fft, "_ld_plans_available", lambda: False)
+    return request.param
+
+
+@pytest.mark.skipif(not _fft.extended_available(), reason="long double is a double on this platform")
+@pytest.mark.parametrize("n", [40, 96, 224, 512, 3072])
+def test_transform_extended_forward_within_higham_bound_of_the_exact_dft(n, ld_backend):
+    """Each backend's forward transform against the exact DFT: within ``C u_ld (log2 N + 1)
+    ||F x||_2`` (the bound the precise runs charge), and not absurdly far inside it."""
+    rng = np.random.default_rng(n)
+    m = min(n, 300)
+    for x in (rng.random(m), rng.random(m // 2 + 1) ** 8):
+        x = np.round(np.asarray(x, float) * 2.0 ** 60) * 2.0 ** -60
+        with _fft.transform_extended(n) as (buf, spec, out, fwd, inv):
+            assert buf.dtype == np.longdouble and spec.dtype == np.clongdouble
+            buf[: x.size] = x
+            buf[x.size:] = 0.0
+            fwd()
+            got = spec.copy()
+        err = _ld_rfft_error(got, x, n)
+        bound = _fft._C_ERR * _fft._U_LD * (math.log2(n) + 1.0) * math.sqrt(n) * float(np.linalg.norm(x))
+        assert 0 < err <= bound, (ld_backend, n, err, bound)
+        assert err * MAX_LOOSENESS >= bound
+
+
+@pytest.mark.skipif(not _fft.extended_available(), reason="long double is a double on this platform")
+@pytest.mark.parametrize("na, nb", [(7, 5), (60, 61), (300, 200), (1000, 1)])
+def test_precise_convolutions_within_their_bound(na, nb, ld_backend):
+    """random allocation's long double convolutions (roundoff._extended): the result, rounded
+    to doubles, is within the transform's bound plus the stated rounding of every entry (the
+    l2 form convolve_errs charges) of the exact convolution (fractions); shared inputs and
+    squares included."""
+    from pld.mechanisms.allocation.roundoff import _extended
+
+    rng = np.random.default_rng(na * 1000 + nb)
+    a = rng.random(na) * np.exp(rng.normal(0.0, 4.0, na))
+    b = rng.random(nb) ** 3
+    pairs = [(a, b), (a, a), (b, a)]
+    got = _extended(pairs, {})
+    for (x, y), (c, f_err, r) in zip(pairs, got):
+        assert c.dtype == np.float64 and c.size == x.size + y.size - 1
+        err = l2_error_fraction(c, exact_conv_fraction(x, y))
+        allowed = f_err + r * float(np.linalg.norm(c))
+        assert err <= allowed, (ld_backend, na, nb, err, allowed)
+        # a long double transform: far inside what a double one would charge
+        n = _fft._canonical_size(c.size)
+        assert f_err < _fft._fft_bound(n, *_fft_norms(x), *_fft_norms(y)) / 1000
+
+
+def _fft_norms(x: np.ndarray) -> tuple[float, float]:
+    return float(np.sum(np.abs(x))), float(np.linalg.norm(x))
+
+
+def test_long_double_plans_are_pooled(monkeypatch):
+    """A second transform of a length takes the pooled plan (and a held one is not shared)."""
+    if not _fft._ld_plans_available():
+        pytest.skip("pyfftw without long double transforms")
+    monkeypatch.setattr(_fft, "_ld_plans", {})
+    monkeypatch.setattr(_fft, "_ld_plan_budget", {"bytes": 0, "cap": 128 << 20, "per_point": 48})
+    with _fft.transform_extended(640) as first:
+        with _fft.transform_extended(640) as second:
+            assert first[0] is not second[0]
+    with _fft.transform_extended(640) as again:
+        assert again[0] is first[0] or again[0] is second[0]
+    assert len(_fft._ld_plans[640]) == 2

@@ -88,7 +88,6 @@ _lock = threading.Lock()
 #: plan of the same size is built when two threads (the two sides of a
 #: materialisation run concurrently) want the same size at once
 _plans: dict[int, list] = {}
-_plan_bytes = 0
 #: plans (with their aligned buffers) are kept for sizes up to this, and at
 #: most _PLAN_BYTES of buffers in all; larger transforms go through scipy.fft.
 #: (An estimated plan costs a fraction of one transform to build and its pooled
@@ -96,6 +95,10 @@ _plan_bytes = 0
 #: the allocation's label sums take millions of points, many times each.)
 _MAX_PLAN_SIZE = 1 << 23
 _PLAN_BYTES = 256 << 20
+_plan_budget = {"bytes": 0, "cap": _PLAN_BYTES, "per_point": 40}
+#: long double plans (:func:`transform_extended`), pooled alike (48 bytes a point)
+_ld_plans: dict[int, list] = {}
+_ld_plan_budget = {"bytes": 0, "cap": 128 << 20, "per_point": 48}
 #: buffers of the long double transform (:func:`rfft_extended_view`), pooled
 #: as the plans: size -> list of (input, half spectrum, lock), at most
 #: _LD_BUFFER_BYTES in all (32 bytes a point)
@@ -183,19 +186,19 @@ def _build_plan(n: int, flag: str = "FFTW_ESTIMATE"):
 def _drop_plans() -> None:
     """Forget pooled plans (new ones pick up newly measured wisdom); plans in
     use stay valid for their holders."""
-    global _plan_bytes
     with _lock:
         _plans.clear()
-        _plan_bytes = 0
+        _plan_budget["bytes"] = 0
 
 
 def _reset_after_fork() -> None:
     # locks held by the parent's other threads at the fork stay held forever
     # in the child: start the child with fresh ones and no plans
-    global _lock, _plan_bytes, _ld_buffer_bytes
+    global _lock, _ld_buffer_bytes
     _lock = threading.Lock()
-    _plans.clear()
-    _plan_bytes = 0
+    for pool, budget in ((_plans, _plan_budget), (_ld_plans, _ld_plan_budget)):
+        pool.clear()
+        budget["bytes"] = 0
     _ld_buffers.clear()
     _ld_buffer_bytes = 0
 
@@ -221,24 +224,31 @@ def wisdom_in_use() -> str | None:
 
 def _acquire_plan(n: int):
     """A plan of size ``n`` that the caller holds (its lock acquired)."""
-    global _plan_bytes
+    return _acquire_pooled(_plans, _plan_budget, n, _build_plan)
+
+
+def _acquire_pooled(pool_of: dict, budget: dict, n: int, build):
+    """A pooled entry of size ``n`` (``build(n)`` plus its lock, acquired), from ``pool_of``
+    (size -> entries) within ``budget`` (``{"bytes": in use, "cap": most, "per_point": of an
+    entry}``; the oldest other sizes are dropped to make room)."""
     with _lock:
         _load_wisdom_once()
-        pool = _plans.setdefault(n, [])
+        pool = pool_of.setdefault(n, [])
         for plan in pool:
             if plan[-1].acquire(blocking=False):
                 return plan
-        while _plans and _plan_bytes + 40 * n > _PLAN_BYTES:
-            victim = next((k for k in _plans if k != n), None)
+        per = budget["per_point"]
+        while pool_of and budget["bytes"] + per * n > budget["cap"]:
+            victim = next((k for k in pool_of if k != n), None)
             if victim is None:
                 break
-            _plan_bytes -= 40 * victim * len(_plans.pop(victim))
+            budget["bytes"] -= per * victim * len(pool_of.pop(victim))
         # (estimated plans: FFTW_ESTIMATE takes a measured plan from the
         # wisdom when there is one for n)
-        plan = (*_build_plan(n), threading.Lock())
+        plan = (*build(n), threading.Lock())
         plan[-1].acquire()
         pool.append(plan)
-        _plan_bytes += 40 * n
+        budget["bytes"] += per * n
         return plan
 
 
@@ -258,6 +268,50 @@ def transform(n: int):
     buf = np.zeros(n)
     spec = np.zeros(n // 2 + 1, dtype=complex)
     out = np.zeros(n // 2 + 1, dtype=complex)
+
+    def fwd() -> None:
+        spec[:] = _scipy_fft().rfft(buf)
+
+    def inv() -> None:
+        buf[:] = _scipy_fft().irfft(out, n)
+
+    yield buf, spec, out, fwd, inv
+
+
+def _build_ld_plan(n: int):
+    """:func:`_build_plan` in long double (FFTW's ``fftwl``)."""
+    a = pyfftw.empty_aligned(n, dtype=np.longdouble)
+    f = pyfftw.empty_aligned(n // 2 + 1, dtype=np.clongdouble)
+    g = pyfftw.empty_aligned(n // 2 + 1, dtype=np.clongdouble)
+    fwd = pyfftw.FFTW(a, f, flags=("FFTW_ESTIMATE",), threads=1)
+    inv = pyfftw.FFTW(g, a, direction="FFTW_BACKWARD", flags=("FFTW_ESTIMATE",), threads=1)
+    return a, f, g, fwd, inv
+
+
+def _ld_plans_available() -> bool:
+    """Whether pyfftw here has FFTW's long double transforms (``ld``) in a type wider than a double."""
+    return _HAVE_PYFFTW and "ld" in getattr(pyfftw, "_supported_types", ()) and _U_LD < 2.0 ** -60
+
+
+@contextlib.contextmanager
+def transform_extended(n: int):
+    """:func:`transform` in ``np.longdouble``: ``(buf, spec, out, fwd, inv)`` of length ``n``.
+
+    FFTW's long double transforms where pyfftw has them (pooled plans, as :func:`transform`'s),
+    else ``scipy.fft`` (pocketfft in long double) on fresh buffers.  Either satisfies this
+    module's bound with :data:`_U_LD` for ``u``: both compute their twiddle factors in long
+    double, and tests/test_fft.py measures each against exact transforms.
+    """
+    if _ld_plans_available() and 48 * n <= _ld_plan_budget["cap"]:
+        buf, f, g, plan_fwd, plan_inv, lock = _acquire_pooled(_ld_plans, _ld_plan_budget, n, _build_ld_plan)
+        try:
+            yield buf, f, g, plan_fwd, plan_inv  # (pyfftw's __call__ normalises the inverse by 1/n)
+        finally:
+            lock.release()
+        return
+    buf = np.zeros(n, dtype=np.longdouble)
+    spec = np.zeros(n // 2 + 1, dtype=np.clongdouble)
+    out = np.zeros(n // 2 + 1, dtype=np.clongdouble)
 
     def fwd() -> None:
         spec[:] = _scipy_fft().rfft(buf)

@@ -138,8 +138,9 @@ def convolve_errs(items: list[tuple[np.ndarray, Err, np.ndarray, Err]],
 
 
 def _extended(pairs: list[tuple[np.ndarray, np.ndarray]], norms: dict) -> list[tuple[np.ndarray, float, float]]:
-    """Each pair's convolution through long double transforms: ``(c, l2 bound of the
-    transform's error, relative rounding of c to double)``."""
+    """Each pair's convolution through long double transforms
+    (:func:`pld.engine.fft.transform_extended`, each distinct array transformed once per length):
+    ``(c, l2 bound of the transform's error, relative rounding of c to double)``."""
     spectra: dict[tuple[int, int], np.ndarray] = {}
     out = []
     for a, b in pairs:
@@ -148,11 +149,17 @@ def _extended(pairs: list[tuple[np.ndarray, np.ndarray]], norms: dict) -> list[t
         for x in (a, b):
             if id(x) not in norms:
                 norms[id(x)] = l1_l2_norms(x)
-            if (id(x), n) not in spectra:
-                spectra[(id(x), n)] = _fft.rfft_extended(x, n)
-        spec = spectra[(id(a), n)] * spectra[(id(b), n)]
-        c = np.asarray(_fft._scipy_fft().irfft(spec, n)[:m], dtype=np.float64)
+        with _fft.transform_extended(n) as (buf, f, g, fwd, inv):
+            for x in (a, b):
+                if (id(x), n) not in spectra:
+                    buf[: x.size] = x
+                    buf[x.size:] = 0.0
+                    fwd()
+                    spectra[(id(x), n)] = f.copy()
+            np.multiply(spectra[(id(a), n)], spectra[(id(b), n)], out=g)
+            inv()  # (destroys g)
+            c = buf[:m].astype(np.float64)
         (a1, a2), (b1, b2) = norms[id(a)], norms[id(b)]
-        f = _fft._fft_bound(n, float(a1), float(a2), float(b1), float(b2), _fft._U_LD)
-        out.append((c, f, 1.01 * _U))
+        f_err = _fft._fft_bound(n, float(a1), float(a2), float(b1), float(b2), _fft._U_LD)
+        out.append((c, f_err, 1.01 * _U))
     return out
