@@ -11,12 +11,13 @@ per machine.
 from . import _aot
 
 __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merge_centred", "pessimistic_spread",
+           "pessimistic_spread_atoms", "split_atoms_log",
            "hockey_stick_suffix", "cell_extremes", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
            # random allocation's per-coordinate laws
            "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
-           "group_pairs", "sum_round_up",
+           "group_pairs", "sum_round_up", "lump_blocks",
            # sums on one geometric grid (random allocation's short rounds)
            "geometric_sum_spread", "geometric_sum_merge"]
 
@@ -34,7 +35,7 @@ if len(_ahead_of_time) < len(__all__):
         sum_spread_geometric,
     )
     from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
-    from .discretize import pessimistic_spread
+    from .discretize import pessimistic_spread, pessimistic_spread_atoms, split_atoms_log
     from .geometric import geometric_sum_merge, geometric_sum_spread
     from .hockey import (
         cell_extremes,
@@ -45,6 +46,7 @@ if len(_ahead_of_time) < len(__all__):
         log_mgf_points,
         tilted_moments,
     )
+    from .lumps import lump_blocks
     from .merge import optimistic_merge_centred
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating

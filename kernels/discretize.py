@@ -106,3 +106,204 @@ def pessimistic_spread(log_p, log_q, index, points, h, k0):
             out[i] = _logaddexp(out[i], lp + math.log1p(-frac_up))
         out[i + 1] = _logaddexp(out[i + 1], lp + math.log(frac_up))
     return out, log_inf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count_at_or_below(values, key, hint):
+    """Number of entries of the increasing ``values`` at or below ``key`` (``searchsorted(values,
+    key, "right")``), searched from ``hint`` (the previous answer): galloping forward, so that
+    keys in increasing order cost O(1) each, else by bisection."""
+    n = values.shape[0]
+    lo, hi = 0, n
+    if 0 < hint <= n and values[hint - 1] <= key:
+        lo = hint
+        step = 1
+        while lo + step <= n and values[lo + step - 1] <= key:
+            lo += step
+            step *= 2
+        hi = min(n, lo + step)
+    elif 0 < hint <= n:
+        hi = hint
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] <= key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count_below(values, key, hint):
+    """``searchsorted(values, key, "left")`` (entries strictly below ``key``), from ``hint`` as
+    :func:`_count_at_or_below`."""
+    n = values.shape[0]
+    lo, hi = 0, n
+    if 0 < hint <= n and values[hint - 1] < key:
+        lo = hint
+        step = 1
+        while lo + step <= n and values[lo + step - 1] < key:
+            lo += step
+            step *= 2
+        hi = min(n, lo + step)
+    elif 0 < hint <= n:
+        hi = hint
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _accumulate(top, scaled, i, lp, share):
+    """Add ``share e^lp`` to point ``i`` of a sum held as ``e^top[i] scaled[i]`` (the scale
+    follows the largest ``lp`` seen there, so no term overflows and none is lost that a
+    log-space sum would keep)."""
+    if lp > top[i]:
+        scaled[i] = scaled[i] * math.exp(top[i] - lp) + share
+        top[i] = lp
+    else:
+        scaled[i] += share * math.exp(lp - top[i])
+
+
+@njit(cache=True, nogil=True)
+def _log_of(top, scaled):
+    out = np.full(top.shape[0], -np.inf)
+    for i in range(top.shape[0]):
+        if scaled[i] > 0.0:
+            out[i] = top[i] + math.log(scaled[i])
+    return out
+
+
+@called_with(F64, F64, F64, I64, f64, i64, i64)
+@njit(cache=True, nogil=True)
+def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
+    """:func:`pessimistic_spread` of atoms given by their losses: the cell of each found here.
+
+    Parameters
+    ----------
+    loss, log_p, log_q : float64[m]
+        Each atom's privacy loss (``+-inf`` allowed) and log P- and Q-mass.
+    points : int64[n]
+        Increasing offsets of the grid points ``l_i = (k0 + points_i) h`` (``points[-1] <
+        n_fine``, the uniform grid's length).
+    h : float
+        Grid spacing.
+    k0, n_fine : int
+        Grid index of offset 0; points of the uniform grid the offsets index.
+
+    Returns
+    -------
+    log_mass : float64[n]
+        log of the P-mass at each point.
+    log_inf : float
+        log of the P-mass moved to ``+inf``.
+
+    Notes
+    -----
+    An atom's cell is the one holding its fine cell ``floor((loss - l_0) / h)``; an atom
+    within ``1e-12 max(1, |l_top|)`` of the last point belongs to the cell below it, one
+    further above goes to ``+inf`` and one below ``l_0`` to ``l_0`` (mass moved up), as
+    :func:`pessimistic_spread`'s callers assign cells.  Each atom is split between the ends
+    of its cell as there (the same shares, slack included); the masses are summed in a
+    scaled linear form (one exponential a share) rather than by ``logaddexp`` (three
+    transcendental calls a share): the sums differ by rounding only.
+    """
+    n = points.shape[0]
+    l0 = k0 * h
+    top_l = (k0 + points[n - 1]) * h
+    tol_top = 1e-12 * max(1.0, abs(top_l))
+    top = np.full(n, -np.inf)
+    scaled = np.zeros(n)
+    inf_top = -np.inf
+    inf_scaled = 0.0
+    last_w = -1
+    denom = 1.0
+    hint = 0
+    for j in range(loss.shape[0]):
+        lp = log_p[j]
+        if lp == -np.inf:
+            continue
+        a = loss[j]
+        if not (a <= top_l + tol_top):  # (above the window, or NaN: to +inf)
+            if lp > inf_top:
+                inf_scaled = inf_scaled * math.exp(inf_top - lp) + 1.0
+                inf_top = lp
+            else:
+                inf_scaled += math.exp(lp - inf_top)
+            continue
+        if a < l0:
+            _accumulate(top, scaled, 0, lp, 1.0)
+            continue
+        kf = math.floor((a - l0) / h)
+        if kf >= n_fine - 1 and abs(a - top_l) <= tol_top:
+            i = n - 2
+        else:
+            # the cell holding fine cell kf: the last point at or below it
+            hint = _count_at_or_below(points, kf, hint)
+            i = hint - 1
+        if i >= n - 1:
+            if lp > inf_top:
+                inf_scaled = inf_scaled * math.exp(inf_top - lp) + 1.0
+                inf_top = lp
+            else:
+                inf_scaled += math.exp(lp - inf_top)
+            continue
+        li = (k0 + points[i]) * h
+        x = li + log_q[j] - lp
+        if x >= 0.0:
+            frac_up = 0.0
+        else:
+            wd = points[i + 1] - points[i]
+            if wd != last_w:
+                last_w = wd
+                denom = -math.expm1(-wd * h)
+            frac_up = -math.expm1(x) / denom
+        frac_up = min(1.0, frac_up + _PESSIMISTIC_SLACK)
+        if frac_up < 1.0:
+            _accumulate(top, scaled, i, lp, 1.0 - frac_up)
+        _accumulate(top, scaled, i + 1, lp, frac_up)
+    log_inf = inf_top + math.log(inf_scaled) if inf_scaled > 0.0 else -np.inf
+    return _log_of(top, scaled), log_inf
+
+
+@called_with(F64, F64, F64, F64)
+@njit(cache=True, nogil=True)
+def split_atoms_log(grid, loss, log_p, log_q):
+    """log P-mass of atoms on the increasing points ``grid``, each atom on a point (within
+    ``1e-9`` of the mean spacing) kept there and every other one split between the points
+    around it in the connect-the-dots shares (the sizing law of
+    :func:`pld.engine.first_step._spread_masses`); atoms outside ``[grid[0], grid[-1]]`` or
+    without mass are left out.  Summed in the scaled linear form of
+    :func:`pessimistic_spread_atoms`."""
+    n = grid.shape[0]
+    top = np.full(n, -np.inf)
+    scaled = np.zeros(n)
+    tol = 1e-9 * (grid[n - 1] - grid[0]) / max(1, n - 1)
+    hint = 0
+    for j in range(loss.shape[0]):
+        lp = log_p[j]
+        a = loss[j]
+        if lp == -np.inf or not (grid[0] <= a <= grid[n - 1]):
+            continue
+        # the first point at or above a - tol
+        hint = _count_below(grid, a - tol, hint)
+        idx = min(hint, n - 1)
+        if abs(grid[idx] - a) <= tol:
+            _accumulate(top, scaled, idx, lp, 1.0)
+            continue
+        cell = max(idx - 1, 0)
+        lo = grid[cell]
+        w = grid[cell + 1] - lo
+        up = -math.expm1(min(lo + log_q[j] - lp, 0.0)) / -math.expm1(-w)
+        if up != up:
+            up = 1.0
+        up = min(max(up, 0.0), 1.0)
+        if up > 0.0:
+            _accumulate(top, scaled, cell + 1, lp, up)
+        if up < 1.0:
+            _accumulate(top, scaled, cell, lp, 1.0 - up)
+    return _log_of(top, scaled)

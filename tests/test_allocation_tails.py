@@ -603,13 +603,42 @@ def test_short_round_small_sigma_add_direction_without_gaussian_fallback():
         assert se < 0.03 * est and abs(est - 1e-5) <= 5 * se, (eps, est, se)
 
 
+def _reference_block_lumps(vb, lw_rel, w, scale, eq, ep, nats=4.0, depth=12):
+    """One block's lumps as numpy states them (the statement pld.kernels.lump_blocks follows)."""
+    level = np.minimum(np.floor(-lw_rel / nats), depth)
+    edges = [0, *(np.nonzero(np.diff(level))[0] + 1).tolist(), vb.size]
+    parts = list(zip(edges[:-1], edges[1:]))
+    s2 = np.sqrt(np.cumsum([float(np.sum(w[a:b] * w[a:b])) for a, b in parts]))
+    s1 = np.cumsum([float(np.sum(w[a:b])) for a, b in parts])
+    top = np.maximum.accumulate([float(np.max(w[a:b])) for a, b in parts])
+
+    def below(e):
+        return np.minimum(np.minimum(e.l2 * s2, e.inf * s1), e.l1 * top) * scale * (1.0 + 1e-9)
+
+    bq, bp = below(eq), below(ep)
+    remove = [(float(vb.min()), float(vb.max()), float(bq[-1]), float(bp[-1]))]
+    if len(parts) == 1:
+        return remove, list(remove)
+    add = [(float(vb[a:b].min()), float(vb[a:b].max()), float(bq[i] - (bq[i - 1] if i else 0.0)),
+            float(bp[i] - (bp[i - 1] if i else 0.0))) for i, (a, b) in enumerate(parts)]
+    return remove, add
+
+
+def _kernel_lumps(vb, lw, x, y, eq, ep, blocks=1):
+    from pld.kernels import lump_blocks
+
+    bounds = np.linspace(0, vb.size, blocks + 1).astype(np.int64)
+    return lump_blocks(vb, lw, x, y, bounds, _coordinate._norms(eq), _coordinate._norms(ep),
+                       _coordinate._LUMP_NATS, float(_coordinate._LUMP_DEPTH))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_add_lumps_carry_every_prefix_bound(seed):
     """A block's round-off e (its l1, l2 and l-infinity norms bounded) weighted back by w:
     the add direction's lumps at or below any x carry at least what the worst e can put on
     the entries at or below x (the smallest of eq.l2 ||w_prefix||_2, eq.inf ||w_prefix||_1
     and eq.l1 max w_prefix), and their total is the single lump's; the remove direction keeps
-    the single lump."""
+    the single lump (pld.kernels.lump_blocks, one block; and as numpy states it)."""
     from pld.mechanisms.allocation.roundoff import Err
 
     rng = np.random.default_rng(seed)
@@ -617,9 +646,11 @@ def test_add_lumps_carry_every_prefix_bound(seed):
     vb = np.sort(rng.random(n)) + 0.5
     slope = float(rng.choice([0.0, 0.3, 5.0, 40.0]))  # (nats per entry: a lower tilt's weights grow)
     lw = slope * np.arange(n) + rng.normal(0, 0.1, n)
+    lw -= max(0.0, float(lw.max()) - 50.0)  # (e^top stays finite)
     top = float(lw.max())
     w = np.exp(lw - top)
-    scale = math.exp(min(top, 50.0))
+    scale = math.exp(top)
+    x, y = rng.random(n), rng.random(n)
     for eq, ep in ((Err.of_l2(1e-13, n), Err.of_l2(2e-13, n)),
                    (Err(4e-12, 1e-13, 3e-15), Err(1e-12, 2e-13, 1e-13))):
         def bound(e, k):
@@ -627,7 +658,15 @@ def test_add_lumps_carry_every_prefix_bound(seed):
             return min(e.l2 * math.sqrt(float(np.sum(wk ** 2))), e.inf * float(np.sum(wk)),
                        e.l1 * float(np.max(wk))) * scale
 
-        remove, add = _coordinate._block_lumps(vb, lw - top, w, scale, eq, ep)
+        q_hi, p_hi, remove, add = _kernel_lumps(vb, lw, x, y, eq, ep)
+        remove, add = [tuple(r) for r in remove.tolist()], [tuple(r) for r in add.tolist()]
+        # the entries' upper values: estimate times the untilting weight, rounded up
+        assert np.all(q_hi >= x * w * scale) and np.all(p_hi >= y * w * scale)
+        assert np.allclose(q_hi, x * w * scale, rtol=1e-11)
+        ref_remove, ref_add = _reference_block_lumps(vb, lw - top, w, scale * (1 + 1e-12), eq, ep)
+        assert len(add) == len(ref_add)
+        assert np.allclose(np.array(remove), np.array(ref_remove), rtol=1e-12, atol=0)
+        assert np.allclose(np.array(add), np.array(ref_add), rtol=1e-9, atol=1e-14 * max(r[2] for r in remove))
         single = bound(eq, n - 1)
         assert len(remove) == 1 and remove[0][:2] == (vb.min(), vb.max())
         assert remove[0][2] == pytest.approx(single, rel=1e-8) and remove[0][2] >= single
@@ -641,6 +680,31 @@ def test_add_lumps_carry_every_prefix_bound(seed):
         if slope >= 5.0:
             # the weights span many nats: the mass sits with the top entries, not at the block's start
             assert len(add) > 1 and add[-1][2] > 0.5 * single
+
+
+def test_lumps_of_many_blocks_are_each_blocks_own():
+    """lump_blocks over 64 blocks (empty ones skipped, as a run's few noisy entries leave them)
+    gives, block by block, the one-block answers."""
+    from pld.mechanisms.allocation.roundoff import Err
+
+    rng = np.random.default_rng(3)
+    for n in (5, 64, 1000):
+        vb = np.sort(rng.random(n))
+        lw = np.cumsum(rng.normal(0.5, 3.0, n))
+        lw -= lw.max() - 10.0
+        x, y = rng.random(n), rng.random(n)
+        eq, ep = Err(3e-12, 1e-13, 1e-14), Err(1e-12, 4e-13, 2e-14)
+        q_hi, p_hi, remove, add = _kernel_lumps(vb, lw, x, y, eq, ep, blocks=64)
+        bounds = np.linspace(0, n, 65).astype(int)
+        blocks = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        assert remove.shape == (len(blocks), 4)
+        parts = []
+        for (a, b), row in zip(blocks, remove):
+            q1, p1, r1, a1 = _kernel_lumps(vb[a:b], lw[a:b], x[a:b], y[a:b], eq, ep)
+            assert np.array_equal(q_hi[a:b], q1) and np.array_equal(p_hi[a:b], p1)
+            assert np.array_equal(row, r1[0])
+            parts.append(a1)
+        assert np.array_equal(add, np.concatenate(parts))
 
 
 def test_strict_delta_add_direction_round_off_placed_where_it_is():

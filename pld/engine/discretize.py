@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from pld.engine.grid import GridPLD
-from pld.kernels import optimistic_merge_centred, pessimistic_spread
+from pld.kernels import optimistic_merge_centred, pessimistic_spread, pessimistic_spread_atoms
 from pld.mechanisms.models import LossModelProtocol
 
 
@@ -92,22 +92,17 @@ def _dominating(model, h: float, k_lo: int, n: int, pts: np.ndarray, lam: float,
     """Connect-the-dots: every cell and atom split between the points around it."""
     m = pts.size
     grid = (k_lo + pts) * h
-    l0 = k_lo * h
     cell_lp, cell_lq = model.cells(grid) if cells is None else cells
-    a_loss, a_lp, a_lq = atoms
     # cells: index -1 below the window, j in [0, m-2] inside, m-1 above
     cell_idx = np.arange(-1, m, dtype=np.int64)
-    k = np.floor((a_loss - l0) / h).astype(np.int64)
-    top = grid[-1]
-    on_top = np.isclose(a_loss, top, rtol=0, atol=1e-12 * max(1.0, abs(top)))
-    j = np.searchsorted(pts, k, side="right") - 1  # the cell holding fine cell k
-    j = np.where((k >= n - 1) & on_top, m - 2, j)
-    j = np.where(a_loss < l0, -1, j)
-    j = np.where(a_loss > top + 1e-12 * max(1.0, abs(top)), m - 1, j)
-    lp = np.concatenate((cell_lp, a_lp))
-    lq = np.concatenate((cell_lq, a_lq))
-    idx = np.concatenate((cell_idx, j.astype(np.int64)))
-    pt_mass, log_inf = pessimistic_spread(lp, lq, idx, pts, h, k_lo)
+    pt_mass, log_inf = pessimistic_spread(np.ascontiguousarray(cell_lp, dtype=np.float64),
+                                          np.ascontiguousarray(cell_lq, dtype=np.float64), cell_idx, pts, h, k_lo)
+    if atoms[0].size:
+        # (atoms find their cells in the kernel: an allocation round has 1e5-1e6 of them)
+        at_mass, at_inf = pessimistic_spread_atoms(*(np.ascontiguousarray(x, dtype=np.float64) for x in atoms),
+                                                   pts, h, k_lo, n)
+        pt_mass = np.logaddexp(pt_mass, at_mass)
+        log_inf = float(np.logaddexp(log_inf, at_inf))
     if m == n:
         log_mass = pt_mass
     else:

@@ -15,7 +15,7 @@ import numpy as np
 
 from pld.engine import windows as w
 from pld.engine.limits import MAX_GRID_POINTS
-from pld.kernels import cell_points
+from pld.kernels import cell_points, split_atoms_log
 from pld.mechanisms.models import LossModelProtocol
 
 #: first-step windows longer than this may use wide cells in their tails
@@ -185,15 +185,10 @@ def _spread_masses(model, cells: tuple, grid: np.ndarray) -> np.ndarray:
     lo_pts, w = grid[:-1], np.diff(grid)
     _add_split(out, np.arange(grid.size - 1), cell_lp[1:-1], cell_lq[1:-1], lo_pts, w)
     loss, lp, lq = model.atoms()
-    sel = np.isfinite(loss) & (lp > -np.inf) & (loss >= grid[0]) & (loss <= grid[-1])
-    if np.any(sel):
-        # (the tolerance: an atom on a point up to rounding belongs to it)
-        tol = 1e-9 * (grid[-1] - grid[0]) / max(1, grid.size - 1)
-        idx = np.clip(np.searchsorted(grid, loss[sel] - tol, side="left"), 0, grid.size - 1)
-        on = np.abs(grid[idx] - loss[sel]) <= tol
-        np.logaddexp.at(out, idx[on], lp[sel][on])
-        cell = np.maximum(idx[~on] - 1, 0)
-        _add_split(out, cell, lp[sel][~on], lq[sel][~on], grid[cell], grid[cell + 1] - grid[cell])
+    if loss.size and grid.size:
+        # (an atom on a point up to rounding belongs to it; see split_atoms_log)
+        out = np.logaddexp(out, split_atoms_log(*(np.ascontiguousarray(x, dtype=np.float64)
+                                                  for x in (grid, loss, lp, lq))))
     return out
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from pld._special import ndtr
 from pld.engine import fft as _fft
 from pld.engine.mgf_bounds import _mgf_bound_from
+from pld.kernels import lump_blocks
 from pld.mechanisms.allocation.levels import (
     _MAX_TILTS,
     _NEGLIGIBLE,
@@ -180,6 +181,19 @@ def bracket_atoms(p_lo: np.ndarray, p_hi: np.ndarray, q_lo: np.ndarray, q_hi: np
     return SideAtoms(remove, add)
 
 
+def by_loss(side: SideAtoms) -> SideAtoms:
+    """``side`` with each direction's atoms in increasing loss (stable; the same pairs): the
+    engine's spreads find an atom's cell from the previous one's
+    (:func:`pld.kernels.pessimistic_spread_atoms`), at a constant cost when they come in order."""
+    def ordered(d: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        loss = d[0]
+        if loss.size < 2 or not np.any(loss[1:] < loss[:-1]):
+            return d
+        order = np.argsort(loss, kind="stable")
+        return loss[order], d[1][order], d[2][order]
+    return SideAtoms(ordered(side.remove), ordered(side.add))
+
+
 def atoms(side: SideAtoms, direction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(loss, log P, log Q)`` of one direction's discrete pair, ``+inf`` atom included."""
     return side.remove if direction == "remove" else side.add
@@ -282,7 +296,7 @@ class _UpperRuns:
     lost_p: float
     #: lumped round-off for the remove direction, whose loss grows with the value:
     #: (smallest value / m, largest value / m, Q-mass, P-mass) per block, placed
-    #: at its largest value (see :func:`_block_lumps`)
+    #: at its largest value (see :mod:`pld.kernels.lumps`)
     lumps: list
     #: set when an upward tilt was refused for the cost of its coordinate cut (a
     #: heavy upper tail): the cut (first-grid index) it wanted
@@ -436,23 +450,17 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             idx = np.nonzero(noisy)[0]
             lw_all = r.log_w(lv.m, lv.step, idx.astype(float))
             y_all = _pad(lv.p, size)[idx]
-            cuts = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(int)[1:-1]
-            for k, lw, y in zip(np.split(idx, cuts), np.split(lw_all, cuts), np.split(y_all, cuts)):
-                if k.size == 0:
-                    continue
-                top = float(lw.max())
-                w = np.exp(lw - top)
-                with np.errstate(over="ignore"):
-                    scale = math.exp(top) * (1.0 + 1e-12)
-                    q_hi[k] = np.maximum(x[k], 0.0) * w * scale
-                    # (the remove direction's P-masses from the run's own P-law: its
-                    # round-off E_p is not multiplied by the likelihood ratio)
-                    p_hi[k] = np.maximum(y, 0.0) * w * scale
-                remove, add = _block_lumps(v[k], lw - top, w, scale, lv.eq, lv.ep)
-                lumps += remove
-                lumps_add += add
-                if j == 0:
-                    first += remove[0][2] + remove[0][3]
+            bounds = np.linspace(0, idx.size, _LUMP_BLOCKS + 1).astype(np.int64)
+            # (the remove direction's P-masses from the run's own P-law: its round-off E_p is
+            # not multiplied by the likelihood ratio)
+            q_k, p_k, remove, add = lump_blocks(v[idx], lw_all, x[idx], y_all, bounds, _norms(lv.eq), _norms(lv.ep),
+                                                _LUMP_NATS, float(_LUMP_DEPTH))
+            q_hi[idx], p_hi[idx] = q_k, p_k
+            lumps += [tuple(row) for row in remove.tolist()]
+            lumps_add += [tuple(row) for row in add.tolist()]
+            if j == 0:
+                for row in lumps[-len(remove):]:
+                    first += row[2] + row[3]
         return q_hi, p_hi, lumps, lumps_add, first
 
     lost_q, lost_p = lost(runs_up)
@@ -478,51 +486,9 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
                       max(lv.eq.entry for _, (_, lv) in runs_up), base.lmgf, r0.chern, lumps_add, lumped)
 
 
-def _block_lumps(vb: np.ndarray, lw_rel: np.ndarray, w: np.ndarray, scale: float, eq: Err,
-                 ep: Err) -> tuple[list, list]:
-    """One block's lumped round-off, as lumps for each direction.
-
-    The block's entries (values ``vb`` increasing, untilting weights ``w e^top``
-    with ``lw_rel = log w``) carry errors ``e_k`` with ``||e||_2 <= eq.l2``, so by
-    Cauchy-Schwarz any subset ``B`` of them carries at most ``eq.l2 ||w_B||_2``
-    (``scale`` holds ``e^top``), and also ``eq.inf ||w_B||_1`` and ``eq.l1 max w_B``
-    (:meth:`Err.weighted`: the smallest of the three).  The remove direction gets one lump of the
-    whole block, placed at its largest value.  For the add direction a lower
-    tilt's weights can grow by thousands of nats over one block: one lump at
-    the block's smallest value would put a bound carried by its top entries
-    where they are not (at delta ~ 1e-12 that alone can decide epsilon).  The
-    block is therefore cut into parts where the weight falls by ``_LUMP_NATS``,
-    and each part gets, at its smallest value, the increment of
-    ``eq ||w||_2`` over the parts up to it: for every ``x`` the lumps at or
-    below ``x`` carry at least the bound of the entries there (the true error
-    measure lies stochastically above them), and the total is the single
-    lump's.  (The remove direction's loss grows with the value, where the
-    weights of a lower tilt are largest anyway; splitting there moved its
-    tail bound's cut and never paid.)
-    """
-    level = np.minimum(np.floor(-lw_rel / _LUMP_NATS), _LUMP_DEPTH)
-    edges = [0, *(np.nonzero(np.diff(level))[0] + 1).tolist(), vb.size]
-    parts = list(zip(edges[:-1], edges[1:]))
-    # the bound on the parts up to each: the smallest of three, each growing part by part
-    s2 = np.sqrt(np.cumsum([float(np.sum(w[a:b] * w[a:b])) for a, b in parts]))
-    s1 = np.cumsum([float(np.sum(w[a:b])) for a, b in parts])
-    top = np.maximum.accumulate([float(np.max(w[a:b])) for a, b in parts])
-
-    def below(e: Err) -> np.ndarray:
-        # (the 1e-9 margin covers the sums' round-off)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.minimum(np.minimum(e.l2 * s2, e.inf * s1), e.l1 * top) * scale * (1.0 + 1e-9)
-
-    bq, bp = below(eq), below(ep)
-    lo, hi = float(vb.min()), float(vb.max())
-    remove = [(lo, hi, float(bq[-1]), float(bp[-1]))]
-    if len(parts) == 1:
-        return remove, list(remove)
-    add = []
-    for i, (a, b) in enumerate(parts):
-        add.append((float(vb[a:b].min()), float(vb[a:b].max()), float(bq[i] - (bq[i - 1] if i else 0.0)),
-                    float(bp[i] - (bp[i - 1] if i else 0.0))))
-    return remove, add
+def _norms(e: Err) -> np.ndarray:
+    """``(l1, l2, inf)`` of an error bound: :func:`pld.kernels.lump_blocks` takes them as an array."""
+    return np.array([e.l1, e.l2, e.inf], dtype=np.float64)
 
 
 def _regrid_to(x: np.ndarray, d: float, df: float) -> np.ndarray:

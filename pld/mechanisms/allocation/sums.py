@@ -99,6 +99,7 @@ from pld.mechanisms.allocation.coordinate import (
     _upper_jump,
     _upper_runs,
     bracket_atoms,
+    by_loss,
     coordinate_spread,
 )
 from pld.mechanisms.allocation.geometric import GEOMETRIC_STEPS, geometric_laws
@@ -205,7 +206,8 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     t_token = _tail_var.set(_TAIL if tail is None else tail)
     p_token = _precise_var.set(bool(precise))
     try:
-        return _sum_laws(sigma, t, spacing, construction, kappa)
+        upper, lower, info = _sum_laws(sigma, t, spacing, construction, kappa)
+        return by_loss(upper), by_loss(lower), info
     finally:
         _precise_var.reset(p_token)
         _tail_var.reset(t_token)
