@@ -195,7 +195,9 @@ def _spread_masses(model, cells: tuple, grid: np.ndarray) -> np.ndarray:
 def _add_split(out: np.ndarray, cell: np.ndarray, lp: np.ndarray, lq: np.ndarray, lo: np.ndarray,
                w: np.ndarray) -> None:
     """Add pieces ``(lp, lq)`` in cells ``[lo, lo + w]`` to ``out[cell]`` and
-    ``out[cell + 1]`` in the connect-the-dots proportions (log space)."""
+    ``out[cell + 1]`` in the connect-the-dots proportions (log space).  ``cell``
+    holds each cell once (the cells of a grid, in order): every point gets at most one
+    upper and one lower share, added as ``np.logaddexp.at`` would, upper shares first."""
     has = lp > -np.inf
     if not np.any(has):
         return
@@ -204,5 +206,5 @@ def _add_split(out: np.ndarray, cell: np.ndarray, lp: np.ndarray, lq: np.ndarray
         up = -np.expm1(np.minimum(lo + lq - lp, 0.0)) / -np.expm1(-w)
     up = np.clip(np.nan_to_num(up, nan=1.0), 0.0, 1.0)
     with np.errstate(divide="ignore"):
-        np.logaddexp.at(out, cell + 1, lp + np.log(up))
-        np.logaddexp.at(out, cell, lp + np.log1p(-up))
+        out[cell + 1] = np.logaddexp(out[cell + 1], lp + np.log(up))
+        out[cell] = np.logaddexp(out[cell], lp + np.log1p(-up))
