@@ -159,11 +159,17 @@ def test_refined_rounds_and_the_target():
             # (and, up to sigma 2.5, before the single linear grid, whose bracket was the wider there)
             assert long_chain == [half, ("linear", mech.spacing, mech.kappa), ("split", mech.spacing, mech.kappa / 100),
                                   ("linear", mech.spacing / 2, mech.kappa)], long_chain
-    # above sigma 2.5, or in a round shorter than 4096 steps, the linear grid comes first
+    # above sigma 2.5, or in a round shorter than 4096 steps, the linear grid comes first; above
+    # sigma 2.5 in a long round its finer grid next, then the split's finer variants
     for s, t in ((3.0, 18324), (2.0, 4095)):
         r = RandomAllocation(pld.Gaussian(s), t)
         assert r._construction() == "split"
         assert r.refined().construction == "linear"
+    chain, r = [], RandomAllocation(pld.Gaussian(3.0), 18324)
+    while (r := r.refined()) is not None:
+        chain.append((r.construction, r.spacing, r.kappa))
+    assert chain[:3] == [("linear", mech.spacing, mech.kappa), ("linear", mech.spacing / 2, mech.kappa),
+                         ("split", mech.spacing / 2, mech.kappa)], chain
     assert RandomAllocation(pld.Gaussian(1.0), 10, spacing=FINEST_SPACING, construction="linear").refined() is None
     assert RandomAllocation(pld.Gaussian(1.0), 1).refined() == RandomAllocation(pld.Gaussian(1.0), 1, spacing=0.01,
                                                                                 construction="linear")

@@ -113,7 +113,8 @@ _FINER_SPLIT_STEPS = 20_000
 _HALF_BEFORE_CUT_STEPS = 1000
 #: rounds from which, up to this noise multiplier, a split's missed target tries half the spacing
 #: before the single linear grid (whose bracket there was wider than the split's, at 1-3.5 s a try:
-#: sigma 0.97-2.1, 7676-19821 steps; from sigma ~3 on the linear grid was the narrower)
+#: sigma 0.97-2.1, 7676-19821 steps); above it, the linear grid and then its finer one before the
+#: split's finer variants (the linear grid was the narrower there: sigma 2.9-7.3)
 _HALF_BEFORE_LINEAR_STEPS, _HALF_BEFORE_LINEAR_SIGMA = 4096, 2.5
 #: coarsest first grid (standard deviations of one coordinate) worth computing
 _COARSEST_SD = 0.3
@@ -378,7 +379,8 @@ class RandomAllocation(Mechanism):
         that of the other, with the split at half the spacing (up to ``_FINER_SPLIT_STEPS``)
         before the linear grid's where the split came first (and, from ``_HALF_BEFORE_CUT_STEPS``
         steps, before the split's further light cut; from ``_HALF_BEFORE_LINEAR_STEPS`` steps up to
-        ``_HALF_BEFORE_LINEAR_SIGMA``, before the other construction too); a short round also tries the
+        ``_HALF_BEFORE_LINEAR_SIGMA``, before the other construction too, and above it after the
+        linear grid's finer one); a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
         (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
         grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
@@ -425,7 +427,11 @@ class RandomAllocation(Mechanism):
                         and pending[:1] == [(other, self.spacing, self.kappa)]):
                     pending.insert(0, half)
                     half = None
-                pending += [half, finer_first, finer_other]
+                if t >= _HALF_BEFORE_LINEAR_STEPS and s > _HALF_BEFORE_LINEAR_SIGMA and finer_other is not None:
+                    # (above, the linear grid was the narrower: its finer grid next)
+                    pending += [finer_other, half, finer_first]
+                else:
+                    pending += [half, finer_first, finer_other]
             else:
                 pending += [finer_first, half, finer_other]
             if 2 <= t <= geometric.GEOMETRIC_STEPS and geometric.fits(s, t, self.spacing):
