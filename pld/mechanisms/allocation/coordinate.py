@@ -15,6 +15,7 @@ import numpy as np
 
 from pld._special import ndtr
 from pld.engine import fft as _fft
+from pld.engine.cache import in_background, side_pool
 from pld.engine.mgf_bounds import _mgf_bound_from
 from pld.kernels import lump_blocks
 from pld.mechanisms.allocation.levels import (
@@ -342,6 +343,11 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
 
     thetas = [0.0]
     runs_up = [run_up(0.0)]
+    # (a precise round nearly always redoes the untilted run in long double, below: started
+    # now on the other core, beside the tilts, which do not depend on it; the same run as if
+    # started there, so the same pairs)
+    precise_run = (in_background(lambda: run_up(0.0, extended=True))
+                   if _precise.get() and _fft.extended_available() and side_pool() is not None else None)
     size = runs_up[0][1][1].q.size
     step = runs_up[0][1][1].step
     s = np.arange(size) * (step * d)
@@ -467,11 +473,13 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
     v = s / m
     q_hi, p_hi, lumps, lumps_add, first = read()
     lumped = first
+    if precise_run is not None and not first > _EXTENDED_LUMPS:
+        precise_run.wait()  # (not needed after all; a thread left running would compete with the rest)
     if _precise.get() and first > _EXTENDED_LUMPS and _fft.extended_available():
         # (the untilted run's round-off, lumped where no tilt resolves it, is a share of
         # what strict deltas read: that run again with long double transforms; its grids
         # follow the sizes alone, so its entries line up with the others')
-        again = run_up(0.0, extended=True)
+        again = precise_run.result() if precise_run is not None else run_up(0.0, extended=True)
         if again[1][1].step == step and again[1][1].q.size == size:
             runs_up[0] = again
             lost_q, lost_p = lost(runs_up)
