@@ -17,9 +17,11 @@ Extended precision.  :func:`rfft_extended` is the forward real transform in
 ``np.longdouble`` (``scipy.fft``'s pocketfft computes it, twiddle factors
 included, in that type): the same bound holds with the long double's unit
 roundoff :data:`_U_LD` (``2^-64`` for the x87 80-bit format) in place of
-``u``, which tests/test_fft.py checks against exact DFTs.  Only the FFT power
+``u``, which tests/test_fft.py checks against exact DFTs.  The FFT power
 (:mod:`pld.engine.power`) uses it, where one transform's error is multiplied by the
-number of steps.
+number of steps.  :func:`transform_extended` pools FFTW's long double plans
+(``fftwl``, twiddles in long double too; pocketfft where pyfftw lacks them) for
+random allocation's precise convolutions, under the same bound, checked alike.
 """
 
 from __future__ import annotations

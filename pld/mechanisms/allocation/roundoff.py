@@ -102,7 +102,7 @@ def convolve_errs(items: list[tuple[np.ndarray, Err, np.ndarray, Err]],
     """The convolution of each ``(a, Ea, b, Eb)`` with the three-norm bound on its error
     (each distinct array transformed once: :func:`pld.engine.fft.convolve_shared`).
 
-    ``extended``: the transforms in ``np.longdouble`` (:func:`pld.engine.fft.rfft_extended`;
+    ``extended``: the transforms in ``np.longdouble`` (:func:`pld.engine.fft.transform_extended`;
     the transform's bound with its unit roundoff), each result rounded to a double (a
     relative error ``u`` an entry), where the platform has a long double."""
     norms: dict[int, tuple] = {}
