@@ -36,6 +36,23 @@ from .cells import _logaddexp
 _PESSIMISTIC_SLACK = 1e-11
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _share_up(li, lq, lp, wd, h, last_w, denom):
+    """The share of a piece's P-mass (log ``lp``, log Q-mass ``lq``) that goes up from its
+    cell ``[l_i, l_i + wd h]`` (:func:`pessimistic_spread`'s notes: ``(1 - e^{l_i - m}) /
+    (1 - e^{-w})``, ``m`` the piece's loss), slack included; ``(share, last_w, denom)`` with the
+    denominator of the last width kept (one expm1 per change of cell width)."""
+    x = li + lq - lp
+    if x >= 0.0:
+        frac_up = 0.0
+    else:
+        if wd != last_w:
+            last_w = wd
+            denom = -math.expm1(-wd * h)
+        frac_up = -math.expm1(x) / denom
+    return min(1.0, frac_up + _PESSIMISTIC_SLACK), last_w, denom
+
+
 @called_with(F64, F64, I64, I64, f64, i64)
 @njit(cache=True, nogil=True)
 def pessimistic_spread(log_p, log_q, index, points, h, k0):
@@ -90,18 +107,8 @@ def pessimistic_spread(log_p, log_q, index, points, h, k0):
         if i >= n - 1:
             log_inf = _logaddexp(log_inf, lp)
             continue
-        li = (k0 + points[i]) * h
-        # fraction of P-mass that goes up: (1 - e^{l_i - m}) / (1 - e^{-w}), m = merged loss
-        x = li + log_q[j] - lp
-        if x >= 0.0:
-            frac_up = 0.0
-        else:
-            wd = points[i + 1] - points[i]
-            if wd != last_w:  # (one expm1 per change of cell width)
-                last_w = wd
-                denom = -math.expm1(-wd * h)
-            frac_up = -math.expm1(x) / denom
-        frac_up = min(1.0, frac_up + _PESSIMISTIC_SLACK)
+        frac_up, last_w, denom = _share_up((k0 + points[i]) * h, log_q[j], lp, points[i + 1] - points[i], h,
+                                           last_w, denom)
         if frac_up < 1.0:
             out[i] = _logaddexp(out[i], lp + math.log1p(-frac_up))
         out[i + 1] = _logaddexp(out[i + 1], lp + math.log(frac_up))
@@ -109,16 +116,16 @@ def pessimistic_spread(log_p, log_q, index, points, h, k0):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _count_at_or_below(values, key, hint):
-    """Number of entries of the increasing ``values`` at or below ``key`` (``searchsorted(values,
-    key, "right")``), searched from ``hint`` (the previous answer): galloping forward, so that
-    keys in increasing order cost O(1) each, else by bisection."""
+def _count_before(values, key, hint, strict):
+    """Entries of the increasing ``values`` below ``key`` (``strict``: ``searchsorted(values, key,
+    "left")``) or at or below it (``"right"``), searched from ``hint`` (the previous answer):
+    galloping forward, so that keys in increasing order cost O(1) each, else by bisection."""
     n = values.shape[0]
     lo, hi = 0, n
-    if 0 < hint <= n and values[hint - 1] <= key:
+    if 0 < hint <= n and (values[hint - 1] < key if strict else values[hint - 1] <= key):
         lo = hint
         step = 1
-        while lo + step <= n and values[lo + step - 1] <= key:
+        while lo + step <= n and (values[lo + step - 1] < key if strict else values[lo + step - 1] <= key):
             lo += step
             step *= 2
         hi = min(n, lo + step)
@@ -126,31 +133,7 @@ def _count_at_or_below(values, key, hint):
         hi = hint
     while lo < hi:
         mid = (lo + hi) >> 1
-        if values[mid] <= key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _count_below(values, key, hint):
-    """``searchsorted(values, key, "left")`` (entries strictly below ``key``), from ``hint`` as
-    :func:`_count_at_or_below`."""
-    n = values.shape[0]
-    lo, hi = 0, n
-    if 0 < hint <= n and values[hint - 1] < key:
-        lo = hint
-        step = 1
-        while lo + step <= n and values[lo + step - 1] < key:
-            lo += step
-            step *= 2
-        hi = min(n, lo + step)
-    elif 0 < hint <= n:
-        hi = hint
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if values[mid] < key:
+        if values[mid] < key if strict else values[mid] <= key:
             lo = mid + 1
         else:
             hi = mid
@@ -197,10 +180,8 @@ def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
 
     Returns
     -------
-    log_mass : float64[n]
-        log of the P-mass at each point.
-    log_inf : float
-        log of the P-mass moved to ``+inf``.
+    log_mass, log_inf
+        As :func:`pessimistic_spread`.
 
     Notes
     -----
@@ -218,8 +199,8 @@ def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
     tol_top = 1e-12 * max(1.0, abs(top_l))
     top = np.full(n, -np.inf)
     scaled = np.zeros(n)
-    inf_top = -np.inf
-    inf_scaled = 0.0
+    inf_top = np.full(1, -np.inf)
+    inf_scaled = np.zeros(1)
     last_w = -1
     denom = 1.0
     hint = 0
@@ -229,11 +210,7 @@ def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
             continue
         a = loss[j]
         if not (a <= top_l + tol_top):  # (above the window, or NaN: to +inf)
-            if lp > inf_top:
-                inf_scaled = inf_scaled * math.exp(inf_top - lp) + 1.0
-                inf_top = lp
-            else:
-                inf_scaled += math.exp(lp - inf_top)
+            _accumulate(inf_top, inf_scaled, 0, lp, 1.0)
             continue
         if a < l0:
             _accumulate(top, scaled, 0, lp, 1.0)
@@ -243,31 +220,17 @@ def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
             i = n - 2
         else:
             # the cell holding fine cell kf: the last point at or below it
-            hint = _count_at_or_below(points, kf, hint)
+            hint = _count_before(points, kf, hint, False)
             i = hint - 1
         if i >= n - 1:
-            if lp > inf_top:
-                inf_scaled = inf_scaled * math.exp(inf_top - lp) + 1.0
-                inf_top = lp
-            else:
-                inf_scaled += math.exp(lp - inf_top)
+            _accumulate(inf_top, inf_scaled, 0, lp, 1.0)
             continue
-        li = (k0 + points[i]) * h
-        x = li + log_q[j] - lp
-        if x >= 0.0:
-            frac_up = 0.0
-        else:
-            wd = points[i + 1] - points[i]
-            if wd != last_w:
-                last_w = wd
-                denom = -math.expm1(-wd * h)
-            frac_up = -math.expm1(x) / denom
-        frac_up = min(1.0, frac_up + _PESSIMISTIC_SLACK)
+        frac_up, last_w, denom = _share_up((k0 + points[i]) * h, log_q[j], lp, points[i + 1] - points[i], h,
+                                           last_w, denom)
         if frac_up < 1.0:
             _accumulate(top, scaled, i, lp, 1.0 - frac_up)
         _accumulate(top, scaled, i + 1, lp, frac_up)
-    log_inf = inf_top + math.log(inf_scaled) if inf_scaled > 0.0 else -np.inf
-    return _log_of(top, scaled), log_inf
+    return _log_of(top, scaled), _log_of(inf_top, inf_scaled)[0]
 
 
 @called_with(F64, F64, F64, F64)
@@ -290,7 +253,7 @@ def split_atoms_log(grid, loss, log_p, log_q):
         if lp == -np.inf or not (grid[0] <= a <= grid[n - 1]):
             continue
         # the first point at or above a - tol
-        hint = _count_below(grid, a - tol, hint)
+        hint = _count_before(grid, a - tol, hint, True)
         idx = min(hint, n - 1)
         if abs(grid[idx] - a) <= tol:
             _accumulate(top, scaled, idx, lp, 1.0)
