@@ -462,10 +462,11 @@ def _upper_runs(a: float, d: float, n: int, t: int, coarse: float, cut, coord_of
             q_k, p_k, remove, add = lump_blocks(v[idx], lw_all, x[idx], y_all, bounds, _norms(lv.eq), _norms(lv.ep),
                                                 _LUMP_NATS, float(_LUMP_DEPTH))
             q_hi[idx], p_hi[idx] = q_k, p_k
-            lumps += [tuple(row) for row in remove.tolist()]
+            blocks = [tuple(row) for row in remove.tolist()]
+            lumps += blocks
             lumps_add += [tuple(row) for row in add.tolist()]
             if j == 0:
-                for row in lumps[-len(remove):]:
+                for row in blocks:
                     first += row[2] + row[3]
         return q_hi, p_hi, lumps, lumps_add, first
 
