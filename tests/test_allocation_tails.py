@@ -971,3 +971,17 @@ def test_a_deeper_round_never_refines_into_its_own_pair():
         seen.append(key)
         member = member.refined()
     assert len(seen) >= 2
+
+
+def test_single_epoch_strict_delta_miss_is_said_and_bounded():
+    """The stop hook's probe (seed 703): sigma 1.331, 1-of-1564, one epoch, delta 2e-11.  Four
+    constructions leave the bracket ~5x its target (the split's upper end barely moves with its
+    spacing: a bias the spacing does not control); the miss is warned and explain() says how many
+    constructions were intersected.  Both ends against closed-form Gaussian truths: the sum of
+    the outputs is a Gaussian mechanism of mu = 1/(sigma sqrt t) (a post-processing: below the
+    lower end), one Gaussian step without amplification is above the upper end."""
+    sigma, t, delta = 1.331, 1564, 2e-11
+    with pytest.warns(pld.TargetMissedWarning, match="constructions"):
+        lo, hi = pld.dpsgd(sigma, 1 / t, t, sampling="balls_in_bins").epsilon_bounds(delta)
+    assert _epsilon_gaussian(1.0 / (sigma * math.sqrt(t)), delta) <= lo <= hi < _epsilon_gaussian(1.0 / sigma, delta)
+    assert hi - lo < 0.001 * hi  # (a miss, but a narrow one: 5e-4 of epsilon)
