@@ -225,6 +225,9 @@ def pessimistic_spread_atoms(loss, log_p, log_q, points, h, k0, n_fine):
         if i >= n - 1:
             _accumulate(inf_top, inf_scaled, 0, lp, 1.0)
             continue
+        if i < 0:  # (a one-point grid's top atom, as pessimistic_spread places index -1: moved up)
+            _accumulate(top, scaled, 0, lp, 1.0)
+            continue
         frac_up, last_w, denom = _share_up((k0 + points[i]) * h, log_q[j], lp, points[i + 1] - points[i], h,
                                            last_w, denom)
         if frac_up < 1.0:

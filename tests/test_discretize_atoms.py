@@ -153,3 +153,15 @@ def test_empty_and_single_point_inputs():
     grid = np.array([0.5])
     out = split_atoms_log(grid, np.array([0.5, 0.7]), np.array([math.log(0.25), 0.0]), np.array([0.0, 0.0]))
     assert out[0] == pytest.approx(math.log(0.25))
+
+
+def test_one_point_grid_keeps_every_atom():
+    """A grid of one point (never built by the engine, but the kernel's contract): atoms at or
+    below it go to it, above it to +inf, as pessimistic_spread places them."""
+    pts = np.array([0], dtype=np.int64)
+    loss = np.array([-1.0, 0.5, 0.5 + 1e-14, 2.0])
+    lp = np.log(np.array([0.1, 0.2, 0.3, 0.4]))
+    got, inf = pessimistic_spread_atoms(loss, lp, lp - loss, pts, 0.5, 1, 1)
+    assert math.exp(got[0]) == pytest.approx(0.6, rel=1e-12) and math.exp(inf) == pytest.approx(0.4, rel=1e-12)
+    ref, ref_inf = _reference_dominating(loss, lp, lp - loss, pts, 0.5, 1, 1)
+    _close(got, ref)
