@@ -69,10 +69,12 @@ COARSE_RTOL = 1e-2
 #: 0.80x the target, 2x slower)
 CUT_OTHERS_STEPS = 100
 #: the grid cap of a term's engine: a jump law spans from the cut to its far tail (a loss of ~4
-#: at sigma 0.5, q 3e-6), and at the spacing the bulk needs the one-jump term's first grid passed
-#: the general cap (sigma 0.509, q 3e-6, T 454873, delta 8e-6: 1.9x the target at 2^21 points,
-#: 1.08x at 2^22); only the terms that reach the cap use it
-TERM_GRID_POINTS = 2 * MAX_GRID_POINTS
+#: at sigma 0.5, q 3e-6), and at the spacing the bulk needs the one-jump term's grid passes the
+#: general cap; near the sampling rate a term's width is erratic in the spacing (see
+#: :func:`_neighbour_spacings`), so the neighbours tried past a stalled refinement need room
+#: beyond the spacing it stopped at; only the terms that reach the general cap use it (a
+#: few hundred MB at the peak)
+TERM_GRID_POINTS = 4 * MAX_GRID_POINTS
 #: relative slack on every weight (rounding of log C(T, k), of k log b and exp)
 _WEIGHT_SLACK = 1e-11
 _U = 2.0 ** -53

@@ -253,9 +253,15 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     if not eps0 > 0:
         eps0 = 0.5 * hi
     terms, r, previous = None, rtol, None
-    for _ in range(2):
+    # (at most two passes at a fresh cut and one refining a pass's terms from their grids:
+    # where the first was tuned away from the answer, the second cuts anew at the new
+    # epsilon and refines nothing, and a third refines it; a second refinement costs far
+    # more, its grids finer still, than the few percent of the target it gains)
+    fresh = 0
+    for _ in range(3):
         if _budget.spent():
             break  # (the grids' bracket stands, certified)
+        fresh += previous is None
         terms = _try_terms(model, delta, eps0, r, previous)
         if terms is None:
             break
@@ -275,8 +281,12 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
             # own slopes differ from the sum's): once more at the same cut,
             # each term refined from its grid, aiming lower by what was missed
             # (sigma 0.61, q 2.8e-5, T 1.8e6: 1.08x the target -> within)
+            if previous is not None:
+                break
             r, previous = r * max(0.25, 0.8 * target / width), terms
         else:
+            if fresh >= 2 or previous is not None:
+                break
             previous = None  # (mistuned: a new cut at the new epsilon)
         eps0 = mid
     refined = None
