@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pld
 from pld.accounting.dpsgd import dpsgd_mechanism
 from pld.engine import bulk_shift as C
 from pld.engine import self_compose
+from pld.engine.composer import GridTooLargeError
 from pld.engine.discretize import discretize
 from pld.engine.grid import GridPLD
 from pld.engine.targets import Query
@@ -151,3 +152,35 @@ def test_shift_down_comes_off_exactly():
             assert total <= m * Fraction(h)
             q = total / Fraction(h)
             assert -((-q.numerator) // q.denominator) == m  # _unshift moves the lattice by exactly m
+
+
+@settings(max_examples=15, deadline=None)
+@given(sigma=st.floats(0.5, 2.0), log_q=st.floats(math.log(3e-6), math.log(1e-3)), ratio=st.floats(2.0, 40.0),
+       direction=st.sampled_from(["remove", "add", "add"]))
+def test_the_comparison_window_leaves_out_only_a_negligible_tail(sigma, log_q, ratio, direction):
+    """The shifts are compared from :func:`C._score_bottom` up, not from the window's bottom:
+    at most ``SCORE_TAIL_MASS`` of P-mass lies below it (the model's own masses, read at the
+    edge), and the shift chosen is the one the whole window's comparison chooses."""
+    q = math.exp(log_q)
+    h = ratio * q
+    eng = pld.dpsgd(sigma, q, 1000)._engine()
+    try:
+        entry = eng.composer._prepare(direction, h, 0.0, eng.planner.log_eta(direction, Query("delta", 1e-8)))
+    except GridTooLargeError:
+        assume(False)
+    step = entry.prepared[0]
+    mode = int(round(float(step.ex.loss[int(np.argmax(step.ex.log_p))]) / h))
+    bottom = C._score_bottom(step.model, h, step.k_lo, mode)
+    assert step.k_lo <= bottom <= max(step.k_lo, mode - C.SCORE_CELLS)
+    if bottom > step.k_lo:
+        lp, _ = step.model.cells(np.array([(bottom - 0.5) * h]))
+        assert lp[0] <= math.log(C.SCORE_TAIL_MASS)
+    count = 10**6
+    got = C.bulk_shift(step.model, step.ex, h, step.k_lo, step.k_hi, count)
+    keep = C._score_bottom
+    try:
+        C._score_bottom = lambda model, h, k_lo, mode: k_lo
+        whole = C.bulk_shift(step.model, step.ex, h, step.k_lo, step.k_hi, count)
+    finally:
+        C._score_bottom = keep
+    assert got == whole

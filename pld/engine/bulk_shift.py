@@ -47,6 +47,12 @@ SEARCH_SHIFTS = 24
 SCORE_CELLS = 256
 
 
+#: the comparison starts at the window's bottom, or higher where the P-mass below is at most
+#: this: left out alike for every candidate (as the window's own bottom leaves out what is
+#: below it), it moves their scores far less than a shift does (a bulk's ``h / SEARCH_SHIFTS``)
+SCORE_TAIL_MASS = 1e-13
+
+
 def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: int,
                var_weight: float = 1.0, final_h: float | None = None) -> float:
     """Per-step loss shift that lets the dominated side merge a step's bulk
@@ -130,10 +136,25 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
             if m < base:
                 shifts.append(_shift_down(m, base, h))
     # what each keeps over count steps, less what taking it off loses
-    scores = _merge_scores(model, h, k_lo, top, sorted(set(shifts)), var_weight)
+    scores = _merge_scores(model, h, _score_bottom(model, h, k_lo, mode), top, sorted(set(shifts)), var_weight)
     gains = {s: count * scores[s] - _unshift_loss(s, count, h, final_h) for s in scores}
     best = max(gains, key=lambda s: (gains[s], -abs(s)))
     return best if best != 0.0 and gains[best] > gains[0.0] else 0.0
+
+
+def _score_bottom(model, h: float, k_lo: int, mode: int) -> int:
+    """The lowest cell the shifts are compared on: ``k_lo``, or the first of ``mode -
+    SCORE_CELLS 4^j`` (``j = 0, 1, ...``) above it with at most :data:`SCORE_TAIL_MASS` of
+    P-mass below (a window reaching far below the bulk, a million fine cells into the
+    lower tail, cost its comparison seconds for nothing: the cells' masses there are
+    below any shift's gain)."""
+    span = SCORE_CELLS
+    while mode - span > k_lo:
+        lp, _ = model.cells(np.array([(mode - span - 0.5) * h]))
+        if not lp[0] > math.log(SCORE_TAIL_MASS):
+            return mode - span
+        span *= 4
+    return k_lo
 
 
 def _unshift_loss(shift: float, count: int, h: float, final_h: float | None = None) -> float:

@@ -343,9 +343,12 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
     jumps = engine.cache.get(engine.cache.used, ("jumps", delta, rtol))
     if jumps:
         last = jumps[-1]
-        return (f"the remove direction was split by its large steps (big-jump decomposition at loss "
-                f"{last['cut']:.4g}, {last['terms']} terms, tuned at epsilon {last['tuned_at']:.6g}) and its "
-                "terms' grids still leave this width")
+        if not hi > last["bracket"][1]:
+            return (f"the remove direction was split by its large steps (big-jump decomposition at loss "
+                    f"{last['cut']:.4g}, {last['terms']} terms, tuned at epsilon {last['tuned_at']:.6g}) and its "
+                    "terms' grids still leave this width")
+        # (the terms' upper end is below another direction's: the width is that one's)
+        used = {d: s for d, s in used.items() if d != "remove"}
     for d, s in used.items():
         width, _, _, round_off = engine.planner.width(d, Query("delta", delta, rtol), *s)
         if round_off > 0.5 * width:
@@ -355,7 +358,7 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
                     f"tilted law, grows with the number of steps; no finer grid removes it){how}")
     for d, s in used.items():
         if engine.composer.grid_points(d, s.h, s.lam, s.log_eta) * 2 > MAX_GRID_POINTS:
-            return f"the grid reached its memory cap of {MAX_GRID_POINTS} points"
+            return f"the {d} direction's grid reached its memory cap of {MAX_GRID_POINTS} points"
     return "refining the grid stopped narrowing it (a bias the spacing does not control)"
 
 
