@@ -521,3 +521,13 @@ def test_third_pass_refines_after_a_mistuned_first(monkeypatch):
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert passes == [False, False, True]
     assert lo <= 0.0982724
+
+
+def test_miss_names_the_direction_whose_end_is_wide():
+    """sigma 0.7155, q 3.4e-6, T 3.7e8, delta 3.3e-3 (a stop-hook probe's extreme draw): the
+    remove direction's terms bracket epsilon within [0.27614, 0.27620], but the add
+    direction's grid, at its memory cap, leaves its upper end at 0.27638.  The warning names
+    the add direction's cap, not the terms; the bracket holds the terms' lower end."""
+    with pytest.warns(pld.TargetMissedWarning, match="add direction's grid reached its memory cap"):
+        lo, hi = pld.dpsgd(0.7155, 3.4e-6, 371706450).epsilon_bounds(0.00328)
+    assert 0.2761 < lo < 0.27620 < hi < 0.2765
