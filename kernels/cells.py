@@ -154,13 +154,25 @@ def _walk_points(lo_off, hi_off, n, out):
     i = 0
     while i < n - 1:
         w = _allowed_width(lo_off, hi_off, i)
-        while w > 1 and _allowed_width(lo_off, hi_off, min(i + w, n - 1)) < w:
+        while w > 1 and not _fits(lo_off, hi_off, i, w, n):
             w //= 2
         i = min(i + w, n - 1)
         if write:
             out[m] = i
         m += 1
     return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fits(lo_off, hi_off, i, w, n):
+    """Whether the cell of ``w = 2^(z+1)`` grid steps from offset ``i`` lies wholly in a zone
+    of its width: from at or above ``hi_off[z]``, or ending at or below ``lo_off[z]`` (a cell
+    from the low zone whose end lands in the high one would span the law's bulk between them:
+    a cell of 256 steps over the bulk of a subsampled step where the middle was narrower)."""
+    z = 0
+    while (2 << z) < w:
+        z += 1
+    return i >= hi_off[z] or min(i + w, n - 1) <= lo_off[z]
 
 
 @njit(cache=True, nogil=True, inline="always")
