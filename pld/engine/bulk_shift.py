@@ -48,9 +48,12 @@ SCORE_CELLS = 256
 
 
 #: the comparison starts at the window's bottom, or higher where the P-mass below is at most
-#: this: left out alike for every candidate (as the window's own bottom leaves out what is
-#: below it), it moves their scores far less than a shift does (a bulk's ``h / SEARCH_SHIFTS``)
+#: this, or at most ``SCORE_CELLS_BELOW`` cells below the mode: what lies below is left out
+#: alike for every candidate (as the window's own bottom leaves out what is below it) but for
+#: a sliver of one cell at the bottom, and moves their scores far less than a shift of the
+#: bulk does (``h / SEARCH_SHIFTS`` on most of the mass)
 SCORE_TAIL_MASS = 1e-13
+SCORE_CELLS_BELOW = 1 << 14
 
 
 def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: int,
@@ -145,11 +148,13 @@ def bulk_shift(model, ex: w.Exploration, h: float, k_lo: int, k_hi: int, count: 
 def _score_bottom(model, h: float, k_lo: int, mode: int) -> int:
     """The lowest cell the shifts are compared on: ``k_lo``, or the first of ``mode -
     SCORE_CELLS 4^j`` (``j = 0, 1, ...``) above it with at most :data:`SCORE_TAIL_MASS` of
-    P-mass below (a window reaching far below the bulk, a million fine cells into the
-    lower tail, cost its comparison seconds for nothing: the cells' masses there are
-    below any shift's gain)."""
+    P-mass below, and at most :data:`SCORE_CELLS_BELOW` below the mode (the comparison
+    costs ``SEARCH_SHIFTS^2`` operations a cell: an add direction's lower tail, a million
+    fine cells below its bulk at small noise, took seconds a comparison)."""
     span = SCORE_CELLS
     while mode - span > k_lo:
+        if span >= SCORE_CELLS_BELOW:
+            return mode - SCORE_CELLS_BELOW
         lp, _ = model.cells(np.array([(mode - span - 0.5) * h]))
         if not lp[0] > math.log(SCORE_TAIL_MASS):
             return mode - span
