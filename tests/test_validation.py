@@ -326,3 +326,30 @@ def test_choice_lists_the_options():
         v.choice("conversion", "tight", ("improved", "classic"))
     with pytest.raises(TypeError, match="conversion"):
         v.choice("conversion", 1, ("improved", "classic"))
+
+
+@pytest.mark.parametrize("sampling", ["balls_in_bins", "shuffle"])
+@pytest.mark.parametrize("sigma", [0.03, 0.09, 1001.0, 1e4, 1e308])
+def test_run_level_noise_outside_its_range_fails_fast(sampling, sigma):
+    """A round of two or more steps is built for noise multipliers in [0.1, 1000]: below, its
+    sums overflowed (sigma 0.03: OverflowError); above, its grids grew for minutes and then
+    raised MemoryError (sigma 1e4, 1e6).  Now a ValueError that names the noise multiplier, its
+    range and the bounds that still apply, before any grid is built."""
+    with pytest.raises(ValueError, match=r"noise multiplier .* must be in \[0.1, 1000\]"):
+        pld.dpsgd(sigma, 0.01, 100, sampling=sampling).epsilon_bounds(1e-5)
+
+
+@pytest.mark.parametrize("sigma", [0.1, 1000.0])
+def test_run_level_noise_at_its_range_ends_works(sigma):
+    lo, hi = pld.dpsgd(sigma, 0.5, 200, sampling="balls_in_bins").epsilon_bounds(1e-8)
+    assert 0.0 <= lo <= hi < math.inf
+    # (one step per round is the Gaussian mechanism itself: no range)
+    lo1, hi1 = pld.dpsgd(sigma * 1e3, 1.0, 10, sampling="balls_in_bins").epsilon_bounds(1e-8)
+    assert 0.0 <= lo1 <= hi1 < math.inf
+
+
+def test_subnormal_sampling_rate_is_a_rate_like_any():
+    """q = 1e-320: 1 / q is inf, which the loader's step count rounded (OverflowError); it is
+    no whole number of steps, and the run is (almost) free of the record."""
+    lo, hi = pld.dpsgd(1.0, 1e-320, 100).epsilon_bounds(1e-5)
+    assert 0.0 <= lo <= hi <= 1e-6

@@ -107,7 +107,10 @@ def steps_of_rate(sampling_rate: float, participations: int = 1) -> int | None:
     q = float(sampling_rate)
     if not (q > 0 and math.isfinite(q)):
         return None
-    m = round(participations / q)
+    ratio = participations / q
+    if not ratio <= 2.0 * MAX_STEPS:  # (a subnormal rate: no whole number of steps, and 1 / q is inf)
+        return None
+    m = round(ratio)
     if m < 1 or m > MAX_STEPS:
         return None
     return m if abs(participations / m - q) <= RATE_ULPS * math.ulp(q) else None
