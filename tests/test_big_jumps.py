@@ -453,8 +453,6 @@ def test_one_jump_term_gets_the_larger_grid_cap():
     and the bracket at 1.67x its target.  Term engines take twice the cap: within
     the target, inside the bracket without the terms, and below dp_accounting's
     pessimistic estimate (0.138286 at h = 1e-4)."""
-    from pld.engine import queries
-
     assert bj.TERM_GRID_POINTS > bj.MAX_GRID_POINTS
     sigma, q, steps, delta = 0.457, 3.4e-6, 480000, 5e-5
     with warnings.catch_warnings():
@@ -462,15 +460,22 @@ def test_one_jump_term_gets_the_larger_grid_cap():
         lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert lo <= 0.138286
+    lo1, hi1 = _bracket_without_terms(sigma, q, steps, delta)
+    assert lo1 <= hi * (1 + 1e-12) and lo <= hi1 * (1 + 1e-12)
+
+
+def _bracket_without_terms(sigma: float, q: float, steps: int, delta: float) -> tuple[float, float]:
+    """The bracket the whole law's grids certify with the big-jump refinement switched off."""
+    from pld.engine import queries
+
     keep = queries._refine_by_jumps
     try:
         queries._refine_by_jumps = lambda engine, d, r, a, b, used: (a, b)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pld.TargetMissedWarning)
-            lo1, hi1 = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+            return pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     finally:
         queries._refine_by_jumps = keep
-    assert lo1 <= hi * (1 + 1e-12) and lo <= hi1 * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("sigma, q, steps, delta, dp_accounting_upper", [
@@ -484,21 +489,12 @@ def test_one_jump_term_past_a_stalled_spacing(sigma, q, steps, delta, dp_account
     the spacing) reaches its share through the neighbouring spacings the larger cap leaves
     room for: within the target, below dp_accounting's pessimistic estimate, and inside the
     bracket the whole law's grids certify without the terms."""
-    from pld.engine import queries
-
     with warnings.catch_warnings():
         warnings.simplefilter("error", pld.TargetMissedWarning)
         lo, hi = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     assert hi - lo <= 1e-4 * hi + 1e-6
     assert lo <= dp_accounting_upper
-    keep = queries._refine_by_jumps
-    try:
-        queries._refine_by_jumps = lambda engine, d, r, a, b, used: (a, b)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pld.TargetMissedWarning)
-            lo1, hi1 = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
-    finally:
-        queries._refine_by_jumps = keep
+    lo1, hi1 = _bracket_without_terms(sigma, q, steps, delta)
     assert lo1 <= lo and hi <= hi1
 
 
