@@ -166,9 +166,9 @@ def _walk_points(lo_off, hi_off, n, out):
 @njit(cache=True, nogil=True, inline="always")
 def _fits(lo_off, hi_off, i, w, n):
     """Whether the cell of ``w = 2^(z+1)`` grid steps from offset ``i`` lies wholly in a zone
-    of its width: from at or above ``hi_off[z]``, or ending at or below ``lo_off[z]`` (a cell
-    from the low zone whose end lands in the high one would span the law's bulk between them:
-    a cell of 256 steps over the bulk of a subsampled step where the middle was narrower)."""
+    of its width: from at or above ``hi_off[z]``, or ending at or below ``lo_off[z]`` (where
+    the middle is narrower than the cell, one from the low zone may end in the high one, and
+    would span the law's bulk between them)."""
     z = 0
     while (2 << z) < w:
         z += 1

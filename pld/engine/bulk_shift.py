@@ -149,8 +149,8 @@ def _score_bottom(model, h: float, k_lo: int, mode: int) -> int:
     """The lowest cell the shifts are compared on: ``k_lo``, or the first of ``mode -
     SCORE_CELLS 4^j`` (``j = 0, 1, ...``) above it with at most :data:`SCORE_TAIL_MASS` of
     P-mass below, and at most :data:`SCORE_CELLS_BELOW` below the mode (the comparison
-    costs ``SEARCH_SHIFTS^2`` operations a cell: an add direction's lower tail, a million
-    fine cells below its bulk at small noise, took seconds a comparison)."""
+    costs ``SEARCH_SHIFTS^2`` operations a cell, and an add direction's lower tail at small
+    noise reaches far below its bulk on a fine grid)."""
     span = SCORE_CELLS
     while mode - span > k_lo:
         if span >= SCORE_CELLS_BELOW:

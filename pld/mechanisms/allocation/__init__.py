@@ -93,9 +93,9 @@ FINEST_SPACING = 0.01
 _REFINE_CELLS = 1 << 20
 #: smallest light-cut share a refinement of the split asks for (``t Q(Y > B)``)
 _FINEST_KAPPA = 1e-6
-#: noise multipliers (sigma / sensitivity) for which a round of two or more steps is built: past
-#: either end its sums overflow (sigma 0.03, 1-of-100) or take minutes and then the memory
-#: (sigma 1e4, 1-of-100; 1e6 raised MemoryError)
+#: noise multipliers (sigma / sensitivity) for which a round of two or more steps is built: below,
+#: the likelihood ratio's log-normal tail overflows the sums' quantiles; above, the rounds' grids
+#: grow with the noise until they fill the memory
 NOISE_RANGE = (0.1, 1000.0)
 #: the tail :meth:`RandomAllocation.deeper` cuts at (a round then leaves ~1e-22 at +inf)
 DEEP_TAIL = 1e-22
@@ -152,8 +152,6 @@ def _check_round(round_, what: str) -> None:
     object.__setattr__(round_, "spacing", v.real("spacing", round_.spacing, low=1e-4, high=1.0))
     noise = round_.mechanism.sigma / round_.mechanism.sensitivity
     if round_.steps >= 2 and not NOISE_RANGE[0] <= noise <= NOISE_RANGE[1]:
-        # (below, the likelihood ratio's log-normal tail overflows the sums' quantiles; above, the
-        # rounds' grids grow with the noise until they fill the memory)
         raise ValueError(
             f"the noise multiplier sigma / sensitivity of {what} must be in [{NOISE_RANGE[0]:g}, "
             f"{NOISE_RANGE[1]:g}], got {noise:g}.  A larger noise is a post-processing of a smaller one "
