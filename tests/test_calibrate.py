@@ -214,3 +214,9 @@ def test_shuffle_calibration_is_decided_by_the_certified_upper_end():
         below = pld.dpsgd(sigma / (1 + 1e-3), 0.25, 40, sampling="shuffle").bounds()[0].epsilon_bounds(1e-8)[0]
     assert upper <= 50.0 < below
     assert info["evaluations"] <= 8
+
+
+def test_calibrate_steps_at_a_target_near_the_float_limit():
+    """target_epsilon = 1e308: the start point squared the ratio to one step's epsilon and
+    overflowed (OverflowError); every step count up to the cap meets such a target."""
+    assert pld.calibrate_steps(1e308, 1e-5, 1.0, 0.01) == 10**12

@@ -298,7 +298,9 @@ def calibrate_steps(target_epsilon: float, delta: float, noise_multiplier: float
                      -math.log(MAX_STEPS), 0.0, lambda u: math.log1p(math.exp(u)), _snap_steps)
     # start from the surrogate's crossing, scaled from one step (eps ~ sqrt(T))
     s1 = sur.epsilon(noise_multiplier, sampling_rate, 1.0)
-    u0 = -math.log(min(MAX_STEPS, max(1.0, (target_epsilon / s1) ** 2))) if s1 > 0 and math.isfinite(s1) else 0.0
+    # (the ratio capped before squaring: a target near the float limit overflowed the square)
+    u0 = (-math.log(min(MAX_STEPS, max(1.0, min(target_epsilon / s1, 1e100) ** 2)))
+          if s1 > 0 and math.isfinite(s1) else 0.0)
     u = search.run(surrogate_root(search, u0))
     if not math.isfinite(u):
         hi = next((up for uu, _, up in search.evals if uu == 0.0), math.nan)
