@@ -150,8 +150,7 @@ def linear_fits(sigma: float, t: int, spacing: float) -> bool:
     within ``_TILT_CELLS`` cells (else only the split is built; one step needs the linear grid)."""
     a = 1.0 / sigma
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    # (sd1 = 0: a noise so large that a^2 underflows, a law of one point; any grid holds it)
-    return t < 2 or sd1 == 0.0 or window(a, 1, t) / (spacing * sd1) <= _TILT_CELLS
+    return t < 2 or window(a, 1, t) / (spacing * sd1) <= _TILT_CELLS
 
 
 def choose_construction(sigma: float, t: int, spacing: float, construction: str = "auto") -> str:
