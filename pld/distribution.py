@@ -153,20 +153,30 @@ class PLD:
             return self, self
         return self._bounds()
 
-    def _say_not_tight(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, rtol: float) -> None:
+    def _say_not_tight(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, rtol: float,
+                       kind: str = "epsilon") -> None:
         """Never silent: a bracket wider than its target because a part is not
-        tight is said once per PLD (:class:`NotTightWarning`)."""
+        tight is said once per PLD (:class:`NotTightWarning`).  ``kind``: what
+        was bracketed, epsilon (at deltas ``d``, target ``rtol``) or delta (at
+        epsilons ``d``: wider than ``DELTA_LOOSE`` of its upper end)."""
         # (an infinite upper end is wide unless the lower end is infinite too: inf > inf is False)
         with np.errstate(invalid="ignore"):
-            wide = np.flatnonzero(((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
-                                  | (np.isinf(hi) & np.isfinite(lo)).ravel())
+            if kind == "delta":
+                wide = np.flatnonzero(((hi - lo) > delta_queries.DELTA_LOOSE * hi).ravel())
+            else:
+                wide = np.flatnonzero(((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
+                                      | (np.isinf(hi) & np.isfinite(lo)).ravel())
         if wide.size == 0 or self.__dict__.get("_said_not_tight"):
             return
         self.__dict__["_said_not_tight"] = True
         j = int(wide[0])
-        names = ", ".join(sorted({type(m).__name__ for m, _ in self._components if not m.tight}))
+        from pld.mechanisms.matrix import Bracketed  # (a bound of two compositions: its name says what it bounds)
+
+        names = ", ".join(sorted({m.name if isinstance(m, Bracketed) else type(m).__name__
+                                  for m, _ in self._components if not m.tight}))
         lower = self._bounds()[1]
-        warnings.warn(f"epsilon bracket [{lo.ravel()[j]:.6g}, {hi.ravel()[j]:.6g}] at delta = {d.ravel()[j]:.3g}: "
+        at = "delta" if kind == "epsilon" else "epsilon"
+        warnings.warn(f"{kind} bracket [{lo.ravel()[j]:.6g}, {hi.ravel()[j]:.6g}] at {at} = {d.ravel()[j]:.6g}: "
                       f"{names} is not tight; the upper end is from a dominating pair that is not tight, the lower "
                       + ("end from a dominated construction of the true mechanism" if lower is not None
                          else "end is 0 (no dominated construction is known)")
@@ -327,6 +337,7 @@ class PLD:
             for view in self._lowers():
                 lo = np.maximum(lo, view.delta_bounds(e)[0])
             lo = np.maximum(lo, self._direct_lower(e, "delta_lower"))
+            self._say_not_tight(np.asarray(lo), np.asarray(hi), e, EPS_RTOL, kind="delta")
             if scalar:
                 return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
             return np.asarray(lo, float).reshape(e.shape), np.asarray(hi, float).reshape(e.shape)

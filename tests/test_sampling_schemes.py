@@ -30,14 +30,38 @@ def _quiet():
         yield
 
 
-def test_balls_in_bins_composes_whole_epochs_and_a_partial_one_as_whole():
+def test_balls_in_bins_bounds_a_partial_epoch_by_a_whole_one_above_only():
     d = pld.dpsgd(SIGMA, Q, 25, sampling="balls-and-bins")  # 2.5 epochs
-    assert d.components == RandomAllocation(pld.Gaussian(SIGMA), 10).pld().self_compose(3).components
     assert d.adjacency == adjacency.ADD_OR_REMOVE
-    lo, hi = d.epsilon_bounds(1e-5, rtol=1e-2)
+    epoch = RandomAllocation(pld.Gaussian(SIGMA), 10)
+    upper, lower = d.bounds()
+    assert upper.components == epoch.pld().self_compose(3).components
+    assert lower is not None and lower.components[0] == (epoch, 2)
+    with pytest.warns(pld.NotTightWarning, match="RandomAllocation run of 2 epochs and 5 of 10 steps"):
+        lo, hi = d.epsilon_bounds(1e-5, rtol=1e-2)
     # amplification: below the Gaussian mechanism run once per epoch (no sampling at all)
     no_amplification = float(exact.gaussian_epsilon(1e-5, math.sqrt(3) / SIGMA))
     assert 0 < lo <= hi < no_amplification
+    two, three = (epoch.pld().self_compose(k).epsilon_bounds(1e-5, rtol=1e-2) for k in (2, 3))
+    assert hi == three[1] and two[0] < lo < three[0]
+    assert pld.dpsgd(SIGMA, Q, 30, sampling="balls-and-bins").components == ((epoch, 3),)
+
+
+@pytest.mark.parametrize("sigma, eps", [(1.0, 0.5), (0.7, 1.0), (2.0, 0.1)])
+def test_half_an_epoch_of_two_steps_is_one_poisson_step_inside_the_bracket(sigma, eps):
+    # One step of an epoch of two: the record is in it with probability 1/2, independently of
+    # everything else, so the run is one Poisson-subsampled Gaussian step at q = 1/2 (exact
+    # quadrature, tests/oracles.py).  Accounted as the whole epoch, the lower end was the
+    # epoch's delta, above the run's (sigma 1, eps 0.5: the epoch's remove delta is 0.149).
+    from tests.oracles import subsampled_gaussian_delta_single
+
+    truth = max(subsampled_gaussian_delta_single(eps, sigma, 0.5, d) for d in ("remove", "add"))
+    with pytest.warns(pld.NotTightWarning):
+        lo, hi = pld.dpsgd(sigma, 0.5, 1, sampling="balls_in_bins").delta_bounds(eps)
+    assert lo <= truth <= hi
+    assert truth - lo <= 1e-4 * truth  # (the sum of one output is the output: the lower end is tight)
+    whole = RandomAllocation(pld.Gaussian(sigma), 2).pld().delta_bounds(eps)
+    assert whole[0] > truth and hi == whole[1]
 
 
 def test_random_allocation_takes_participations_and_only_it():

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
+
+import numpy as np
 
 from pld import _validate as v
 from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian
 from pld.mechanisms import adjacency as adj
+from pld.mechanisms.base import Mechanism
+from pld.mechanisms.matrix import Bracketed
+from pld.mechanisms.mixtures import MixtureOfGaussians
+from pld.mechanisms.subsampled import PoissonSampled
 from pld.mechanisms.allocation import MAX_STEPS, SPACING_PER_SD, RandomAllocation
 from pld.mechanisms.allocation.shuffling import Shuffling
 
@@ -27,10 +34,59 @@ def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
     return steps
 
 
-def _epochs(steps: int, per_epoch: int) -> int:
-    """Epochs accounted for ``steps`` steps: a last partial epoch counts as a whole one
-    (it is the whole epoch with its remaining steps not released: a post-processing)."""
-    return -(-steps // per_epoch)
+def _epochs_run(epoch: Mechanism, noise_multiplier: float, steps: int, t: int, k: int = 1) -> PLD:
+    """``steps`` steps of epochs of ``t`` steps, each epoch one run of ``epoch`` (``k``
+    participations per epoch, Gaussian noise ``noise_multiplier``).
+
+    Whole epochs compose.  A last partial epoch of ``m < t`` steps is bounded two ways
+    (:class:`pld.mechanisms.matrix.Bracketed`): above by the whole epoch (its ``t - m``
+    steps not run are a post-processing of it), below by the whole epochs before it and
+    the sum of its ``m`` outputs, ``N(H, m sigma^2)`` against ``N(0, m sigma^2)`` with
+    ``H`` the record's participations among its first ``m`` steps (hypergeometric;
+    ``k = 1``: the Poisson-subsampled Gaussian at rate ``m / t``), a post-processing of
+    the run.  The whole epoch is no lower end for it: the run of ``m`` steps can be far
+    more private.
+    """
+    whole, m = divmod(steps, t)
+    if not m:
+        return epoch.pld().self_compose(whole)
+    up, low = epoch.bound_parts()
+    upper = tuple((mech, c * (whole + 1)) for mech, c in up)
+    lower = [] if low is None else [(mech, c * whole) for mech, c in low if whole]
+    stat = _partial_sum(noise_multiplier, t, k, m)
+    if stat is not None:
+        lower.append((stat, 1))
+    epochs = f"{whole} epoch{'s' if whole != 1 else ''} and {m} of {t} steps"
+    return Bracketed(
+        name=f"{type(epoch).__name__} run of {epochs}", upper=upper,
+        lower=tuple(lower) if lower and (low is not None or not whole) else None, relation=epoch.adjacency,
+        upper_note=f"{epochs}: the partial epoch as a whole one (its steps not run are a post-processing); "
+                   + epoch.bound_notes()["upper"],
+        lower_note=f"{epochs}: the whole epochs' lower construction ({epoch.bound_notes()['lower']}) and the sum "
+                   f"of the partial epoch's {m} outputs (a post-processing of the run)").pld()
+
+
+#: most participations in a partial epoch whose sum statistic is composed as a mixture
+_PARTIAL_COMPONENTS = 64
+
+
+def _partial_sum(noise_multiplier: float, t: int, k: int, m: int) -> Mechanism | None:
+    """The sum of the first ``m`` outputs of an epoch of ``t`` steps in which the record
+    takes ``k`` uniformly chosen ones: ``N(H, m sigma^2)`` against ``N(0, m sigma^2)``,
+    ``H ~ Hypergeometric(t, k, m)`` (None where ``H`` has too many values to compose)."""
+    s = noise_multiplier * math.sqrt(m)
+    if k == 1:
+        return PoissonSampled(Gaussian(s), m / t)
+    top = min(k, m)
+    if top > _PARTIAL_COMPONENTS:
+        return None
+    def log_comb(n: int, r: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+
+    h = range(max(0, m - (t - k)), top + 1)
+    log_pmf = np.array([log_comb(k, j) + log_comb(t - k, m - j) - log_comb(t, m) for j in h])
+    pmf = np.exp(log_pmf - log_pmf.max())
+    return MixtureOfGaussians(s, tuple(float(j) for j in h), tuple(float(x) for x in pmf / pmf.sum()))
 
 
 #: first-grid spacing of the rounds the sampling schemes build (None: SPACING_PER_SD)
@@ -60,9 +116,8 @@ def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, p
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
     if t == participations:  # (every record in every step: the Gaussian mechanism, step by step)
         return Gaussian(noise_multiplier).pld().self_compose(steps)
-    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing,
-                             precise=_RUN_PRECISE.get()).pld()
-    return epoch.self_compose(_epochs(steps, t))
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing, precise=_RUN_PRECISE.get())
+    return _epochs_run(epoch, noise_multiplier, steps, t, participations)
 
 
 def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
@@ -70,11 +125,11 @@ def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> P
     if t == 1:  # (one batch: every record in every step)
         return Gaussian(noise_multiplier).pld().self_compose(steps)
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
-    return Shuffling(Gaussian(noise_multiplier), t, spacing).pld().self_compose(_epochs(steps, t))
+    return _epochs_run(Shuffling(Gaussian(noise_multiplier), t, spacing), noise_multiplier, steps, t)
 
 
-_WHOLE_EPOCHS = ("epochs composed; a last partial epoch is accounted as a whole one (its remaining steps not "
-                 "released: a post-processing)")
+_WHOLE_EPOCHS = ("epochs composed; a last partial epoch bounded above as a whole one (its remaining steps not "
+                 "released: a post-processing) and below by the sum of its outputs")
 
 BALLS_IN_BINS = sampling.register(sampling.SamplingScheme(
     name="balls_in_bins",
