@@ -134,3 +134,23 @@ def test_dp_accountings_random_allocation_event_maps_to_random_allocation():
     acc = PLDAccountant()
     acc.compose(dp_event.SelfComposedDpEvent(event, 3))
     assert acc.get_epsilon(1e-5) == pld.dpsgd(SIGMA, Q, 30, sampling="balls_in_bins").epsilon(1e-5)
+
+
+@pytest.mark.parametrize("sigma, eps", [(1.0, 0.5), (2.0, 0.2), (0.7, 1.0)])
+def test_shuffling_with_drop_last_takes_no_lower_end_above_its_concrete_pair(sigma, eps):
+    # Five records in batches of two, the last dropped: two batches an epoch, and on the
+    # dataset whose other records contribute zero the record is in one of them with
+    # probability u = 4/5, so the pair is ((1 - u) Q + u P, Q) with (P, Q) the 1-of-2
+    # allocation, whose delta is u delta(eps') (remove) and (1 - e^eps (1 - u)) delta(eps'')
+    # (add) at the shifted epsilons.  A lower end built on that dataset lies below them; the
+    # allocation's own lower end, which the run took before, lay above.
+    u = 0.8
+    with pytest.warns(pld.NotTightWarning, match="probability 0.8 .drop_last"):
+        lo, hi = pld.dpsgd(sigma, dataset_size=5, batch_size=2, epochs=1, sampling="shuffle",
+                           drop_last=True).delta_bounds(eps)
+    pair = RandomAllocation(pld.Gaussian(sigma), 2).pld()
+    c = 1.0 - math.exp(eps) * (1.0 - u)
+    remove = u * pair.delta_bounds(math.log((math.expm1(eps) + u) / u))[1]
+    add = c * pair.delta_bounds(math.log(math.exp(eps) * u / c))[1]
+    assert 0 < lo <= max(remove, add) < pair.delta_bounds(eps)[0] <= hi
+    assert hi == pld.dpsgd(sigma, dataset_size=4, batch_size=2, epochs=1, sampling="shuffle").delta_bounds(eps)[1]

@@ -389,7 +389,11 @@ def run_pld(noise_multiplier: float, shape: RunShape) -> PLD:
     sigma = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
     scheme = shape.scheme
     if not scheme.per_step:
-        options = {"participations": shape.participations} if "participations" in scheme.options else {}
+        options: dict = {"participations": shape.participations} if "participations" in scheme.options else {}
+        if shape.dropped and "inclusion" in scheme.options:
+            # (a drop_last loader leaves a record out of an epoch with probability dropped / N)
+            assert shape.dataset_size is not None
+            options["inclusion"] = 1.0 - shape.dropped / shape.dataset_size
         return scheme.pld(sigma, shape.sampling_rate, shape.steps, **options)
     if shape.short_batch:
         # (the short step at its own rate: its substitute pair at r/N, both ends)

@@ -34,49 +34,64 @@ def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
     return steps
 
 
-def _epochs_run(epoch: Mechanism, noise_multiplier: float, steps: int, t: int, k: int = 1) -> PLD:
+def _epochs_run(epoch: Mechanism, noise_multiplier: float, steps: int, t: int, k: int = 1,
+                inclusion: float = 1.0) -> PLD:
     """``steps`` steps of epochs of ``t`` steps, each epoch one run of ``epoch`` (``k``
-    participations per epoch, Gaussian noise ``noise_multiplier``).
+    participations per epoch, Gaussian noise ``noise_multiplier``; ``inclusion``: the
+    probability that the record is in the epoch's batches at all, below 1 where a
+    ``drop_last`` loader leaves records out).
 
-    Whole epochs compose.  A last partial epoch of ``m < t`` steps is bounded two ways
-    (:class:`pld.mechanisms.matrix.Bracketed`): above by the whole epoch (its ``t - m``
-    steps not run are a post-processing of it), below by the whole epochs before it and
-    the sum of its ``m`` outputs, ``N(H, m sigma^2)`` against ``N(0, m sigma^2)`` with
-    ``H`` the record's participations among its first ``m`` steps (hypergeometric;
-    ``k = 1``: the Poisson-subsampled Gaussian at rate ``m / t``), a post-processing of
-    the run.  The whole epoch is no lower end for it: the run of ``m`` steps can be far
-    more private.
+    Whole epochs of every record compose.  Otherwise the run is bounded two ways
+    (:class:`pld.mechanisms.matrix.Bracketed`).  Above: every epoch whole and with the record
+    (a last partial epoch's ``t - m`` steps not run are a post-processing of the whole one; an
+    epoch the record may miss is the mixture ``(1 - u) Q + u P`` with one it cannot, and the
+    hockey-stick divergence is convex).  Below, by post-processings of the run: the whole
+    epochs' own lower constructions, or where the record may miss them the sum of each
+    epoch's outputs, and the sum of a last partial epoch's ``m`` outputs: ``N(H, n sigma^2)``
+    against ``N(0, n sigma^2)`` over ``n`` summed steps, ``H`` the record's participations
+    among them (hypergeometric for ``k`` of ``t``; ``k = 1``: the Poisson-subsampled Gaussian
+    at rate ``u n / t``).  The whole epoch is no lower end for a partial one: the run of ``m``
+    steps can be far more private.
     """
     whole, m = divmod(steps, t)
-    if not m:
+    if not m and inclusion == 1.0:
         return epoch.pld().self_compose(whole)
     up, low = epoch.bound_parts()
-    upper = tuple((mech, c * (whole + 1)) for mech, c in up)
+    if inclusion < 1.0:
+        low = ((_partial_sum(noise_multiplier, t, k, t, inclusion), 1),)
+    upper = tuple((mech, c * (whole + (m > 0))) for mech, c in up)
     lower = [] if low is None else [(mech, c * whole) for mech, c in low if whole]
-    stat = _partial_sum(noise_multiplier, t, k, m)
+    stat = _partial_sum(noise_multiplier, t, k, m, inclusion) if m else None
     if stat is not None:
         lower.append((stat, 1))
-    epochs = f"{whole} epoch{'s' if whole != 1 else ''} and {m} of {t} steps"
+    epochs = f"{whole} epoch{'s' if whole != 1 else ''}" + (f" and {m} of {t} steps" if m else "")
+    used = "" if inclusion == 1.0 else f", each record in an epoch with probability {inclusion:.6g} (drop_last)"
+    notes = epoch.bound_notes()
     return Bracketed(
-        name=f"{type(epoch).__name__} run of {epochs}", upper=upper,
+        name=f"{type(epoch).__name__} run of {epochs}{used}", upper=upper,
         lower=tuple(lower) if lower and (low is not None or not whole) else None, relation=epoch.adjacency,
-        upper_note=f"{epochs}: the partial epoch as a whole one (its steps not run are a post-processing); "
-                   + epoch.bound_notes()["upper"],
-        lower_note=f"{epochs}: the whole epochs' lower construction ({epoch.bound_notes()['lower']}) and the sum "
-                   f"of the partial epoch's {m} outputs (a post-processing of the run)").pld()
+        upper_note=f"{epochs}{used}: every epoch whole and with the record (post-processing, convexity); "
+                   + notes["upper"],
+        lower_note=f"{epochs}{used}: " + ("the sum of each epoch's outputs" if inclusion < 1.0 else
+                                          f"the whole epochs' lower construction ({notes['lower']})")
+                   + (f" and the sum of the partial epoch's {m} outputs" if m else "")
+                   + " (post-processings of the run)").pld()
 
 
 #: most participations in a partial epoch whose sum statistic is composed as a mixture
 _PARTIAL_COMPONENTS = 64
 
 
-def _partial_sum(noise_multiplier: float, t: int, k: int, m: int) -> Mechanism | None:
+def _partial_sum(noise_multiplier: float, t: int, k: int, m: int, inclusion: float = 1.0) -> Mechanism | None:
     """The sum of the first ``m`` outputs of an epoch of ``t`` steps in which the record
-    takes ``k`` uniformly chosen ones: ``N(H, m sigma^2)`` against ``N(0, m sigma^2)``,
-    ``H ~ Hypergeometric(t, k, m)`` (None where ``H`` has too many values to compose)."""
+    takes ``k`` uniformly chosen ones (``k = 1``: with probability ``inclusion``, else none):
+    ``N(H, m sigma^2)`` against ``N(0, m sigma^2)``, ``H ~ Hypergeometric(t, k, m)`` (None
+    where ``H`` has too many values to compose)."""
     s = noise_multiplier * math.sqrt(m)
     if k == 1:
-        return PoissonSampled(Gaussian(s), m / t)
+        return PoissonSampled(Gaussian(s), inclusion * m / t)
+    if inclusion != 1.0:
+        raise ValueError("a record left out of an epoch is supported for one participation per epoch only")
     top = min(k, m)
     if top > _PARTIAL_COMPONENTS:
         return None
@@ -120,12 +135,14 @@ def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, p
     return _epochs_run(epoch, noise_multiplier, steps, t, participations)
 
 
-def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int) -> PLD:
+def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int, inclusion: float = 1.0) -> PLD:
+    inclusion = v.real("inclusion", inclusion, low=0.0, high=1.0, low_open=True)
     t = _steps_per_epoch(sampling_rate)
-    if t == 1:  # (one batch: every record in every step)
+    if t == 1 and inclusion == 1.0:  # (one batch: every record in every step)
         return Gaussian(noise_multiplier).pld().self_compose(steps)
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
-    return _epochs_run(Shuffling(Gaussian(noise_multiplier), t, spacing), noise_multiplier, steps, t)
+    return _epochs_run(Shuffling(Gaussian(noise_multiplier), t, spacing), noise_multiplier, steps, t,
+                       inclusion=inclusion)
 
 
 _WHOLE_EPOCHS = ("epochs composed; a last partial epoch bounded above as a whole one (its remaining steps not "
@@ -165,7 +182,9 @@ SHUFFLE = sampling.register(sampling.SamplingScheme(
     batch_name="batch",
     run_pld=_shuffle_run,
     epoch_steps=_steps_per_epoch,
+    options=("inclusion",),
     summary="shuffling, the record's slot replaced by a zero record: certified but NOT tight: the upper end "
             "assumes no amplification (one Gaussian step per epoch), the lower end is 1-of-t allocation on a "
-            "dataset whose other records contribute zero; " + _WHOLE_EPOCHS,
+            "dataset whose other records contribute zero (with drop_last, which may leave the record out of an "
+            "epoch, the sum of each epoch's outputs on that dataset); " + _WHOLE_EPOCHS,
     caveat="no tight analysis of shuffling is known: the bracket is wide by construction"))
