@@ -293,3 +293,19 @@ def test_fixed_grid_spacing_is_used_and_saved():
     assert "value_discretization_interval=0.01" in repr(pld.Accountant.from_state_dict(state))
     with pytest.raises(ValueError, match="value_discretization_interval"):
         pld.Accountant(value_discretization_interval=0.0)
+
+
+def test_an_epoch_still_running_is_bounded_below_by_its_steps_so_far():
+    # Balls-in-bins, 100 steps an epoch, 150 steps recorded: the running epoch is a whole one
+    # above (its steps not yet run are a post-processing of it) but not below: its lower end
+    # is that of the run as dpsgd accounts it (1.5 epochs), below two whole epochs' lower end.
+    acc = pld.Accountant(sampling="balls_in_bins")
+    acc.step(noise_multiplier=1.0, sampling_rate=0.01, count=150)
+    with pytest.warns(pld.NotTightWarning, match="50 of 100 steps"):
+        lo, hi = acc.pld().epsilon_bounds(1e-5)
+    assert (lo, hi) == pld.dpsgd(1.0, 0.01, 150, sampling="balls_in_bins").epsilon_bounds(1e-5)
+    two = pld.dpsgd(1.0, 0.01, 200, sampling="balls_in_bins").epsilon_bounds(1e-5)
+    one = pld.dpsgd(1.0, 0.01, 100, sampling="balls_in_bins").epsilon_bounds(1e-5)
+    assert hi == two[1] and one[1] < lo < two[0]
+    acc.step(noise_multiplier=1.0, sampling_rate=0.01, count=50)
+    assert acc.pld().epsilon_bounds(1e-5) == two
