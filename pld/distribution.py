@@ -29,7 +29,15 @@ from pld.engine import delta_queries, gaussian_exact, queries, total_variation
 from pld.engine.composer import GridTooLargeError
 from pld.engine.laws import DIRECTIONS
 from pld.engine.pipeline import Engine, GridPair
-from pld.engine.targets import EPS_ATOL, EPS_RTOL, MAX_SPACING, MIN_SPACING, NotTightWarning, TargetMissedWarning
+from pld.engine.targets import (
+    EPS_ATOL,
+    EPS_RTOL,
+    MAX_SPACING,
+    MIN_SPACING,
+    NotTightWarning,
+    TargetMissedWarning,
+    warn_not_tight,
+)
 from pld.mechanisms import Mechanism, register_pld_type
 from pld.mechanisms import adjacency as adj
 
@@ -155,33 +163,16 @@ class PLD:
 
     def _say_not_tight(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, rtol: float,
                        kind: str = "epsilon") -> None:
-        """Never silent: a bracket wider than its target because a part is not
-        tight is said once per PLD (:class:`NotTightWarning`).  ``kind``: what
-        was bracketed, epsilon (at deltas ``d``, target ``rtol``) or delta (at
-        epsilons ``d``: wider than ``DELTA_LOOSE`` of its upper end)."""
-        # (an infinite upper end is wide unless the lower end is infinite too: inf > inf is False)
-        with np.errstate(invalid="ignore"):
-            if kind == "delta":
-                wide = np.flatnonzero(((hi - lo) > delta_queries.DELTA_LOOSE * hi).ravel())
-            else:
-                wide = np.flatnonzero(((hi - lo).ravel() > (rtol * hi + EPS_ATOL).ravel())
-                                      | (np.isinf(hi) & np.isfinite(lo)).ravel())
-        if wide.size == 0 or self.__dict__.get("_said_not_tight"):
+        """Never silent: a bracket wider than its target because a part is not tight is said
+        once per PLD (:func:`pld.engine.targets.warn_not_tight`)."""
+        if self.__dict__.get("_said_not_tight"):
             return
-        self.__dict__["_said_not_tight"] = True
-        j = int(wide[0])
         from pld.mechanisms.matrix import Bracketed  # (a bound of two compositions: its name says what it bounds)
 
         names = ", ".join(sorted({m.name if isinstance(m, Bracketed) else type(m).__name__
                                   for m, _ in self._components if not m.tight}))
-        lower = self._bounds()[1]
-        at = "delta" if kind == "epsilon" else "epsilon"
-        warnings.warn(f"{kind} bracket [{lo.ravel()[j]:.6g}, {hi.ravel()[j]:.6g}] at {at} = {d.ravel()[j]:.6g}: "
-                      f"{names} is not tight; the upper end is from a dominating pair that is not tight, the lower "
-                      + ("end from a dominated construction of the true mechanism" if lower is not None
-                         else "end is 0 (no dominated construction is known)")
-                      + ". The gap is not numerical; both ends are certified (explain() states both).",
-                      NotTightWarning, stacklevel=4)
+        if warn_not_tight(lo, hi, d, rtol, kind, names, self._bounds()[1] is not None, stacklevel=5):
+            self.__dict__["_said_not_tight"] = True
 
     def _bounds(self) -> tuple[PLD, PLD | None]:
         if not self._bounds_box:

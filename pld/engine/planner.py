@@ -282,11 +282,9 @@ class Planner:
             if av <= 0.0:
                 break
             h = min(sd / 4, h * math.sqrt(goal / av))
-        # Never finer than a spacing whose worst case, a whole spacing of bias
-        # per step on either side, costs a quarter of the target over all the
-        # steps: a near-atom (a law whose spread is e^-5000, the core of a
-        # big-jump term at sigma 0.01) asked for h = 2e-13 over a window of
-        # thousands, where h = 0.15 resolves its epsilon to the target.
+        # Never finer than a spacing whose worst case, a whole spacing of bias per step
+        # on either side, costs a quarter of the target over all the steps: a near-atom
+        # (a law whose spread is e^-5000) would ask for a spacing far below what resolves it.
         floor = 0.25 * (min(query.rtol, EPS_RTOL) * max(eps_est, 1e-3) + EPS_ATOL) / max(comp.steps(), 1)
         h = max(h, floor)
         return self.align(direction, round_spacing(h))
@@ -469,7 +467,6 @@ class Planner:
         futile_seen = 0
         weakened_for_mass = 0
         seen = False
-        coarsened = False
         for _ in range(tries):
             if seen and _budget.spent():
                 break  # (the narrowest bracket so far stands: certified, said as a miss)
@@ -490,9 +487,8 @@ class Planner:
                 continue
             except FloatingPointError:
                 # every mass of a level fell outside its window: a tilt so strong (a heavy
-                # tail's Chernoff tilt at a tiny delta) that the tilted law underflows where the
-                # windows are drawn (sigma 1.45, q 4.6e-5, T 1.6e6 at delta 3.9e-29, the add
-                # direction); a weaker one, a few times
+                # tail's Chernoff tilt at a tiny delta) that the tilted law underflows where
+                # the windows are drawn; a weaker one, a few times
                 if weakened_for_mass < 3 and lam > 1e-3:
                     lam, weakened_for_mass = w.quantize_tilt(lam / 8.0), weakened_for_mass + 1
                     continue
@@ -512,8 +508,8 @@ class Planner:
                 break  # a 3x finer spacing took off < 1/4: the rest is not discretisation
             if (prev is not None and prev[1] != lam and prev[0] == h and width > 2.0 * prev[2]
                     and points(direction, h, lam, log_eta) > FUTILE_POINTS):
-                # a new tilt on the same big grid doubled the width: the round-off is not the tilt's to
-                # fix (heavy tails at small q; sigma 0.56, q 2e-5: two tilts, 1.1M points each, both worse)
+                # a new tilt on the same big grid doubled the width: the round-off is not the tilt's
+                # to fix (heavy tails at small q)
                 break
             # What h does not control shows in two grids of one tilt and precision: the
             # discretisation part extrapolated to h = 0 (linearly, the most hopeful of the
@@ -554,22 +550,15 @@ class Planner:
                 break  # (a double grid: only once the truncation budget is not what is left)
             if (stop_above is not None and err_part > 0.5 * width
                     and points(direction, h, lam, log_eta) > TERMS_ROUND_OFF_POINTS):
-                # round-off of a heavy tail on a big grid: extended precision
-                # and stronger tilts cost 2-3 such grids each, and the terms
-                # the caller has take a bounded core (sigma 0.75, q 1.9e-4,
-                # T 910: 1.35 s -> 0.41 s, the same bracket)
+                # round-off of a heavy tail on a big grid: extended precision and stronger
+                # tilts cost 2-3 such grids each, and the caller's terms take a bounded core
                 break
-            if precision == "double" and self._extend(direction, Settings(h, lam, log_eta), width, target, err_part):
-                # (same grid, h refined from there on: the discretisation
-                # part is then most of what is left)
-                precision = "extended"
-                continue
-            if not coarsened and precision == "double" and self._power_blocked(
-                    direction, Settings(h, lam, log_eta), width, target, err_part):
-                # the same round-off, from squaring one step on a first grid too fine for
-                # the FFT power that extended precision redoes: a grid twice as coarse,
-                # whose power fits, in extended precision (the narrowest bracket stands)
-                h, precision, coarsened = self.align(direction, round_spacing(2.0 * h)), "extended", True
+            extend = self._extend(direction, Settings(h, lam, log_eta), width, target, err_part) \
+                if precision == "double" else None
+            if extend is not None:
+                # (the same grid, or twice as coarse where it holds no power; h refined from
+                # there on: the discretisation part is then most of what is left)
+                h, precision = extend, "extended"
                 continue
             step = self._next_step(direction, h, lam, lam_star, log_eta, width, target, err_part, weakened)
             if step is None:
@@ -584,13 +573,11 @@ class Planner:
         from the Chernoff estimate was too loose to leave the width alone; or None.
 
         For delta at an epsilon the budget is set from a Chernoff bound on
-        delta, ``P(L > eps)``-like, which can be far above delta itself: one
-        big-jump term's delta was 8e-9 where the bound said 0.1, and the mass
-        it let go to +inf, 2.5e-9, was the whole width at every spacing
-        (sigma 1.55, q 6.4e-6, T 96 at delta 2e-25: 48x the target).  Only a
-        dominating grid whose mass at +inf is a real part of the width, and
-        the budget only ever tightens (the windows widen: truncated mass lands
-        on the safe side either way).
+        delta, ``P(L > eps)``-like, which can be far above delta itself (a
+        big-jump term's delta 8e-9 where the bound said 0.1: the mass let go to
+        +inf was the whole width at every spacing).  Only a dominating grid whose
+        mass at +inf is a real part of the width; the budget only ever tightens
+        (the windows widen: truncated mass lands on the safe side either way).
         """
         if query.kind != "epsilon" or not value > 0.0:
             return None
@@ -602,44 +589,29 @@ class Planner:
             return None
         return LogEta(min(log_eta.below, want), want)
 
-    def _extend(self, direction: str, settings: Settings, width: float, target: float, err_part: float) -> bool:
-        """Whether to redo ``settings`` (double precision) with the FFT power in
-        extended precision (:mod:`pld.engine.power`), before a stronger tilt or a
-        finer spacing.
+    def _extend(self, direction: str, settings: Settings, width: float, target: float,
+                err_part: float) -> float | None:
+        """The spacing at which to redo ``settings`` (double precision) with the FFT power
+        in extended precision (:mod:`pld.engine.power`), before a stronger tilt or a finer
+        spacing; None: not at all.
 
-        Where the round-off takes a real part of the width (30%, as for a
-        stronger tilt) and alone half the target, a finer grid cannot meet
-        the target, and in long runs a tilt seldom can: the power's forward
-        transform, whose error is multiplied by the number of steps it
-        composes, is then nearly all of it, and long double cuts that by
-        ``2^11`` (on 16 coverage misses, DP-SGD with q < 1e-4 and 5e5 .. 3e6
-        steps, the round-off part of the bracket fell 3-70x, median 40x).  It
-        costs 1.5-3x a materialisation (the long double transform), so only
-        then, and only where a power was used and the platform has a wider
-        type.
+        Where the round-off takes a real part of the width (30%, as for a stronger
+        tilt) and alone half the target, a finer grid cannot meet the target, and in
+        long runs a tilt seldom can: the power's forward transform, whose error is
+        multiplied by the steps it composes, is nearly all of it, and long double cuts
+        that by ``2^11``, for 1.5-3x a materialisation.  Where no power was used (a
+        first grid too fine for any transform of the allowed length to hold one: the
+        levels squared from one step, each adding its double round-off), twice the
+        spacing, where it fits.  A fixed spacing is the caller's.
         """
         if not (err_part > 0.3 * width and err_part >= 0.5 * target) or not _fft.extended_available():
-            return False
-        return any(k > 1 for k in self.composer.power_steps(direction, *settings))
-
-    def _power_blocked(self, direction: str, settings: Settings, width: float, target: float,
-                       err_part: float) -> bool:
-        """Whether round-off that :meth:`_extend` would take to extended precision is
-        left in double only because ``settings`` used no FFT power (a first grid so
-        fine that no transform of the allowed length holds a power of it: the levels
-        are squared from one step, each squaring adding its double round-off).
-
-        Sampling without replacement's dominating pair at sigma 1.285, q 3.8e-5,
-        T 475596, delta 2.3e-9: squared from one step at h = 4.8e-6 the bracket
-        was [0.939, 1.061], nearly all round-off; at 2h the power fits and, in
-        extended precision, [1.0145, 1.0152].  A fixed spacing is the caller's.
-        """
-        if self.h_fixed is not None or not (err_part > 0.3 * width and err_part >= 0.5 * target):
-            return False
-        if not _fft.extended_available():
-            return False
+            return None
         steps = self.composer.power_steps(direction, *settings)
-        return bool(steps) and all(k <= 1 for k in steps) and self.laws.exploration(direction).steps() > 4
+        if any(k > 1 for k in steps):
+            return settings.h
+        if steps and self.h_fixed is None and self.laws.exploration(direction).steps() > 4:
+            return self.align(direction, round_spacing(2.0 * settings.h))
+        return None
 
     def _next_step(self, direction: str, h: float, lam: float, lam_star: float, log_eta: LogEta,
                    width: float, target: float, err_part: float,

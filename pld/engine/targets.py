@@ -10,8 +10,11 @@ certified whatever they are.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 #: default relative accuracy of an epsilon bracket: upper - lower <= rtol*eps + atol
 EPS_RTOL = 1e-4
@@ -39,6 +42,34 @@ class NotTightWarning(UserWarning):
     constructions.  Silence it with
     ``warnings.simplefilter("ignore", pld.NotTightWarning)``.
     """
+
+
+#: a delta bracket of a composition that is not tight is said wide past this share of its upper end
+NOT_TIGHT_DELTA_SHARE = 1e-2
+
+
+def warn_not_tight(lo: np.ndarray, hi: np.ndarray, at: np.ndarray, rtol: float, kind: str, names: str,
+                   has_lower: bool, stacklevel: int = 2) -> bool:
+    """Warn (:class:`NotTightWarning`) where a bracket of a composition that is not tight is
+    wider than its target; whether it did.  ``kind``: what was bracketed, ``"epsilon"`` (at
+    deltas ``at``, target ``rtol * hi + EPS_ATOL``) or ``"delta"`` (at epsilons ``at``, wider
+    than ``NOT_TIGHT_DELTA_SHARE`` of its upper end); ``names``: the parts that are not tight."""
+    lo, hi, at = np.asarray(lo, float).ravel(), np.asarray(hi, float).ravel(), np.asarray(at, float).ravel()
+    with np.errstate(invalid="ignore"):
+        if kind == "delta":
+            wide = np.flatnonzero((hi - lo) > NOT_TIGHT_DELTA_SHARE * hi)
+        else:  # (an infinite upper end is wide unless the lower end is infinite too: inf > inf is False)
+            wide = np.flatnonzero(((hi - lo) > rtol * hi + EPS_ATOL) | (np.isinf(hi) & np.isfinite(lo)))
+    if wide.size == 0:
+        return False
+    j = int(wide[0])
+    warnings.warn(f"{kind} bracket [{lo[j]:.6g}, {hi[j]:.6g}] at {'delta' if kind == 'epsilon' else 'epsilon'} "
+                  f"= {at[j]:.6g}: {names} is not tight; the upper end is from a dominating pair that is not "
+                  "tight, the lower " + ("end from a dominated construction of the true mechanism" if has_lower
+                                         else "end is 0 (no dominated construction is known)")
+                  + ". The gap is not numerical; both ends are certified (explain() states both).",
+                  NotTightWarning, stacklevel=stacklevel)
+    return True
 
 
 #: largest fixed grid spacing accepted: a privacy loss on a coarser grid says

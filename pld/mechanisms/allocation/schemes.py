@@ -15,12 +15,12 @@ from pld.accounting import sampling
 from pld.distribution import PLD
 from pld.mechanisms import Gaussian
 from pld.mechanisms import adjacency as adj
+from pld.mechanisms.allocation import MAX_STEPS, SPACING_PER_SD, RandomAllocation
+from pld.mechanisms.allocation.shuffling import Shuffling
 from pld.mechanisms.base import Mechanism
 from pld.mechanisms.matrix import Bracketed
 from pld.mechanisms.mixtures import MixtureOfGaussians
 from pld.mechanisms.subsampled import PoissonSampled
-from pld.mechanisms.allocation import MAX_STEPS, SPACING_PER_SD, RandomAllocation
-from pld.mechanisms.allocation.shuffling import Shuffling
 
 
 def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
