@@ -565,6 +565,5 @@ def _two_heavy(tail_a: np.ndarray, tail_q: np.ndarray, hv: np.ndarray, big_b: fl
     cells = [np.maximum(x[:-1] - x[1:], 0.0) + 1e-13 * x[:-1] for x in (tail_a, tail_q)]
     g2 = 2.0 * big_b * np.exp(np.arange(int(math.ceil(math.log(hv[-1] / big_b) / lr)) + 3) * lr)
     two, over2 = sum_round_up(cells[0], cells[1], hv, g2)
-    two = two * (1.0 + 2.0 * (hv.size * hv.size + 4) * _U)
     return g2, two, float(tail_a[-1] + tail_q[-1]) + over2
 
