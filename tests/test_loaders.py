@@ -19,6 +19,7 @@ import pld
 from pld.accounting.loaders import loader_steps_per_epoch, resolve_run, steps_of_rate
 from pld.mechanisms import SampledWithoutReplacement
 from pld.mechanisms.allocation import RandomAllocation
+from pld.mechanisms.allocation.subsampled import SubsampledRound
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_cli import call, warnings_in  # noqa: E402
@@ -69,12 +70,12 @@ def test_run_level_schemes_take_the_loaders_steps():
     assert ra.components == RandomAllocation(pld.Gaussian(1.0), 20, 2).pld().self_compose(2).components
     shuffled = pld.dpsgd(1.0, dataset_size=50000, batch_size=512, epochs=3, drop_last=True, sampling="shuffle")
     # drop_last leaves 336 records out of each epoch of 97 batches: above, every epoch with the
-    # record (no amplification: one Gaussian step an epoch); below, the sum of each epoch's 97
-    # outputs, the record in it with probability 49664/50000
+    # record (no amplification: one Gaussian step an epoch); below, the 1-of-97 allocation pair
+    # of a dataset whose other records contribute zero, held with probability 49664/50000
     upper, lower = shuffled.bounds()
     assert upper.components == ((pld.Gaussian(1.0), 3),)
     assert lower is not None
-    assert lower.components == ((pld.PoissonSampled(pld.Gaussian(math.sqrt(97)), 49664 / 50000), 3),)
+    assert lower.components == ((SubsampledRound(RandomAllocation(pld.Gaussian(1.0), 97), 49664 / 50000), 3),)
 
 
 def test_sampling_without_replacement_accounts_the_short_batch_at_its_own_rate():

@@ -333,3 +333,39 @@ def test_every_record_in_every_step_is_the_gaussian(sigma):
         lo, hi = RandomAllocation(pld.Gaussian(sigma), 5, participations=3).pld().epsilon_bounds(1e-5, rtol=1e-2)
     g = pld.Gaussian(sigma).pld().self_compose(3).epsilon_bounds(1e-5)
     assert 0.0 < lo <= hi <= g[1] + 1e-9
+
+
+def _t2_held_delta(sigma: float, eps: float, rate: float, direction: str) -> float:
+    """The 1-of-2 round held with probability ``rate``, by quadrature as :func:`_t2_delta`:
+    ``P' = (1 - r) Q + r P``, so the remove delta is ``E_Q[(1 - r + r (y1 + Y)/2 - c)_+]`` and
+    the add delta ``E_Q[(1 - c (1 - r) - c r (y1 + Y)/2)_+]``."""
+    a = 1.0 / sigma
+    c = math.exp(eps)
+    r = rate
+
+    def inner(z: float) -> float:
+        y1 = math.exp(-a * a / 2 + a * z)
+        if direction == "remove":
+            return 0.5 * r * _call(a, 2 * (c - 1 + r) / r - y1)
+        if 1 - c * (1 - r) <= 0:
+            return 0.0
+        return 0.5 * c * r * _put(a, 2 * (1 - c * (1 - r)) / (c * r) - y1)
+
+    val, err = integrate.quad(lambda z: inner(z) * norm.pdf(z), -12, 12, epsabs=1e-14, epsrel=1e-11, limit=400)
+    assert err < 1e-9
+    return val
+
+
+@pytest.mark.parametrize("sigma, rate, eps", [(0.7, 0.1, 0.05), (0.7, 0.9, 1.5), (1.0, 0.5, 0.5),
+                                              (1.0, 0.1, 1.5), (2.0, 0.5, 0.05), (2.0, 0.9, 0.5),
+                                              (1.0, 1.0, 0.5)])
+def test_a_round_held_with_a_probability_contains_its_quadrature(sigma, rate, eps):
+    # (a balls-in-bins epoch cut short: the round of the steps run, held with their share)
+    from pld.mechanisms.allocation.subsampled import SubsampledRound
+
+    truth = max(_t2_held_delta(sigma, eps, rate, d) for d in ("remove", "add"))
+    lo, hi = SubsampledRound(RandomAllocation(pld.Gaussian(sigma), 2), rate).pld().delta_bounds(eps)
+    assert lo <= truth <= hi
+    assert hi - lo <= 1e-3 * truth
+    if rate == 1.0:  # (held always: the round itself)
+        assert (lo, hi) == pytest.approx(RandomAllocation(pld.Gaussian(sigma), 2).pld().delta_bounds(eps), rel=1e-9)

@@ -17,6 +17,7 @@ from pld.mechanisms import Gaussian
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import MAX_STEPS, SPACING_PER_SD, RandomAllocation
 from pld.mechanisms.allocation.shuffling import Shuffling
+from pld.mechanisms.allocation.subsampled import SubsampledRound
 from pld.mechanisms.base import Mechanism
 from pld.mechanisms.matrix import Bracketed
 from pld.mechanisms.mixtures import MixtureOfGaussians
@@ -35,63 +36,75 @@ def _steps_per_epoch(sampling_rate: float, participations: int = 1) -> int:
 
 
 def _epochs_run(epoch: Mechanism, noise_multiplier: float, steps: int, t: int, k: int = 1,
-                inclusion: float = 1.0) -> PLD:
+                inclusion: float = 1.0, spacing: float = SPACING_PER_SD, precise: bool = True) -> PLD:
     """``steps`` steps of epochs of ``t`` steps, each epoch one run of ``epoch`` (``k``
     participations per epoch, Gaussian noise ``noise_multiplier``; ``inclusion``: the
     probability that the record is in the epoch's batches at all, below 1 where a
-    ``drop_last`` loader leaves records out).
+    ``drop_last`` loader leaves records out; ``spacing``, ``precise``: the rounds' settings).
 
-    Whole epochs of every record compose.  Otherwise the run is bounded two ways
+    A last partial epoch of ``m < t`` steps holds the record in one of them with
+    probability ``m / t``, uniformly: for one participation, the 1-of-``m`` round held with
+    that probability (:class:`SubsampledRound`, tight; ``m = 1``: the Poisson-subsampled
+    Gaussian), so balls-in-bins stays tight.  Otherwise the run is bounded two ways
     (:class:`pld.mechanisms.matrix.Bracketed`).  Above: every epoch whole and with the record
-    (a last partial epoch's ``t - m`` steps not run are a post-processing of the whole one; an
-    epoch the record may miss is the mixture ``(1 - u) Q + u P`` with one it cannot, and the
-    hockey-stick divergence is convex).  Below, by post-processings of the run: the whole
-    epochs' own lower constructions, or where the record may miss them the sum of each
-    epoch's outputs, and the sum of a last partial epoch's ``m`` outputs: ``N(H, n sigma^2)``
-    against ``N(0, n sigma^2)`` over ``n`` summed steps, ``H`` the record's participations
-    among them (hypergeometric for ``k`` of ``t``; ``k = 1``: the Poisson-subsampled Gaussian
-    at rate ``u n / t``).  The whole epoch is no lower end for a partial one: the run of ``m``
-    steps can be far more private.
+    (the ``t - m`` steps not run are a post-processing of the whole epoch; an epoch the record
+    may miss is the mixture ``(1 - u) Q + u P`` with one it cannot, and the hockey-stick
+    divergence is convex).  Below, post-processings of the run: shuffling's lower pair (the
+    allocation pair of a dataset whose other records contribute zero) held with probability
+    ``u`` (``u m / t`` in a partial epoch); ``k`` of ``t``: the whole epochs' lower
+    construction and the sum of the partial epoch's outputs, ``N(H, m sigma^2)`` against
+    ``N(0, m sigma^2)``, ``H`` hypergeometric.  The whole epoch is no lower end for a partial
+    one: the run of ``m`` steps can be far more private.
     """
     whole, m = divmod(steps, t)
     if not m and inclusion == 1.0:
         return epoch.pld().self_compose(whole)
+
+    def held(run: int, rate: float) -> Mechanism:
+        """The record in one of ``run`` steps, uniformly, with probability ``rate``."""
+        if run == 1:
+            return PoissonSampled(Gaussian(noise_multiplier), rate)
+        return SubsampledRound(RandomAllocation(Gaussian(noise_multiplier), run, 1, spacing, precise=precise), rate)
+
+    if epoch.tight and inclusion == 1.0:
+        return PLD((((epoch, whole),) if whole else ()) + ((held(m, m / t), 1),))
     up, low = epoch.bound_parts()
-    if inclusion < 1.0:
-        low = ((_partial_sum(noise_multiplier, t, k, t, inclusion), 1),)
     upper = tuple((mech, c * (whole + (m > 0))) for mech, c in up)
-    lower = [] if low is None else [(mech, c * whole) for mech, c in low if whole]
-    stat = _partial_sum(noise_multiplier, t, k, m, inclusion) if m else None
-    if stat is not None:
-        lower.append((stat, 1))
+    if k == 1:
+        try:
+            lower: list | None = ([(held(t, inclusion), whole)] if whole else []) + (
+                [(held(m, inclusion * m / t), 1)] if m else [])
+        except ValueError:  # (no allocation pair at this noise: Shuffling warns of it too)
+            lower = None
+    else:
+        lower = None if low is None else [(mech, c * whole) for mech, c in low if whole]
+        stat = _partial_sum(noise_multiplier, t, k, m)
+        if stat is not None and lower is not None:
+            lower.append((stat, 1))
     epochs = f"{whole} epoch{'s' if whole != 1 else ''}" + (f" and {m} of {t} steps" if m else "")
     used = "" if inclusion == 1.0 else f", each record in an epoch with probability {inclusion:.6g} (drop_last)"
     notes = epoch.bound_notes()
     return Bracketed(
         name=f"{type(epoch).__name__} run of {epochs}{used}", upper=upper,
-        lower=tuple(lower) if lower and (low is not None or not whole) else None, relation=epoch.adjacency,
+        lower=tuple(lower) if lower else None, relation=epoch.adjacency,
         upper_note=f"{epochs}{used}: every epoch whole and with the record (post-processing, convexity); "
                    + notes["upper"],
-        lower_note=f"{epochs}{used}: " + ("the sum of each epoch's outputs" if inclusion < 1.0 else
-                                          f"the whole epochs' lower construction ({notes['lower']})")
-                   + (f" and the sum of the partial epoch's {m} outputs" if m else "")
-                   + " (post-processings of the run)").pld()
+        lower_note=f"{epochs}{used}: " + (
+            "the allocation pair of a dataset whose other records contribute zero, held with the probability "
+            "the record is in the steps run" if k == 1 else
+            f"the whole epochs' lower construction ({notes['lower']}) and the sum of the partial epoch's "
+            f"{m} outputs") + " (post-processings of the run)").pld()
 
 
 #: most participations in a partial epoch whose sum statistic is composed as a mixture
 _PARTIAL_COMPONENTS = 64
 
 
-def _partial_sum(noise_multiplier: float, t: int, k: int, m: int, inclusion: float = 1.0) -> Mechanism | None:
+def _partial_sum(noise_multiplier: float, t: int, k: int, m: int) -> Mechanism | None:
     """The sum of the first ``m`` outputs of an epoch of ``t`` steps in which the record
-    takes ``k`` uniformly chosen ones (``k = 1``: with probability ``inclusion``, else none):
-    ``N(H, m sigma^2)`` against ``N(0, m sigma^2)``, ``H ~ Hypergeometric(t, k, m)`` (None
-    where ``H`` has too many values to compose)."""
+    takes ``k`` uniformly chosen ones: ``N(H, m sigma^2)`` against ``N(0, m sigma^2)``,
+    ``H ~ Hypergeometric(t, k, m)`` (None where ``H`` has too many values to compose)."""
     s = noise_multiplier * math.sqrt(m)
-    if k == 1:
-        return PoissonSampled(Gaussian(s), inclusion * m / t)
-    if inclusion != 1.0:
-        raise ValueError("a record left out of an epoch is supported for one participation per epoch only")
     top = min(k, m)
     if top > _PARTIAL_COMPONENTS:
         return None
@@ -131,8 +144,9 @@ def _allocation_run(noise_multiplier: float, sampling_rate: float, steps: int, p
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
     if t == participations:  # (every record in every step: the Gaussian mechanism, step by step)
         return Gaussian(noise_multiplier).pld().self_compose(steps)
-    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing, precise=_RUN_PRECISE.get())
-    return _epochs_run(epoch, noise_multiplier, steps, t, participations)
+    precise = _RUN_PRECISE.get()
+    epoch = RandomAllocation(Gaussian(noise_multiplier), t, participations, spacing, precise=precise)
+    return _epochs_run(epoch, noise_multiplier, steps, t, participations, spacing=spacing, precise=precise)
 
 
 def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int, inclusion: float = 1.0) -> PLD:
@@ -142,11 +156,11 @@ def _shuffle_run(noise_multiplier: float, sampling_rate: float, steps: int, incl
         return Gaussian(noise_multiplier).pld().self_compose(steps)
     spacing = _RUN_SPACING.get() or SPACING_PER_SD
     return _epochs_run(Shuffling(Gaussian(noise_multiplier), t, spacing), noise_multiplier, steps, t,
-                       inclusion=inclusion)
+                       inclusion=inclusion, spacing=spacing)
 
 
-_WHOLE_EPOCHS = ("epochs composed; a last partial epoch bounded above as a whole one (its remaining steps not "
-                 "released: a post-processing) and below by the sum of its outputs")
+_WHOLE_EPOCHS = ("epochs composed; a last partial epoch of m of t steps holds the record with probability m/t, "
+                 "in one of its steps")
 
 BALLS_IN_BINS = sampling.register(sampling.SamplingScheme(
     name="balls_in_bins",
