@@ -369,3 +369,23 @@ def test_a_round_held_with_a_probability_contains_its_quadrature(sigma, rate, ep
     assert hi - lo <= 1e-3 * truth
     if rate == 1.0:  # (held always: the round itself)
         assert (lo, hi) == pytest.approx(RandomAllocation(pld.Gaussian(sigma), 2).pld().delta_bounds(eps), rel=1e-9)
+
+
+def test_a_held_round_answers_delta_beyond_its_saddle_estimate():
+    # delta at an epsilon whose saddle-point estimate (finite losses only) lies below the
+    # round's mass at +inf: the query asked for epsilon at that delta, infinite on every grid,
+    # and answered [0, 1].  A Poisson step at the round's rate bounds it from above (joint
+    # convexity of the hockey stick over the step that holds the record; exact quadrature).
+    from oracles import subsampled_gaussian_delta_single
+
+    from pld.mechanisms.allocation.subsampled import SubsampledRound
+
+    sigma, t, rate, eps = 1.87, 1142, 0.528, 0.686
+    held = SubsampledRound(RandomAllocation(pld.Gaussian(sigma), t), rate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pld.TargetMissedWarning)  # (delta ~ 1e-26: only the upper end)
+        lo, hi = held.pld().delta_bounds(eps)
+    assert 0.0 <= lo <= hi <= max(subsampled_gaussian_delta_single(eps, sigma, rate, d) for d in ("remove", "add"))
+    assert hi < 1e-15
+    # (the add pair's losses end at -log(1 - r), where its delta is exactly 0)
+    assert held.loss_model("add").sup_loss() == pytest.approx(-math.log1p(-rate), rel=1e-12)

@@ -72,9 +72,20 @@ def delta_query(engine: Engine, epsilon: float) -> Query:
         m, log_d = w.saddle_log_delta(comp, lam)
         if math.isfinite(log_d):
             est = max(est, log_d - lam * (epsilon - m))
-    if not -575.0 < est < math.log(0.25):
+    # (the estimate reads the finite losses only: a delta below a direction's mass at +inf,
+    # which no epsilon reaches, asks for grids at an infinite epsilon)
+    if not -575.0 < est < math.log(0.25) or est < max(_log_inf_mass(engine, d) for d in engine.directions):
         return Query("epsilon", epsilon)
     return Query("delta", math.exp(est), EPS_RTOL)
+
+
+def _log_inf_mass(engine: Engine, direction: str) -> float:
+    """Log of a lower bound on a direction's composed mass at ``+inf`` (its delta at every
+    epsilon): one component's, the largest (cached)."""
+    def compute() -> float:
+        return max((c.loss_model(direction).inf_log_mass() for c, _ in engine.laws.components), default=-math.inf)
+
+    return engine.cache.scalar(("log_inf_mass", direction), compute)
 
 
 def _found_delta_query(engine: Engine, epsilon: float, found_lo: float) -> Query:

@@ -71,6 +71,21 @@ def subsampled_atoms(atoms: tuple[np.ndarray, np.ndarray, np.ndarray], rate: flo
     return new_loss, new_p + sign * _SLACK, new_q
 
 
+@dataclass(frozen=True, eq=False)
+class _CappedModel(_SidedModel):
+    """A held round's add pair: every loss at most ``top`` (the record's absence caps the
+    likelihood ratio at ``1 / (1 - r)``), which the engine reads as the largest loss, where
+    delta is exactly 0 (the round's own add pair reaches ``+inf``)."""
+
+    top: float = math.inf
+
+    def sup_loss(self) -> float:
+        return self.top
+
+    def sup_loss_bounds(self) -> tuple[float, float]:
+        return self.top, self.top
+
+
 @dataclass(frozen=True)
 class SubsampledRound(Mechanism):
     """``round`` (1-of-``t`` random allocation) holding the record with probability ``rate``.
@@ -105,6 +120,10 @@ class SubsampledRound(Mechanism):
         upper = subsampled_atoms(own.atoms(), self.rate, direction, True)
         lower = None if own.lower is None else _AtomsModel(
             *subsampled_atoms(own.lower.atoms(), self.rate, direction, False), direction=direction)
+        if direction == "add" and self.rate < 1.0 and upper[0].size:
+            # (the dominating atoms' own largest loss: at least the pair's, -log(1 - r))
+            top = max(float(np.max(upper[0])), -math.log1p(-self.rate))
+            return _CappedModel(*upper, direction=direction, lower=lower, top=top)
         return _SidedModel(*upper, direction=direction, lower=lower)
 
     # (the round's accuracy settings, as pld.PLD's refinement chain asks for them)
