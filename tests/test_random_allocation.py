@@ -377,7 +377,6 @@ def test_a_held_round_answers_delta_beyond_its_saddle_estimate():
     # and answered [0, 1].  A Poisson step at the round's rate bounds it from above (joint
     # convexity of the hockey stick over the step that holds the record; exact quadrature).
     from oracles import subsampled_gaussian_delta_single
-
     from pld.mechanisms.allocation.subsampled import SubsampledRound
 
     sigma, t, rate, eps = 1.87, 1142, 0.528, 0.686
