@@ -63,8 +63,9 @@ def _epochs_run(epoch: Mechanism, noise_multiplier: float, steps: int, t: int, k
     def held(run: int, rate: float) -> Mechanism:
         """The record in one of ``run`` steps, uniformly, with probability ``rate``."""
         if run == 1:
-            return PoissonSampled(Gaussian(noise_multiplier), rate)
-        return SubsampledRound(RandomAllocation(Gaussian(noise_multiplier), run, 1, spacing, precise=precise), rate)
+            return PoissonSampled(Gaussian(noise_multiplier), rate) if rate < 1.0 else Gaussian(noise_multiplier)
+        own = RandomAllocation(Gaussian(noise_multiplier), run, 1, spacing, precise=precise)
+        return SubsampledRound(own, rate) if rate < 1.0 else own
 
     if epoch.tight and inclusion == 1.0:
         return PLD((((epoch, whole),) if whole else ()) + ((held(m, m / t), 1),))
