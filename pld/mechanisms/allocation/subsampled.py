@@ -55,8 +55,10 @@ def subsampled_atoms(atoms: tuple[np.ndarray, np.ndarray, np.ndarray], rate: flo
         if direction == "remove":
             new_p, new_q = np.logaddexp(log_1r + lq, log_r + lp), lq
             if dominating and rate < 1.0:
-                # (what the atoms leave of Q's mass, at the least loss the pair can have)
-                rest = 1.0 - math.fsum(np.exp(lq[lq > -np.inf]).tolist())
+                # (what the atoms leave of Q's mass, at the least loss the pair can have; their
+                # sum taken low by its rounding bound, so that the rest is not)
+                q = np.exp(lq[lq > -np.inf])
+                rest = 1.0 - float(np.sum(q)) * (1.0 - (q.size + 2) * 2.0 ** -53)
                 if rest > 0.0:
                     new_p = np.append(new_p, log_1r + math.log(rest))
                     new_q = np.append(new_q, math.log(rest))
@@ -116,6 +118,17 @@ class SubsampledRound(Mechanism):
 
     def loss_model(self, direction: str = "remove") -> _SidedModel:
         self._check_direction(direction)
+        # (built once per direction: the engine asks for it many times, and the round's atoms
+        # are hundreds of thousands; a cache beside the frozen fields, not one of them)
+        models = self.__dict__.setdefault("_models", {})
+        if direction not in models:
+            models[direction] = self._model(direction)
+        return models[direction]
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_models"}  # (fields only: no atoms)
+
+    def _model(self, direction: str) -> _SidedModel:
         own = self.round.loss_model(direction)
         upper = subsampled_atoms(own.atoms(), self.rate, direction, True)
         lower = None if own.lower is None else _AtomsModel(
