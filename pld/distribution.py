@@ -84,8 +84,7 @@ class PLD:
         self._components = _merge(tuple(comps))
         for _, k in self._components:
             v.integer("count (after adding up equal mechanisms)", k, low=1, high=v.MAX_COUNT)
-        # (a bound's view takes the relation of the composition it bounds: its
-        # parts may be stated under another, such as shuffling's lower end)
+        # (a bound's view takes the relation of the composition it bounds: its parts may be stated under another)
         self._adjacency = adj.of_components(self._components) if _relation is None else _relation
         self._h_fixed = value_discretization_interval
         self._engine_box: list[Engine] = []
@@ -97,6 +96,11 @@ class PLD:
         self._bounds_box: list[tuple[PLD, PLD | None]] = []
         #: the lower views: the first is ``bounds()[1]``, the others its parts' alternatives
         self._lowers_box: list[tuple[PLD, ...]] = []
+
+    def __getstate__(self) -> dict:
+        """What the PLD is; its grids and caches (locks, large arrays) are built anew where unpickled."""
+        boxes = ("_engine_box", "_refined_box", "_deep_box", "_bounds_box", "_lowers_box")
+        return {k: ([] if k in boxes else x) for k, x in self.__dict__.items()}
 
     # ----------------------------------------------------------- building
     @classmethod

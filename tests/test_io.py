@@ -196,3 +196,14 @@ def test_save_is_atomic_and_checks_its_input(tmp_path, blob):
     pio.save(d, target, delta=None)
     assert pld.load(target).components == d.components
     assert os.stat(target).st_mode & 0o777 == 0o666 & ~pio._umask()  # not mkstemp's 0600
+
+
+def test_a_queried_pld_pickles_and_answers_the_same():
+    # (its engine's caches hold locks: a PLD sent to a worker process after a query failed to
+    # pickle; only what it is travels, and the grids are built anew on the other side)
+    import pickle
+
+    for d in (pld.dpsgd(1.0, 0.01, 150), pld.dpsgd(1.0, 0.01, 150, sampling="balls_in_bins")):
+        before = d.epsilon_bounds(1e-5)
+        back = pickle.loads(pickle.dumps(d))
+        assert back.components == d.components and back.epsilon_bounds(1e-5) == before
