@@ -549,8 +549,7 @@ def sum_round_up(ca, cb, hv, g):
     land on one point of a geometric ``g`` of ``hv``'s ratio, each run at its largest sum and
     with its mass from suffix sums of the cells (summed from the top, where they are
     smallest), rounded up by the suffix sums' own error bound, ``2 (n - j + 1) u`` of the
-    larger one.  About 350 runs a coordinate where the pairs were ``n``: a heavy grid of
-    ``1e5`` points is a fraction of a second, where pair by pair it was half a minute."""
+    larger one.  About ``log(2) / lr`` runs a coordinate where there are ``n`` pairs."""
     n = ca.size
     out = np.zeros(g.size)
     terms = np.zeros(g.size + 1)
