@@ -47,7 +47,7 @@ class Accountant:
         scheme and spelling :func:`pld.dpsgd` accepts.  Run-level schemes
         (``"balls_in_bins"``, ``"random_allocation"`` with one participation,
         ``"shuffle"``) are recorded epoch by epoch; an epoch still running is
-        bounded above as a whole one and below by its steps so far.
+        accounted as the steps it ran (as :func:`pld.dpsgd` accounts a partial epoch).
     value_discretization_interval : float, optional
         Fixed grid spacing of the composed PLD, for experts (see
         :class:`pld.PLD`); by default the engine picks it per query.
@@ -134,8 +134,9 @@ class Accountant:
     def _step_epochs(self, scheme, noise_multiplier: float, sampling_rate: float, count: int) -> None:
         """Steps of a run-level scheme: every completed epoch is recorded as the
         components of one epoch's PLD; the steps of an epoch still running are
-        kept and accounted at query time as a partial epoch (above by the whole
-        epoch, a post-processing of it; below by the sum of its outputs so far)."""
+        kept and accounted at query time as the partial epoch they are (as
+        :func:`pld.dpsgd` accounts one: balls-in-bins, the round of those steps held
+        with their share of the epoch)."""
         noise_multiplier = v.real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
         sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
         count = v.integer("count", count, low=1, high=10**12)
@@ -233,7 +234,7 @@ class Accountant:
                 parts = list(self._history)
                 scheme = sampling_registry.get(self._sampling)
                 for (sigma, q), done in self._pending.items():
-                    # (an epoch still running: bounded above by a whole one, below by its steps so far)
+                    # (an epoch still running: the steps it ran, not a whole epoch)
                     m = self._per_epoch(scheme, q)
                     parts += scheme.pld(sigma, q, done, **self._options(scheme, max(1, round(q * m)))).components
                 self._pld = PLD(tuple(parts), value_discretization_interval=self._interval)

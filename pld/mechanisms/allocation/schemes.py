@@ -201,5 +201,5 @@ SHUFFLE = sampling.register(sampling.SamplingScheme(
     summary="shuffling, the record's slot replaced by a zero record: certified but NOT tight: the upper end "
             "assumes no amplification (one Gaussian step per epoch), the lower end is 1-of-t allocation on a "
             "dataset whose other records contribute zero (with drop_last, which may leave the record out of an "
-            "epoch, the sum of each epoch's outputs on that dataset); " + _WHOLE_EPOCHS,
+            "epoch, that pair held with the probability the record is kept); " + _WHOLE_EPOCHS,
     caveat="no tight analysis of shuffling is known: the bracket is wide by construction"))
