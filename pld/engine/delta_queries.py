@@ -309,12 +309,15 @@ def _refine_delta_by_jumps(engine: Engine, flat: np.ndarray, lo: np.ndarray, hi:
     model = _big_jumps.applicable(engine.laws.components)
     if model is None or engine.planner.h_fixed is not None:
         return lo, hi
+    # (a post-hoc split only where the grids were far off: see big_jumps.Heavy.post_hoc)
+    scale = _big_jumps.POST_HOC_LOOSE if model.post_hoc else 1.0
     tried: set[float] = set()
     for _ in range(DELTA_EXTRA_GRIDS):
         if _budget.spent():
             break
         loose = _looseness(lo, hi)
-        ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (loose > (loose_above if not tried else DELTA_LOOSE))
+        ok = np.isfinite(flat) & (flat > 0) & (flat < limit) & (
+            loose > scale * (loose_above if not tried else DELTA_LOOSE))
         ok &= ~np.isin(flat, list(tried))
         if not np.any(ok):
             break

@@ -102,7 +102,7 @@ def _terms_cap(engine: Engine, rtol: float) -> int | None:
     if rtol >= JUMPS_FIRST_RTOL or engine.planner.h_fixed is not None:
         return None
     model = _big_jumps.applicable(engine.laws.components)
-    if model is None or not model.sampling_rate < JUMPS_MAX_Q:
+    if model is None or model.post_hoc or not model.sampling_rate < JUMPS_MAX_Q:
         return None
     return JUMPS_FIRST_POINTS
 
@@ -220,6 +220,8 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     """
     model = _big_jumps.applicable(engine.laws.components)
     if model is None or "remove" not in used or engine.planner.h_fixed is not None:
+        return lo, hi
+    if model.post_hoc and hi - lo <= _big_jumps.POST_HOC_LOOSE * (rtol * hi + EPS_ATOL):
         return lo, hi
     other = 0.0
     for d, settings in used.items():

@@ -92,12 +92,19 @@ class Exploration:
         discretisations then represent exactly (an atom between grid points
         costs the dominated side a first-order rounding).
         """
+        # (cached: the planner asks at every spacing it sizes, and a random-allocation
+        # round's law has ~5e5 atoms)
+        if "_quantum" in self.__dict__:
+            return self.__dict__["_quantum"]
         fin = np.abs(self.atom_losses[np.isfinite(self.atom_losses) & (self.atom_losses != 0)])
-        if fin.size == 0:
-            return None
-        u = float(fin.min())
-        r = fin / u
-        return u if np.all(np.abs(r - np.round(r)) <= 1e-9 * np.maximum(1.0, r)) else None
+        u: float | None = None
+        if fin.size:
+            u = float(fin.min())
+            r = fin / u
+            if not np.all(np.abs(r - np.round(r)) <= 1e-9 * np.maximum(1.0, r)):
+                u = None
+        self.__dict__["_quantum"] = u
+        return u
 
     def added_variance(self, h: float) -> float:
         """Variance a spread onto a grid of spacing ``h`` adds per step (``E[u (h - u)]``;
