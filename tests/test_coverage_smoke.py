@@ -138,3 +138,19 @@ def test_schedule_samples_keep_their_shapes():
         assert 0.3 <= s <= 6.0 and 3e-6 * 0.95 <= q <= 0.5 and 50 * 0.95 <= t <= 3e6
         assert 1e-12 * 0.95 <= r["delta"] <= 1e-4 * 1.05
     assert all(2 <= len(r["phases"]) <= 4 for r in CS.sample_schedules(20, 7))
+
+
+def test_without_replacement_sample_and_record():
+    """The sampling-without-replacement benchmark: a seeded sample in its box, and one
+    record with both pairs' brackets, the upper pair's above the concrete pair's lower end."""
+    from benchmarks import coverage_without_replacement as CW
+
+    rows = CW.sample_settings(40, 6)
+    assert rows == CW.sample_settings(40, 6)
+    for r in rows:
+        assert 0.5 <= r["sigma"] <= 4.0 and 1e-6 * 0.99 <= r["q"] <= 1e-3 * 1.01
+        assert 0.9 <= r["q"] * r["T"] <= 301 and 1e-12 * 0.99 <= r["delta"] <= 1e-5 * 1.01
+    rec = CW.run_one({"index": 0, "sigma": 2.0, "q": 1e-3, "T": 2000, "delta": 1e-6}, 120.0)
+    assert rec["status"] == "ok" and rec["class"] in ("within", "warned")
+    assert rec["lower_pair"][0] <= rec["upper_pair"][1] and rec["lower"] <= rec["upper"] == rec["upper_pair"][1]
+    assert "upper pair within its target" in CW.summary([rec])
