@@ -220,3 +220,21 @@ def test_calibrate_steps_at_a_target_near_the_float_limit():
     """target_epsilon = 1e308: the start point squared the ratio to one step's epsilon and
     overflowed (OverflowError); every step count up to the cap meets such a target."""
     assert pld.calibrate_steps(1e308, 1e-5, 1.0, 0.01) == 10**12
+
+
+@pytest.mark.parametrize("exponent, scale", [(5.85, 0.5), (5.85, 2.0), (1.3, 0.5), (0.5, 2.0)])
+def test_search_does_not_bisect_away_once_converging(exponent, scale):
+    """A surrogate of the wrong shape approaches the target from one side: the bracket
+    shrinks slowly while the points close in.  Once a point's epsilon is within 1% of
+    the target no later one lies 10% away (a stall's bisection went back out, to 24 nats
+    off, after a point 0.3% from the target), and the answer is as before."""
+    engine, calls = _synthetic(exponent, scale=scale)
+    tol = math.log1p(1e-3)
+    target = 1e-3 if exponent > 1 else 40.0
+    s = _Search(target, engine, lambda u: 5 * math.exp(-0.4 * u), math.log(1e-3), math.log(1e12),
+                lambda u: tol)
+    u = s.run(0.0)
+    assert engine(u)[1] <= target and s.closed()
+    dist = [abs(math.log(scale * math.exp(-exponent * c) / target)) for c in calls[:-1]]
+    first = next(i for i, x in enumerate(dist) if x < 0.01)
+    assert max(dist[first:]) < 0.1
