@@ -238,3 +238,23 @@ def test_search_does_not_bisect_away_once_converging(exponent, scale):
     dist = [abs(math.log(scale * math.exp(-exponent * c) / target)) for c in calls[:-1]]
     first = next(i for i, x in enumerate(dist) if x < 0.01)
     assert max(dist[first:]) < 0.1
+
+
+def test_straddle_is_the_engine_secant_between_close_points_on_either_side():
+    """Two evaluations within half a nat of the target on either side aim the search by
+    their own secant in (u, log eps): exact for eps = c e^{-k u}; none without both sides
+    close."""
+    from pld.accounting.calibrate_search import STRADDLE
+
+    eps = lambda u: 2.0 * math.exp(-5.85 * u)  # noqa: E731
+    target = 1.68
+    s = _Search(target, lambda u: (eps(u) * (1 - 1e-9), eps(u)), lambda u: math.nan, -5.0, 5.0,
+                lambda u: 1e-3)
+    root = math.log(2.0 / target) / 5.85
+    s.evals = [(root - 0.05, eps(root - 0.05) * (1 - 1e-9), eps(root - 0.05))]
+    assert s._straddle() is None  # (one side only)
+    s.evals.append((root + 0.02, eps(root + 0.02) * (1 - 1e-9), eps(root + 0.02)))
+    assert s._straddle() == pytest.approx(root, abs=1e-9)
+    far = root + 1.2 * STRADDLE / 5.85
+    s.evals = [s.evals[0], (far, eps(far) * (1 - 1e-9), eps(far))]
+    assert s._straddle() is None  # (the point below is more than STRADDLE nats off)
