@@ -125,14 +125,14 @@ class _ClippedBase:
         return max(lo, self.x_lo), min(hi, self.x_hi)
 
 
-@dataclass(frozen=True)
-class _CutModel(LossModel):
-    """A loss model restricted to losses in ``(loss_lo, loss_hi]``."""
+class _Cut:
+    """What the laws cut at a loss share: their support on the cut side is held whole, and
+    their range and largest loss end at the cut, a little outside (rounding of the loss <->
+    x map must not leave a sliver of mass beyond the window's edge; below: no claim is
+    needed, a cut law's largest loss answers no query)."""
 
-    loss_lo: float = -math.inf
-    loss_hi: float = math.inf
-    #: log P-mass of the other side of the cut (its scale near the cut)
-    cut_log_mass: float = 0.0
+    loss_lo: float
+    loss_hi: float
 
     @property
     def bounded_above(self) -> bool:
@@ -144,29 +144,43 @@ class _CutModel(LossModel):
     def bounded_below(self) -> bool:
         return math.isfinite(self.loss_lo)
 
-    def loss_range(self) -> tuple[float, float]:
-        lo, hi = LossModel.loss_range(self)
-        # (the cut itself, a little outside: rounding of the loss <-> x map
-        # must not leave a sliver of mass beyond the window's edge)
+    def _at_cut(self, lo: float, hi: float) -> tuple[float, float]:
         if math.isfinite(self.loss_hi):
             hi = self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
         if math.isfinite(self.loss_lo):
             lo = max(lo, self.loss_lo - 1e-9 * max(1.0, abs(self.loss_lo)))
         return lo, hi
 
+    def _whole_sup_bounds(self) -> tuple[float, float]:
+        raise NotImplementedError
+
     def sup_loss(self) -> float:
         return self.sup_loss_bounds()[1]
 
     def sup_loss_bounds(self) -> tuple[float, float]:
-        # (above: the cut, a little outside; below: no claim is needed, a cut
-        # law's largest loss answers no query)
         if math.isfinite(self.loss_hi):
             return -math.inf, self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
+        return self._whole_sup_bounds()
+
+
+@dataclass(frozen=True)
+class _CutModel(_Cut, LossModel):
+    """A loss model restricted to losses in ``(loss_lo, loss_hi]``."""
+
+    loss_lo: float = -math.inf
+    loss_hi: float = math.inf
+    #: log P-mass of the other side of the cut (its scale near the cut)
+    cut_log_mass: float = 0.0
+
+    def loss_range(self) -> tuple[float, float]:
+        return self._at_cut(*LossModel.loss_range(self))
+
+    def _whole_sup_bounds(self) -> tuple[float, float]:
         return LossModel.sup_loss_bounds(self)
 
 
 @dataclass(frozen=True)
-class _CutSymmetrized(SymmetrizedSubsampledGaussianModel):
+class _CutSymmetrized(_Cut, SymmetrizedSubsampledGaussianModel):
     """The symmetrized pair of sampling without replacement restricted to base
     coordinates ``x_lo < z <= x_hi`` (losses in ``(loss_lo, loss_hi]``), both
     masses scaled by ``e^log_scale``; the atom at loss 0 kept where it lies inside.
@@ -189,37 +203,19 @@ class _CutSymmetrized(SymmetrizedSubsampledGaussianModel):
         return _ClippedBase(SymmetrizedSubsampledNormalBase(self.mu, self.sampling_rate), self.x_lo, self.x_hi,
                             self.log_scale)
 
-    @property
-    def bounded_above(self) -> bool:
-        return math.isfinite(self.loss_hi)
-
-    @property
-    def bounded_below(self) -> bool:
-        return math.isfinite(self.loss_lo)
-
     def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         loss, lp, lq = SymmetrizedSubsampledGaussianModel.atoms(self)
         keep = (loss > self.loss_lo) & (loss <= self.loss_hi)
         return loss[keep], lp[keep] + self.log_scale, lq[keep] + self.log_scale
 
     def loss_range(self) -> tuple[float, float]:
-        # (the loss is increasing in z: the clipped coordinate's ends, a little outside
-        # at a cut, as for _CutModel)
-        lo, hi = (float(v) for v in self.loss_of_x(np.array(self.base.x_range())))
-        if math.isfinite(self.loss_hi):
-            hi = self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
-        if math.isfinite(self.loss_lo):
-            lo = max(lo, self.loss_lo - 1e-9 * max(1.0, abs(self.loss_lo)))
+        # (the loss is increasing in z: the clipped coordinate's ends; the atom at 0 where kept)
+        lo, hi = self._at_cut(*(float(v) for v in self.loss_of_x(np.array(self.base.x_range()))))
         if self.loss_lo < 0.0 <= self.loss_hi and math.isfinite(self.zero_log_mass()):
             lo, hi = min(lo, 0.0), max(hi, 0.0)
         return lo, hi
 
-    def sup_loss(self) -> float:
-        return self.sup_loss_bounds()[1]
-
-    def sup_loss_bounds(self) -> tuple[float, float]:
-        if math.isfinite(self.loss_hi):
-            return -math.inf, self.loss_hi + 1e-9 * max(1.0, abs(self.loss_hi))
+    def _whole_sup_bounds(self) -> tuple[float, float]:
         return math.inf, math.inf
 
 
