@@ -1233,3 +1233,16 @@ def mc_delta(step: TiltableStep, T: int, eps: float, *, n: int = 100_000, theta:
     scale = math.exp(top)
     return MCResult(estimate=mean * scale, lower=max(0.0, (mean - z * sd) * scale), upper=(mean + z * sd) * scale,
                     stderr=sd * scale, confidence=confidence, n=n, theta=theta, ess=ess)
+
+
+def weighted_delta_estimates(batches: Sequence[tuple[np.ndarray, np.ndarray]],
+                             epsilons: Sequence[float]) -> list[tuple[float, float]]:
+    """``(estimate, standard error)`` of ``delta(eps) = E_P[(1 - e^{eps - L})_+]`` for each
+    epsilon, from importance-sampled batches ``(total loss L, log weight dP/dproposal)``."""
+    out = []
+    for e in epsilons:
+        v = np.concatenate([np.where(loss > e, -np.expm1(e - loss), 0.0) * np.exp(log_w)
+                            for loss, log_w in batches])
+        out.append((float(v.mean()), float(v.std() / math.sqrt(v.size))))
+    return out
+

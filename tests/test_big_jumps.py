@@ -10,7 +10,9 @@ corner of the issue's table.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,9 @@ from scipy.stats import norm
 
 import pld
 from pld.engine import big_jumps as bj
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oracles import weighted_delta_estimates  # noqa: E402
 
 
 def _model(sigma: float, q: float, steps: int):
@@ -280,7 +285,7 @@ def _delta_importance_sampled(sigma: float, q: float, steps: int, epsilons, *, n
     def log_p(y):
         return np.logaddexp(math.log1p(-q) - 0.5 * (y / sigma) ** 2, math.log(q) - 0.5 * ((y - 1) / sigma) ** 2)
 
-    sums: dict[float, list[np.ndarray]] = {e: [] for e in epsilons}
+    batches = []
     batch = 20_000
     for _ in range(n // batch):
         y = rng.normal(0.0, sigma, (batch, steps)) + (rng.random((batch, steps)) < q)
@@ -293,13 +298,8 @@ def _delta_importance_sampled(sigma: float, q: float, steps: int, epsilons, *, n
             s0, q0, t0 = warmup
             y0 = rng.normal(0.0, s0, (batch, t0)) + (rng.random((batch, t0)) < q0)
             loss += np.log1p(q0 * np.expm1((2 * y0 - 1) / (2 * s0 ** 2))).sum(axis=1)
-        for e in epsilons:
-            sums[e].append(np.where(loss > e, -np.expm1(e - loss), 0.0) * np.exp(log_w))
-    out = []
-    for e in epsilons:
-        v = np.concatenate(sums[e])
-        out.append((float(v.mean()), float(v.std() / math.sqrt(v.size))))
-    return out
+        batches.append((loss, log_w))
+    return weighted_delta_estimates(batches, epsilons)
 
 
 def test_split_bracket_against_importance_sampling():

@@ -13,7 +13,9 @@ engine certifies without the split.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,9 @@ from scipy.stats import norm
 import pld
 from pld.engine import big_jumps as bj
 from pld.mechanisms import SymmetrizedSubsampledGaussian
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oracles import weighted_delta_estimates  # noqa: E402
 
 
 def _model(mu: float, q: float):
@@ -89,7 +94,7 @@ def _delta_sampled(mu: float, q: float, steps: int, epsilons, *, n: int = 200_00
     def log_a(x):
         return np.logaddexp(math.log1p(-q) + norm.logpdf(x, -m2, mu), math.log(q) + norm.logpdf(x, m2, mu))
 
-    sums: dict[float, list[np.ndarray]] = {e: [] for e in epsilons}
+    batches = []
     batch = 20_000
     for _ in range(n // batch):
         x = rng.normal(0.0, mu, (batch, steps)) - m2
@@ -109,14 +114,8 @@ def _delta_sampled(mu: float, q: float, steps: int, epsilons, *, n: int = 200_00
         with np.errstate(divide="ignore"):
             log_r = np.where(pos, norm.logpdf(x, m, mu) - math.log(g_pos) - log_a(x), -np.inf)
         log_w = math.log(steps) - logsumexp(log_r, axis=1)
-        total = loss.sum(axis=1)
-        for e in epsilons:
-            sums[e].append(np.where(total > e, -np.expm1(e - total), 0.0) * np.exp(log_w))
-    out = []
-    for e in epsilons:
-        v = np.concatenate(sums[e])
-        out.append((float(v.mean()), float(v.std() / math.sqrt(v.size))))
-    return out
+        batches.append((loss.sum(axis=1), log_w))
+    return weighted_delta_estimates(batches, epsilons)
 
 
 def test_terms_against_importance_sampling():
