@@ -132,16 +132,20 @@ def test_never_above_the_unamplified_gaussian(sigma, log_t, share, rounds, log_d
 def test_the_composition_reads_it_and_says_so():
     """sigma 0.393, 30 of 693 steps, 3 epochs, delta 1.1e-11 (the allocation sample's #33): the
     label sums' lower end was 60.92 under an upper end of 210.9; the total exceedances give
-    132.1.  explain() names the statistic."""
-    d = pld.RandomAllocation(pld.Gaussian(0.393), 693, 30).pld().self_compose(3)
+    132.1, and the Poisson likelihood-ratio statistic more (184.6).  explain() names the
+    statistic whose lower end is taken."""
+    mech = pld.RandomAllocation(pld.Gaussian(0.393), 693, 30)
+    d = mech.pld().self_compose(3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lo, hi = d.epsilon_bounds(1.1e-11)
         info = d.explain(1.1e-11)
-    assert 130.0 <= lo <= hi
+        exceed = mech.epsilon_lower(1.1e-11, rounds=3)
+    assert 130.0 <= exceed <= lo <= hi
+    assert 180.0 <= lo
     assert hi <= _gaussian_epsilon(math.sqrt(90) / 0.393, 1.1e-11)
     assert info["epsilon_lower"] == lo
-    assert "exceeds a threshold" in info["bounds"]["lower"]["what"]
+    assert "Poisson likelihood-ratio statistic" in info["bounds"]["lower"]["what"]
     # the delta queries read the same statistics: just below the lower end, delta is certified
     # above 1.1e-11, and the bracket stays ordered
     d_lo, d_hi = d.delta_bounds(0.999 * lo)

@@ -188,10 +188,10 @@ def _other_tests():
     return test_random_allocation
 
 
-def test_k_of_t_label_sum_lower_end():
+def test_k_of_t_statistic_lower_end():
     sigma, t, k = 1.0, 12, 2
     mech = RandomAllocation(pld.Gaussian(sigma), t, participations=k)
-    assert "label-sum" in mech.explain()["lower"]
+    assert "Poisson likelihood-ratio statistic" in mech.explain()["lower"]
     d = mech.pld()
     for eps in (0.3, 0.8):
         lo, hi = d.delta_bounds(eps)
@@ -200,8 +200,8 @@ def test_k_of_t_label_sum_lower_end():
         assert lo <= worst[0] + 5 * worst[1] and hi >= worst[0] - 5 * worst[1], (eps, lo, hi, est)
         # above the sum of the outputs' Gaussian (mu = k / (sigma sqrt(t)))
         assert lo >= 1.2 * _gaussian_delta(k / (sigma * math.sqrt(t)), eps)
-    # a large share of the steps keeps the sum of the outputs (close to sufficient there)
-    assert "sum statistic" in RandomAllocation(pld.Gaussian(sigma), 8, participations=4).explain()["lower"]
+    # every step holding the record: the sum of the outputs (sufficient there)
+    assert "sum statistic" in RandomAllocation(pld.Gaussian(sigma), 8, participations=8).explain()["lower"]
 
 
 def test_label_sum_pair_is_a_pair_of_sub_probabilities():

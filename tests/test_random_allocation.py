@@ -254,7 +254,7 @@ def test_k_of_t_brackets_the_true_pair():
     sigma, t, k = 1.0, 6, 2
     mech = RandomAllocation(pld.Gaussian(sigma), t, participations=k, spacing=0.04)
     info = mech.explain()
-    assert "block" in info["upper"] and "sum statistic" in info["lower"]
+    assert "block" in info["upper"] and "Poisson likelihood-ratio statistic" in info["lower"]
     d = mech.pld()
     for eps in (0.3, 1.0):
         lo, hi = d.delta_bounds(eps)
@@ -264,10 +264,10 @@ def test_k_of_t_brackets_the_true_pair():
     # the upper end is the block composition (2 rounds of 1-of-3) exactly
     block = _alloc(sigma, 3, spacing=0.04).pld().self_compose(2).delta_bounds(1.0)
     assert abs(d.delta_bounds(1.0)[1] - block[1]) <= 1e-3 * block[1]
-    # the lower end is the sum statistic's Gaussian (mu = k / (sigma sqrt(t))): its own certified
-    # delta bracket, below the exact value and within what the epsilon target implies (1e-4 relative)
+    # the lower end is at least the sum of the outputs' (a Gaussian mechanism, mu = k / (sigma
+    # sqrt(t)), one of the lower views: within what the epsilon target implies, 1e-4 relative)
     exact = _gaussian_delta(k / (sigma * math.sqrt(t)), 1.0)
-    assert exact * (1 - 2e-4) <= d.delta_bounds(1.0)[0] <= exact
+    assert d.delta_bounds(1.0)[0] >= exact * (1 - 2e-4)
 
 
 def test_shuffling_between_allocation_and_no_amplification():

@@ -68,15 +68,14 @@ import warnings
 from dataclasses import dataclass, field
 
 from pld import _validate as v
-from pld import mechanisms as pld_mechanisms
 from pld.mechanisms import Gaussian, Mechanism
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation import explain as _explain
 from pld.mechanisms.allocation import geometric
+from pld.mechanisms.allocation import lower_parts as _lower_parts
 from pld.mechanisms.allocation.exceedances import exceedance_delta_lower, exceedance_lower
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
-from pld.mechanisms.allocation.labels import ORIGINS_TOO, prefers_log_labels
-from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _model, _SidedModel
+from pld.mechanisms.allocation.pairs import _model, _SidedModel
 from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
@@ -187,8 +186,6 @@ _GEOMETRIC_FIRST_SIGMA = 1.0
 #: deviations, one coordinate's tail ``e^{a^2/2 + 7.6 a}`` spans more cells than this (beyond, it
 #: moved no end on seeded settings and took most of their time)
 _LINEAR_REFINE_CELLS = 200_000
-#: label-sum lower pair for k of t when k <= t * _LABEL_SUM_SHARE (above, the sum of the outputs is stronger)
-_LABEL_SUM_SHARE = 0.25
 
 
 @contextlib.contextmanager
@@ -531,33 +528,17 @@ class RandomAllocation(Mechanism):
         return tuple((s, c) for s, c in parts if c > 0)
 
     def _sum_mu(self) -> float:
-        return self.participations / (self.noise_multiplier * math.sqrt(self.steps))
+        return _lower_parts.sum_mu(self)
 
     def _uses_label_sum(self) -> bool:
-        from pld.mechanisms.allocation.levels import MAX_CELLS, window
-
-        if self.participations > _LABEL_SUM_SHARE * self.steps:
-            return False
-        a = 1.0 / self.noise_multiplier
-        sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-        # (the statistic's window is about that of the whole round plus the marked coordinates' excess)
-        w = window(a, self.steps, self.steps) + self.participations * math.exp(min(a * a, 700.0))
-        return w / (LABEL_SPACING * sd1) < MAX_CELLS / 2
+        return _lower_parts.uses_label_sum(self)
 
     def _lower_part(self) -> Mechanism:
-        """The lower-only part for ``k > 1`` (see :meth:`explain`)."""
-        s, t, k = self.noise_multiplier, self.steps, self.participations
-        if k <= _LABEL_SUM_SHARE * t and prefers_log_labels(s, t, k, self.spacing):
-            # (small noise: the marked steps stand out in log Y, and the likelihood ratio
-            # e_k(Y)/C(t, k) is close to a function of the logs of the k largest)
-            return _LabelSum(s, t, k, self.spacing, True)
-        return self._sum_statistic()
+        """The lower-only part for ``k > 1`` (see :meth:`explain`, :mod:`.lower_parts`)."""
+        return _lower_parts.lower_part(self)
 
     def _sum_statistic(self) -> Mechanism:
-        """The label sum (``k <= t/4``, where its window fits) or the sum of the outputs."""
-        if self._uses_label_sum():
-            return _LabelSum(self.noise_multiplier, self.steps, self.participations, LABEL_SPACING)
-        return pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu())
+        return _lower_parts.sum_statistic(self)
 
     @property
     def tight(self) -> bool:  # type: ignore[override]
@@ -579,17 +560,8 @@ class RandomAllocation(Mechanism):
         return upper, ((self._lower_part(), 1),)
 
     def lower_alternatives(self) -> tuple[tuple, ...]:
-        """With the log labels, their other origins and the sum statistic too; with the label
-        sum, the sum of the outputs (a Gaussian, closed form): which is largest depends on
-        the setting and the query (many participations: the sum of the outputs can be ahead;
-        at a tiny delta the label sum's round-off floor can put it behind)."""
-        if self.participations == 1:
-            return ()
-        s, t, k = self.noise_multiplier, self.steps, self.participations
-        if not getattr(part := self._lower_part(), "log_labels", False):
-            return (((pld_mechanisms.Gaussian(sigma=1.0 / self._sum_mu()), 1),),) if isinstance(part, _LabelSum) else ()
-        return (tuple(((_LabelSum(s, t, k, self.spacing, True, o), 1),) for o in ORIGINS_TOO)
-                + (((self._sum_statistic(), 1),),))
+        """The other dominated statistics whose lower ends are taken too (:mod:`.lower_parts`)."""
+        return () if self.participations == 1 else _lower_parts.alternatives(self)
 
     def epsilon_lower(self, delta: float, rounds: int = 1) -> float:
         """A lower end at ``delta`` of ``rounds`` rounds, computed directly (``k > 1``: :mod:`.exceedances`)."""

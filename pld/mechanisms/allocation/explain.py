@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 
+from pld.mechanisms import Gaussian
 from pld.mechanisms.allocation.labels import label_width
-from pld.mechanisms.allocation.pairs import LABEL_SPACING
+from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _PoissonStatistic
 
 #: what Monte Carlo of the exact likelihood ratio ``e_k(Y)/C(t, k)`` found on a few rounds
 #: (``python -m benchmarks.k_of_t_ends``; an estimate, not a certificate)
 MEASURED = ("measured by Monte Carlo of the exact likelihood ratio on a few rounds (1 <= sigma <= 2, "
             "t 20-200, k 2-4; benchmarks/k_of_t_ends.py, an estimate, not a certificate), both ends are "
-            "loose, the block argument usually more: its delta 0.1-3.7% above the truth, the statistic's "
-            "0.1-2.3% below")
+            "loose, the block argument more: its delta 0.06-3.7% above the truth, the Poisson "
+            "likelihood-ratio statistic's 0.04-0.8% below")
 
 
 def constructions(round_) -> dict[str, str]:
@@ -42,7 +43,17 @@ def constructions(round_) -> dict[str, str]:
                 "lower": "exact pair: conditional-mean merge of each coordinate (post-processing, dominated)"}
     upper = ("block argument: " + " + ".join(f"{c} round(s) of 1-of-{s}" for s, c in round_.blocks())
              + " (joint convexity of the hockey-stick divergence)")
-    if round_._uses_label_sum():
+    statistic = round_._sum_statistic()
+    if isinstance(statistic, _PoissonStatistic):
+        z = round_.participations / (round_.steps - round_.participations)
+        classic = ("Poisson likelihood-ratio statistic: the sum over the steps of the cell index of "
+                   f"log(1 + z Y) for each step's likelihood ratio Y, z = k/(t - k) = {z:.6g} (exp of that sum, "
+                   "scaled, is the likelihood ratio of Poisson sampling at rate k/t), whose law is k marked and "
+                   "t - k unmarked coordinates whichever steps the record is in (a post-processing of the true "
+                   "pair; close to sufficient: log e_k(Y) is that sum less k log z up to a saddle-point "
+                   "correction), computed at several exponential tilts so that far tails keep their relative "
+                   "accuracy")
+    elif isinstance(statistic, _LabelSum):
         classic = ("label-sum statistic: the sum over the steps of the cell index (width "
                    f"{LABEL_SPACING:g} sd) of each step's likelihood ratio, whose law is k marked and "
                    "t - k unmarked coordinates whichever steps the record is in (a post-processing of "
@@ -52,14 +63,16 @@ def constructions(round_) -> dict[str, str]:
                    f"{round_._sum_mu():.6g} (a post-processing of the true pair; not tight)")
     part = round_._lower_part()
     lower = classic
+    if not isinstance(statistic, Gaussian) and round_.participations < round_.steps:
+        lower += "; and the sum of the outputs (a Gaussian mechanism, mu = k/(sigma sqrt(t))): the larger lower end"
     if getattr(part, "log_labels", False):
-        lower = ("the larger of two statistics' lower ends: the log-label statistic, the sum over the "
+        lower = ("the largest of the statistics' lower ends: the log-label statistic, the sum over the "
                  "steps of the label of each step's log likelihood ratio (cells "
                  f"{label_width(part.spacing):g} nats wide, from half a standard deviation below, at or "
                  "above the unmarked steps' 1 - 1/t quantile: the largest of the three), whose law is k "
                  "marked and t - k unmarked labels whichever steps the record is in (a post-processing of "
                  "the true pair; at small noise the likelihood ratio e_k(Y)/C(t, k) is close to a function "
-                 "of the k largest log ratios); and the " + classic)
+                 "of the k largest log ratios); the " + lower)
     return {"upper": upper, "lower": lower}
 
 

@@ -18,6 +18,7 @@ from pld.mechanisms import Mechanism
 from pld.mechanisms import adjacency as adj
 from pld.mechanisms.allocation.coordinate import atoms as _atoms
 from pld.mechanisms.allocation.labels import ORIGIN, log_label_pair
+from pld.mechanisms.allocation.poisson_statistic import poisson_lr_pair
 from pld.mechanisms.allocation.sums import sum_laws
 from pld.mechanisms.models import _PairInBase
 
@@ -117,5 +118,26 @@ class _LabelSum(Mechanism):
             side, _ = log_label_pair(self.sigma, self.steps, self.participations, self.spacing, self.origin)
         else:
             side, _ = label_sum_pair(self.sigma, self.steps, self.participations, self.spacing)
+        lo = _AtomsModel(*_atoms(side, direction), direction=direction)
+        return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
+
+
+@dataclass(frozen=True)
+class _PoissonStatistic(Mechanism):
+    """The lower pair of ``k``-of-``t`` allocation from the Poisson likelihood-ratio statistic
+    ``sum_i log(1 + z Y_i)``, ``z = k/(t - k)``
+    (:func:`pld.mechanisms.allocation.poisson_statistic.poisson_lr_pair`); internal, used as a
+    lower-only part."""
+
+    adjacency = adj.ADD_OR_REMOVE
+
+    sigma: float
+    steps: int
+    participations: int
+    symmetric: bool = field(default=False, init=False)
+
+    def loss_model(self, direction: str = "remove") -> _SidedModel:
+        self._check_direction(direction)
+        side, _ = poisson_lr_pair(self.sigma, self.steps, self.participations)
         lo = _AtomsModel(*_atoms(side, direction), direction=direction)
         return _SidedModel(*_atoms(side, direction), direction=direction, lower=lo)
