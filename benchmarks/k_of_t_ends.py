@@ -1,7 +1,8 @@
 """Which end of a k-of-t random allocation bracket is loose, and by how much (issue 39).
 
 For ``k > 1`` pld's upper end is the block argument (k rounds of 1-of-t/k) and its lower end
-the label-sum statistic; the gap between them is structural.  This script places the truth
+a statistic of the outputs (its first lower view: the Poisson likelihood-ratio statistic where
+it fits, :mod:`pld.mechanisms.allocation.lower_parts`); the gap between them is structural.  This script places the truth
 inside that gap by plain Monte Carlo of one round's remove-direction hockey stick,
 ``E_Q[(L - e^eps)_+]`` with the exact likelihood ratio ``L = e_k(Y) / C(t, k)`` (``e_k`` the
 elementary symmetric polynomial of the per-step ratios ``Y_i``, by the usual recursion), and
@@ -49,7 +50,7 @@ def mc_remove_delta(sigma: float, t: int, k: int, eps: float, batches: int = 10,
 
 def main() -> None:
     warnings.simplefilter("ignore")
-    print("| sigma | t | k | eps | Monte Carlo delta | block argument (upper) | label-sum (lower) | upper/MC - 1 | "
+    print("| sigma | t | k | eps | Monte Carlo delta | block argument (upper) | statistic (lower) | upper/MC - 1 | "
           "1 - lower/MC |")
     print("|---|---|---|---|---|---|---|---|---|")
     for sigma, t, k in SETTINGS:
