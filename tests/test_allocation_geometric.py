@@ -165,6 +165,24 @@ def test_short_rounds_at_small_noise_meet_the_target(sigma, t, epochs, delta):
     assert s_lo <= hi and lo <= s_hi, (lo, hi, s_lo, s_hi)
 
 
+@pytest.mark.parametrize("sigma, t", [(0.12, 100_000), (0.2, 4097)])
+def test_long_rounds_at_very_small_noise_take_the_geometric_grid(sigma, t):
+    """Below sigma 0.25 the split's light sums outgrew memory (sigma 0.12, 1e5 steps:
+    MemoryError after 30 s; sigma 0.1, 1e5 steps in 3 of them was killed for memory) or stayed
+    loose (sigma 0.2, 4097 steps, delta 1e-5: [24.79, 33.10] in 17 s).  The geometric grid
+    holds those rounds: within the target, below one Gaussian step (no amplification), and
+    the refinement chain never turns to the split."""
+    mech = RandomAllocation(pld.Gaussian(sigma), t)
+    assert mech._construction() == "geometric"
+    lo, hi = mech.pld().epsilon_bounds(1e-5)
+    assert 0.0 < lo <= hi
+    assert hi - lo <= 1e-4 * hi + 1e-6, (lo, hi)
+    assert hi <= pld.Gaussian(sigma).pld().epsilon_bounds(1e-5)[0]
+    m = mech
+    while (m := m.refined()) is not None:
+        assert m._construction() == "geometric"
+
+
 def test_refinement_chain():
     # small noise: auto is geometric, refined at half the spacing
     mech = RandomAllocation(pld.Gaussian(0.5), 4)

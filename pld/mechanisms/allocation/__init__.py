@@ -76,7 +76,13 @@ from pld.mechanisms.allocation import lower_parts as _lower_parts
 from pld.mechanisms.allocation.exceedances import exceedance_delta_lower, exceedance_lower
 from pld.mechanisms.allocation.heavy import KAPPA, fine_resolves
 from pld.mechanisms.allocation.pairs import _model, _SidedModel
-from pld.mechanisms.allocation.sums import CONSTRUCTIONS, choose_construction, linear_fits, sum_laws
+from pld.mechanisms.allocation.sums import (
+    CONSTRUCTIONS,
+    GEOMETRIC_ONLY_SIGMA,
+    choose_construction,
+    linear_fits,
+    sum_laws,
+)
 
 __all__ = ["RandomAllocation", "Shuffling", "AllocationAccuracyWarning", "UnsupportedBaseError", "SUPPORTED_BASES"]
 
@@ -408,7 +414,7 @@ class RandomAllocation(Mechanism):
         fine_geo = [("geometric", x, self.kappa) for x in geometric.finer_spacings(s, t, self.spacing, FINEST_SPACING)]
         if self.construction == "auto" and first == "geometric":
             pending = list(fine_geo)
-            if t > geometric.GEOMETRIC_STEPS:  # (a long round: the split after)
+            if t > geometric.GEOMETRIC_STEPS and s >= GEOMETRIC_ONLY_SIGMA:  # (a long round: the split after)
                 pending.append(("split", self.spacing, self.kappa))
         elif self.construction == "auto":
             other = "split" if first == "linear" else "linear"

@@ -87,18 +87,22 @@ def window_cells(sigma: float, t: int, k: int) -> int:
 def _tilted(mass: np.ndarray, err: np.ndarray, theta: float, w: float) -> tuple[np.ndarray, Err, float]:
     """``(mass_j e^{theta j w - c}, its error bound, c)`` with ``c`` the log of its sum (any
     constant would do: the identity ``Q(s) = e^{t c - theta s w} mu_theta^{*t}(s)`` holds for
-    the ``c`` used).  Bound: the exponent's rounding ``4u (|theta j w| + |c|) + 2u``
-    relative, the product's ``u``, and the cells' own errors scaled alike."""
-    j = np.arange(mass.size, dtype=np.float64)
-    x = theta * w * j
+    the ``c`` used).  Each entry is ``exp(log mass_j + theta j w - c)``, at most 1 (no
+    overflow, however small the mass); bound: the exponent's rounding ``4u (|log mass_j| +
+    |theta j w| + |c|) + 4u`` relative, and the cells' own errors scaled alike (an error
+    scaled past the largest double is infinite: its bracket is then no bound)."""
+    x = theta * w * np.arange(mass.size, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        lm = np.log(mass)
+        lm, le = np.log(mass), np.log(err)
     fin = np.isfinite(lm)
     c = float(np.logaddexp.reduce(lm[fin] + x[fin])) if np.any(fin) else 0.0
-    f = np.exp(np.minimum(x - c, 700.0))  # (a cell past 700 nats holds no mass: mass 0)
-    out = mass * f
-    rel = 4.0 * _U * (np.abs(x) + abs(c)) + 4.0 * _U
-    e = (mass * rel + err) * f * (1.0 + 1e-9)
+    out = np.zeros(mass.size)
+    out[fin] = np.exp(lm[fin] + x[fin] - c)
+    rel = np.zeros(mass.size)
+    rel[fin] = 4.0 * _U * (np.abs(lm[fin]) + np.abs(x[fin]) + abs(c)) + 4.0 * _U
+    with np.errstate(over="ignore"):
+        scaled = np.exp(le + x - c)
+    e = (out * rel + scaled) * (1.0 + 1e-9)
     return out, Err.of_entries(e), c
 
 
