@@ -180,6 +180,19 @@ def test_many_participations_close_on_the_block_argument():
     assert "Poisson likelihood-ratio statistic" in info["lower"]
 
 
+def test_tilts_whose_laws_outgrow_their_budget_are_left_out():
+    """sigma 0.3, 3 of 1e5 steps: the untilted laws fit (3.3e5 cells), but a tilt moves a
+    coordinate's mass into its heavy tail (tilts 1, 2, 3: 6.7e5, 1.4e6, 1e8 cells; built, they
+    ran out of memory): only the untilted laws are built, in well under a second."""
+    from pld.mechanisms.allocation import poisson_statistic as ps
+
+    assert ps.fits(0.3, 100_000, 3)
+    _, info = poisson_lr_pair(0.3, 100_000, 3)
+    assert info["tilts"] == (0.0,) and info["cells"] <= ps.MAX_WINDOW
+    # where every tilt fits, all are built
+    assert poisson_lr_pair(1.0, 1024, 64)[1]["tilts"] == ps.TILTS
+
+
 def test_long_rounds_whose_laws_do_not_fit_keep_the_other_statistics():
     """sigma 0.729, 2 of 75578 steps: the cells would number millions (z ~ 3e-5): the
     statistic is not built, the label sum is."""

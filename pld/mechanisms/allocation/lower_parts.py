@@ -24,8 +24,7 @@ from pld import mechanisms as pld_mechanisms
 from pld.mechanisms import Mechanism
 from pld.mechanisms.allocation.labels import ORIGINS_TOO, prefers_log_labels
 from pld.mechanisms.allocation.pairs import LABEL_SPACING, _LabelSum, _PoissonStatistic
-from pld.mechanisms.allocation.poisson_statistic import MAX_WINDOW as POISSON_MAX_WINDOW
-from pld.mechanisms.allocation.poisson_statistic import window_cells as poisson_window
+from pld.mechanisms.allocation.poisson_statistic import fits as _poisson_statistic_fits
 
 #: the label-sum lower pair is built for ``k <= t * LABEL_SUM_SHARE`` (above, the sum of the outputs is stronger)
 LABEL_SUM_SHARE = 0.25
@@ -62,8 +61,7 @@ def uses_label_sum(round_) -> bool:
 
 def poisson_fits(round_) -> bool:
     """Whether the Poisson likelihood-ratio statistic's tilted laws fit their cell budget."""
-    t, k = round_.steps, round_.participations
-    return 1 < k < t and poisson_window(round_.noise_multiplier, t, k) <= POISSON_MAX_WINDOW
+    return _poisson_statistic_fits(round_.noise_multiplier, round_.steps, round_.participations)
 
 
 def sum_statistic(round_) -> Mechanism:
