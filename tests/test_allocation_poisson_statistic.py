@@ -7,7 +7,6 @@ included), Monte Carlo of the exact likelihood ratio e_k(Y)/C(t, k), the exact 1
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -19,14 +18,7 @@ import pld
 from pld.mechanisms.allocation import RandomAllocation
 from pld.mechanisms.allocation.pairs import _PoissonStatistic
 from pld.mechanisms.allocation.poisson_statistic import _settings, log_brackets, poisson_lr_pair
-
-
-def _quiet():
-    w = warnings.catch_warnings()
-    w.__enter__()
-    warnings.simplefilter("ignore", pld.NotTightWarning)
-    warnings.simplefilter("ignore", pld.TargetMissedWarning)
-    return w
+from test_allocation_log_labels import _quiet
 
 
 def _cell_masses(sigma: float, t: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,11 +48,9 @@ def _power(x: np.ndarray, m: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("sigma, t, k", [(1.0, 12, 3), (0.6, 10, 2), (2.5, 16, 5)])
-def test_brackets_hold_every_entry_of_the_direct_convolution(sigma, t, k):
-    """Every entry of both laws (the far tails a strict delta reads included) lies in its
-    certified bracket, and the bulk's brackets are narrow: the tilts and the windows'
-    dropped mass are accounted, and they resolve what they should."""
+def _entries(sigma: float, t: int, k: int):
+    """Per law (P, then Q): ``(index, truth, lower, upper)`` of every bracketed entry inside
+    the truth's support, the truth by direct convolution of scipy's cell masses."""
     q1, p1 = _cell_masses(sigma, t, k)
     rest = _power(q1, t - k)
     q_law, p_law = np.convolve(_power(q1, k), rest), np.convolve(_power(p1, k), rest)
@@ -68,16 +58,27 @@ def test_brackets_hold_every_entry_of_the_direct_convolution(sigma, t, k):
     for law, lo, hi in ((p_law, lp_lo, lp_hi), (q_law, lq_lo, lq_hi)):
         idx = np.arange(first, first + lo.size)
         inside = idx < law.size
-        truth = law[idx[inside]]
-        lo, hi = lo[inside], hi[inside]
-        ok = truth > 1e-250
-        with np.errstate(divide="ignore"):
-            lt = np.log(truth[ok])
-        assert np.all(lo[ok] <= lt + 1e-9) and np.all(hi[ok] >= lt - 1e-9), (sigma, t, k)
+        yield idx[inside], law[idx[inside]], lo[inside], hi[inside]
+
+
+def _holds(truth: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Where the truth is representable: its log in ``[lo, hi]`` (to 1e-9)."""
+    ok = truth > 1e-250
+    lt = np.log(truth[ok])
+    return (lo[ok] <= lt + 1e-9) & (hi[ok] >= lt - 1e-9)
+
+
+@pytest.mark.parametrize("sigma, t, k", [(1.0, 12, 3), (0.6, 10, 2), (2.5, 16, 5)])
+def test_brackets_hold_every_entry_of_the_direct_convolution(sigma, t, k):
+    """Every entry of both laws (the far tails a strict delta reads included) lies in its
+    certified bracket, and the bulk's brackets are narrow: the tilts and the windows'
+    dropped mass are accounted, and they resolve what they should."""
+    for idx, truth, lo, hi in _entries(sigma, t, k):
+        assert np.all(_holds(truth, lo, hi)), (sigma, t, k)
         # the upper side, down to 1e-12 of the largest entry (one untilted transform's error
         # is ~1e-16 of the largest there: a bracket ~1e-4 wide, relative), to 1e-4
-        mean = float(np.dot(np.arange(law.size), law) / law.sum())
-        upper = (truth > 1e-12 * truth.max()) & (idx[inside] >= mean)
+        mean = float(np.dot(idx, truth) / truth.sum())
+        upper = (truth > 1e-12 * truth.max()) & (idx >= mean)
         assert np.all(hi[upper] - lo[upper] <= 1e-4), (sigma, t, k, float(np.max(hi[upper] - lo[upper])))
         # entries the law does not reach have no lower end above 0
         assert np.all(lo[truth == 0.0] == -np.inf)
@@ -89,19 +90,9 @@ def test_narrow_windows_still_bracket_every_entry(monkeypatch):
     from pld.mechanisms.allocation import poisson_statistic
 
     monkeypatch.setattr(poisson_statistic, "_KEEP_SD", 1.5)
-    sigma, t, k = 1.0, 40, 4
-    q1, p1 = _cell_masses(sigma, t, k)
-    rest = _power(q1, t - k)
-    q_law, p_law = np.convolve(_power(q1, k), rest), np.convolve(_power(p1, k), rest)
-    first, (lp_lo, lp_hi, lq_lo, lq_hi), _ = log_brackets(sigma, t, k)
-    for law, lo, hi in ((p_law, lp_lo, lp_hi), (q_law, lq_lo, lq_hi)):
-        idx = np.arange(first, first + lo.size)
-        inside = idx < law.size
-        truth, lo, hi = law[idx[inside]], lo[inside], hi[inside]
-        ok = truth > 1e-250
-        lt = np.log(truth[ok])
-        assert np.all(lo[ok] <= lt + 1e-9) and np.all(hi[ok] >= lt - 1e-9)
-        assert np.any(np.isfinite(lo[ok]))
+    for _, truth, lo, hi in _entries(1.0, 40, 4):
+        assert np.all(_holds(truth, lo, hi))
+        assert np.any(np.isfinite(lo[truth > 1e-250]))
 
 
 def _log_ek(logy: np.ndarray, k: int) -> np.ndarray:
