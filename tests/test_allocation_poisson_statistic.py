@@ -184,6 +184,23 @@ def test_tilts_whose_laws_outgrow_their_budget_are_left_out():
     assert poisson_lr_pair(1.0, 1024, 64)[1]["tilts"] == ps.TILTS
 
 
+def test_coarser_cells_where_the_finest_do_not_fit():
+    """sigma 0.5, 25000 of 1e5 steps, delta 1e-12: at 0.01-nat cells one law's windows need
+    1.2e6 cells; at 2.5x wider ones they fit, and the lower end rises from the sum of the
+    outputs' 13611 to about 24788 under the block argument's 28829."""
+    from pld.mechanisms.allocation import poisson_statistic as ps
+
+    sigma, t, k = 0.5, 100_000, 25_000
+    assert ps.fits(sigma, t, k) and ps.window_cells(sigma, t, k) <= ps.MAX_WINDOW
+    assert ps._settings(1.0 / sigma, t, k)[1] > ps._MAX_WIDTH
+    w = _quiet()
+    try:
+        lo, hi = RandomAllocation(pld.Gaussian(sigma), t, participations=k).pld().epsilon_bounds(1e-12)
+    finally:
+        w.__exit__(None, None, None)
+    assert 24_000 <= lo <= hi <= 29_000
+
+
 def test_long_rounds_whose_laws_do_not_fit_keep_the_other_statistics():
     """sigma 0.729, 2 of 75578 steps: the cells would number millions (z ~ 3e-5): the
     statistic is not built, the label sum is."""

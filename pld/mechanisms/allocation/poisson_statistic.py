@@ -48,9 +48,12 @@ from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 _U = 2.0 ** -53
 #: the cell width in nats is this many standard deviations of one coordinate's ``u`` near
-#: ``Y = 1`` (``z sd(Y) / (1 + z)``), at most ``_MAX_WIDTH``
+#: ``Y = 1`` (``z sd(Y) / (1 + z)``, at most ``log Y``'s ``a``), at most ``_MAX_WIDTH``
 _WIDTH_SD = 0.05
 _MAX_WIDTH = 0.01
+#: where one law's windows would not fit ``MAX_WINDOW`` cells, the cells are made up to this many
+#: times wider (sigma 0.5, 25000 of 1e5 steps: 2.2x; the lower end was the sum of the outputs')
+_MAX_COARSEN = 4.0
 #: the last edge: the marked coordinate's upper ``Phi(-z)`` quantile
 _TOP_Z = 9.0
 #: tilted partial sums are kept within this many standard deviations of their mean
@@ -63,27 +66,35 @@ TILTS = (0.0, 1.0, 2.0, 3.0)
 MAX_WINDOW = 1 << 19
 
 
-def _settings(a: float, t: int, k: int) -> tuple[float, float, int]:
-    """``(z, w, n)``: the statistic's ``z``, its cell width in nats, and the number of cells."""
+def _nats(a: float, t: int, k: int) -> tuple[float, float, float, float]:
+    """``(z, w, u_top, spread)``: ``z``, the finest cell width in nats, the largest ``u`` kept
+    and about how many nats one law's windows span (``sqrt(t)`` coordinates' spread of ``u``
+    near ``Y = 1``, at most ``log Y``'s: ``u`` is an increasing 1-Lipschitz function of it)."""
     z = k / (t - k)
-    sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
-    w = min(_MAX_WIDTH, _WIDTH_SD * sd1 * z / (1.0 + z))
+    var1 = math.expm1(min(a * a, 700.0))
+    sd_u = min(z * math.sqrt(var1) / (1.0 + z), a)
+    w = min(_MAX_WIDTH, _WIDTH_SD * sd_u)
     log_top = 0.5 * a * a + _TOP_Z * a  # log Y_top
     u_top = math.log1p(z * math.exp(log_top)) if log_top < 700.0 else math.log(z) + log_top + 1e-9
+    return z, w, u_top, 2.0 * _KEEP_SD * math.sqrt(t) * sd_u
+
+
+def _settings(a: float, t: int, k: int) -> tuple[float, float, int]:
+    """``(z, w, n)``: the statistic's ``z``, its cell width in nats (coarsened by up to
+    ``_MAX_COARSEN`` where one law's windows would exceed ``MAX_WINDOW`` cells), and the number of
+    cells of one coordinate."""
+    z, w, u_top, spread = _nats(a, t, k)
+    # (a tenth to spare: the count of cells rounds up)
+    w *= min(max(1.0, (spread + 4.0 * u_top) / (0.9 * w * MAX_WINDOW)), _MAX_COARSEN)
     return z, w, max(2, int(math.ceil(u_top / w)) + 1)
 
 
 def window_cells(sigma: float, t: int, k: int) -> int:
-    """About how many cells the widest tilted law of one round spans (sizing only): its
-    spread (``sqrt(t)`` coordinates of ``u``'s near ``Y = 1``), the marked steps' shift and
-    two coordinates' supports."""
+    """About how many cells one law's windows span at the statistic's cell width (sizing
+    only): ``sqrt(t)`` coordinates' spread and four coordinates' supports."""
     a = 1.0 / sigma
-    z, w, n = _settings(a, t, k)
-    var1 = math.expm1(min(a * a, 700.0))
-    # (u's spread near Y = 1, at most log Y's: u is log Y's increasing 1-Lipschitz function)
-    sd_cells = min(z * math.sqrt(var1) / (1.0 + z), a) / w
-    shift = k * min(z * var1 / (1.0 + z), n * w) / w
-    return int(2.0 * _KEEP_SD * math.sqrt(t) * sd_cells + shift) + 2 * n
+    _, w, n = _settings(a, t, k)
+    return int(_nats(a, t, k)[3] / w) + 4 * n
 
 
 def _tilted(mass: np.ndarray, err: np.ndarray, theta: float, w: float) -> tuple[np.ndarray, Err, float]:
