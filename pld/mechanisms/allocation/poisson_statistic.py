@@ -43,7 +43,6 @@ import numpy as np
 from pld.engine.cache import in_parallel
 from pld.kernels import l1_l2_norms
 from pld.mechanisms.allocation.coordinate import SideAtoms
-from pld.mechanisms.allocation.powering import by_squaring
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 
 _U = 2.0 ** -53
@@ -144,10 +143,13 @@ def _cut(x: np.ndarray, off: int, e: Err, lo: int, hi: int) -> tuple[np.ndarray,
                 (e.inf + float(np.max(dropped, initial=0.0))) * up))
 
 
-def _power(x: np.ndarray, e: Err, m: int, mean: float, sd: float) -> tuple[np.ndarray, int, Err]:
-    """The ``m``-fold convolution power of the label law ``x`` (tilted: mean ``mean`` and
-    standard deviation ``sd`` cells), each partial sum of ``r`` kept within ``_KEEP_SD``
-    standard deviations of ``r mean``: ``(values, first cell, error bound)``."""
+def _powers(x: np.ndarray, e: Err, counts: tuple[int, ...], mean: float,
+            sd: float) -> list[tuple[np.ndarray, int, Err]]:
+    """The ``m``-fold convolution powers of the label law ``x`` (tilted: mean ``mean`` and
+    standard deviation ``sd`` cells) for each ``m`` in ``counts``, from one chain of squares:
+    ``(values, first cell, error bound)`` each.  Each partial sum of ``r`` is kept within
+    ``_KEEP_SD`` standard deviations of ``r mean`` (what it drops joins its error); the powers
+    of two a count needs are added lowest first, as :func:`.powering.by_squaring` adds them."""
     def keep(item: tuple, r: int) -> tuple:
         half = _KEEP_SD * math.sqrt(r) * sd + x.size
         return _cut(item[0], item[1], item[2], int(math.floor(r * mean - half)), int(math.ceil(r * mean + half)))
@@ -156,8 +158,18 @@ def _power(x: np.ndarray, e: Err, m: int, mean: float, sd: float) -> tuple[np.nd
         (c, ec), = convolve_errs([(p[0], p[2], q[0], q[2])])
         return keep((c, p[1] + q[1], ec), p[3] + q[3]) + (p[3] + q[3],)
 
-    v, off, err, _ = by_squaring((x, 0, e, 1), m, lambda p: conv(p, p), conv)
-    return v, off, err
+    squares = [(x, 0, e, 1)]
+    while 2 * squares[-1][3] <= max(counts):
+        squares.append(conv(squares[-1], squares[-1]))
+    out = []
+    for m in counts:
+        result = None
+        for j, sq in enumerate(squares):
+            if m >> j & 1:
+                result = sq if result is None else conv(result, sq)
+        assert result is not None
+        out.append(result[:3])
+    return out
 
 
 def _log_bracket(v: np.ndarray, e: float, scale: np.ndarray, mag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -183,12 +195,23 @@ def _cells(sigma: float, t: int, k: int) -> tuple:
     return z, w, n, cells_on(-0.5 * a * a, a, edges)
 
 
+@functools.lru_cache(maxsize=64)
+def _tilted_cells(sigma: float, t: int, k: int, theta: float) -> tuple:
+    """The unmarked and marked cell laws at tilt ``theta``: ``((law, error, c, (mean, sd)), ...)``."""
+    _, w, _, (q1, eq1, p1, ep1) = _cells(sigma, t, k)
+    out = []
+    for x, e in ((q1, eq1), (p1, ep1)):
+        law, err, c = _tilted(x, e, theta, w)
+        out.append((law, err, c, _moments(law)))
+    return tuple(out)
+
+
 def _tilt_cells(sigma: float, t: int, k: int, theta: float) -> int:
     """The cells the tilted laws of one tilt span: each power's windows, from the tilted cell
     laws' own spread (at small noise a tilt moves a coordinate's mass to its heavy tail, whose
     spread the analytic :func:`window_cells` does not see)."""
-    _, w, n, (q1, eq1, p1, ep1) = _cells(sigma, t, k)
-    (_, s_mu), (_, s_nu) = (_moments(_tilted(x, e, theta, w)[0]) for x, e in ((q1, eq1), (p1, ep1)))
+    n = _cells(sigma, t, k)[2]
+    (*_, (_, s_mu)), (*_, (_, s_nu)) = _tilted_cells(sigma, t, k, theta)
     return int(2.0 * _KEEP_SD * (math.sqrt(t) * s_mu + math.sqrt(k) * s_nu)) + 4 * n
 
 
@@ -210,15 +233,13 @@ def log_brackets(sigma: float, t: int, k: int, tilts: tuple[float, ...] | None =
         raise ValueError(f"the Poisson likelihood-ratio statistic needs 1 <= k < t, got k={k}, t={t}")
     tilts = tuple(th for th in (TILTS if tilts is None else tilts)
                   if th == 0.0 or _tilt_cells(sigma, t, k, th) <= MAX_WINDOW)
-    z, w, n, (q1, eq1, p1, ep1) = _cells(sigma, t, k)
+    z, w, n, _ = _cells(sigma, t, k)
 
     def run(theta: float) -> tuple:
-        mu, e_mu, c_mu = _tilted(q1, eq1, theta, w)
-        nu, e_nu, c_nu = _tilted(p1, ep1, theta, w)
-        (m_mu, s_mu), (m_nu, s_nu) = _moments(mu), _moments(nu)
-        rest = _power(mu, e_mu, t - k, m_mu, s_mu)
-        marked = _power(nu, e_nu, k, m_nu, s_nu)
-        unmarked = _power(mu, e_mu, k, m_mu, s_mu)
+        (mu, e_mu, c_mu, (m_mu, s_mu)), (nu, e_nu, c_nu, (m_nu, s_nu)) = _tilted_cells(sigma, t, k, theta)
+        # (one chain of squares serves the t - k unmarked steps and the k the record is not in)
+        rest, unmarked = _powers(mu, e_mu, (t - k, k), m_mu, s_mu)
+        marked, = _powers(nu, e_nu, (k,), m_nu, s_nu)
         (pv, ep), (qv, eq) = convolve_errs([(marked[0], marked[2], rest[0], rest[2]),
                                             (unmarked[0], unmarked[2], rest[0], rest[2])])
         return theta, c_mu, c_nu, pv, marked[1] + rest[1], ep.entry, qv, unmarked[1] + rest[1], eq.entry
