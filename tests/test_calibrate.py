@@ -258,3 +258,49 @@ def test_straddle_is_the_engine_secant_between_close_points_on_either_side():
     far = root + 1.2 * STRADDLE / 5.85
     s.evals = [s.evals[0], (far, eps(far) * (1 - 1e-9), eps(far))]
     assert s._straddle() is None  # (the point below is more than STRADDLE nats off)
+
+
+# ------------------------------------------------- the run as its loader made it
+def _run_epsilon_bounds(sigma, delta, **run):
+    d = pld.dpsgd(sigma, **run)
+    return (d if d.tight else d.bounds()[0]).epsilon_bounds(delta)
+
+
+@pytest.mark.parametrize("run", [
+    # 1000 / 64: 16 batches an epoch, the last of 40 records
+    dict(dataset_size=1000, batch_size=64, epochs=5, sampling="balls_in_bins"),
+    dict(dataset_size=1000, batch_size=64, epochs=5, sampling="balls_in_bins", drop_last=True),
+    dict(dataset_size=1000, batch_size=300, epochs=4, sampling="without_replacement"),
+    dict(dataset_size=60000, batch_size=256, epochs=2),
+    dict(steps_per_epoch=20, epochs=3, sampling="shuffle"),
+])
+def test_noise_for_the_run_a_loader_made(run):
+    """calibrate_noise takes the run as pld.dpsgd does: the noise it returns meets the target
+    on that run, and the noise rtol below it does not (both re-accounted on the run)."""
+    info: dict = {}
+    sigma = calibrate_noise(3.0, 1e-5, info=info, **run)
+    assert _run_epsilon_bounds(sigma, 1e-5, **run)[1] <= 3.0
+    over = [s for s, _, hi in info["points"] if hi > 3.0]
+    assert over and max(over) >= sigma / (1 + 1e-3) * (1 - 1e-12)
+    assert _run_epsilon_bounds(max(over), 1e-5, **run)[1] > 3.0
+
+
+def test_loader_noise_uses_what_the_loader_did():
+    """The same run by its rate and steps calibrates to the same noise (1000 / 64: 16 steps an
+    epoch, 15 with drop_last); a short last batch without replacement (its own, smaller rate)
+    needs less noise than full batches."""
+    bnb = dict(dataset_size=1000, batch_size=64, epochs=5, sampling="balls_in_bins")
+    assert calibrate_noise(3.0, 1e-5, **bnb) == calibrate_noise(3.0, 1e-5, 1 / 16, 80, sampling="balls_in_bins")
+    dropped = calibrate_noise(3.0, 1e-5, **bnb, drop_last=True)
+    assert dropped == calibrate_noise(3.0, 1e-5, 1 / 15, 75, sampling="balls_in_bins")
+    wor = dict(dataset_size=1000, batch_size=300, epochs=4, sampling="without_replacement")
+    assert calibrate_noise(3.0, 1e-5, **wor) < calibrate_noise(3.0, 1e-5, 0.3, 16, sampling="without_replacement")
+
+
+def test_noise_needs_a_run():
+    with pytest.raises(TypeError, match="sampling_rate.*loader"):
+        calibrate_noise(3.0, 1e-5, steps=100)
+    with pytest.raises(TypeError, match="steps"):
+        calibrate_noise(3.0, 1e-5, 0.01)
+    with pytest.raises(ValueError, match="batch_size"):
+        calibrate_noise(3.0, 1e-5, dataset_size=100, batch_size=200, epochs=1)

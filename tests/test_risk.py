@@ -202,6 +202,14 @@ def test_calibrate_noise_to_a_tpr_target():
     assert risk.tpr_bounds(pld.dpsgd(sigma / 1.002, q, steps), 0.01)[1] > 0.05 * (1 - 1e-3)
 
 
+def test_calibrate_noise_to_a_tpr_target_for_a_loader():
+    """A loader's run (1000 / 64: 16 balls-in-bins steps an epoch) calibrates as pld.dpsgd accounts it."""
+    run = dict(dataset_size=1000, batch_size=64, epochs=3, sampling="balls_in_bins")
+    sigma = pld.calibrate_noise(target_tpr=0.05, at_fpr=0.01, rtol=1e-3, **run)
+    assert risk.tpr_bounds(pld.dpsgd(sigma, **run), 0.01)[1] <= 0.05
+    assert risk.tpr_bounds(pld.dpsgd(sigma / 1.002, **run), 0.01)[1] > 0.05 * (1 - 1e-3)
+
+
 def test_bad_input_names_the_parameter():
     d = pld.Gaussian(1.0).pld()
     with pytest.raises(ValueError, match="fpr"):

@@ -59,6 +59,7 @@ from pld.accounting.calibrate_search import (
     surrogate_root,
 )
 from pld.accounting.dpsgd import MAX_STEPS, dpsgd, sampling_scheme
+from pld.accounting.loaders import RunShape, resolve_run, run_pld
 
 __all__ = ["calibrate_noise", "calibrate_steps", "calibrate_sampling_rate", "calibrate_parameter",
            "MAX_EVALUATIONS", "TRUST_RADIUS"]
@@ -86,7 +87,10 @@ def _deciding(d):
 def calibrate_noise(target_epsilon: float | None = None, delta: float | None = None,
                     sampling_rate: float | None = None, steps: int | None = None, *,
                     sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None,
-                    target_tpr: float | None = None, at_fpr: float | None = None) -> float:
+                    target_tpr: float | None = None, at_fpr: float | None = None,
+                    epochs: float | None = None, dataset_size: int | None = None, batch_size: int | None = None,
+                    drop_last: bool = False, steps_per_epoch: int | None = None,
+                    participations: int | None = None) -> float:
     """Smallest noise multiplier whose certified epsilon at ``delta`` is at most the target.
 
     Or, with ``target_tpr`` and ``at_fpr`` in place of ``target_epsilon`` and
@@ -94,7 +98,8 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     FPR ``at_fpr`` is at most ``target_tpr`` (:func:`pld.report.risk_calibrate.calibrate_noise_to_tpr`).
 
     Returns ``sigma`` with ``pld.dpsgd(sigma, sampling_rate, steps, sampling=sampling)
-    .epsilon(delta) <= target_epsilon`` (evaluated), next to an evaluated
+    .epsilon(delta) <= target_epsilon`` (evaluated; the run described as
+    :func:`pld.dpsgd` takes it, e.g. by its loader), next to an evaluated
     noise multiplier at least ``sigma / (1 + rtol)`` whose certified epsilon
     exceeds the target: ``sigma`` is the smallest to ``rtol``.  Every target is
     feasible (epsilon tends to 0 as the noise grows); the search covers noise
@@ -106,12 +111,17 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
         In ``(0, inf)``.
     delta : float
         In ``(0, 1)``.
-    sampling_rate : float
-        In ``(0, 1]``.
-    steps : int
-        In ``[1, 1e12]``.
+    sampling_rate : float, optional
+        In ``(0, 1]``; or give ``dataset_size`` and ``batch_size``.
+    steps : int, optional
+        In ``[1, 1e12]``; or give ``epochs``.
     sampling : str
         Sampling scheme, as in :func:`pld.dpsgd` (any scheme of :mod:`pld.accounting.sampling`).
+    epochs, dataset_size, batch_size, drop_last, steps_per_epoch, participations
+        The run as its loader makes it, as in :func:`pld.dpsgd`
+        (:func:`pld.accounting.loaders.resolve_run`): ``ceil(N / b)`` steps per
+        epoch (``floor`` with ``drop_last``), whole epochs of a run-level scheme,
+        the short last batch of sampling without replacement at its own rate.
     rtol : float
         Relative tolerance on the noise multiplier, in ``[1e-6, 1)``.
     info : dict, optional
@@ -143,19 +153,28 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     >>> sigma = pld.calibrate_noise(target_epsilon=2.0, delta=1e-5, sampling_rate=0.01, steps=1000)
     >>> pld.dpsgd(sigma, 0.01, 1000).epsilon(1e-5) <= 2.0
     True
+
+    A shuffling loader whose batch does not divide the dataset (``ceil(1000 / 64) = 16``
+    batches per epoch, each record in one of them):
+
+    >>> sigma = pld.calibrate_noise(3.0, 1e-5, dataset_size=1000, batch_size=64, epochs=5,
+    ...                             sampling="balls_in_bins")
+    >>> pld.dpsgd(sigma, dataset_size=1000, batch_size=64, epochs=5, sampling="balls_in_bins").epsilon(1e-5) <= 3.0
+    True
     """
+    loader = dict(epochs=epochs, dataset_size=dataset_size, batch_size=batch_size, drop_last=drop_last,
+                  steps_per_epoch=steps_per_epoch, participations=participations)
     if target_tpr is not None or at_fpr is not None:
         if target_epsilon is not None or delta is not None:
             raise TypeError("give either target_epsilon and delta or target_tpr and at_fpr, not both")
         from pld.report.risk_calibrate import calibrate_noise_to_tpr  # (attack risk: read off the trade-off curve)
 
-        return calibrate_noise_to_tpr(target_tpr, at_fpr, sampling_rate, steps,  # type: ignore[arg-type]
-                                      sampling=sampling, rtol=rtol, info=info)
+        return calibrate_noise_to_tpr(target_tpr, at_fpr, sampling=sampling, rtol=rtol, info=info,
+                                      run=_run(sampling, sampling_rate, steps, loader))
     t0 = time.perf_counter()
     target_epsilon, delta = check_target(target_epsilon, delta)
-    sampling_rate = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    steps = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    sampling = sampling_scheme(sampling)
+    run = _run(sampling, sampling_rate, steps, loader)
+    sampling_rate, steps, sampling = run.sampling_rate, run.steps, run.sampling
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
 
     sur = Surrogate(delta, sampling)
@@ -185,7 +204,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
         # tolerance at moderate deltas, and by a few tenths of a percent at worst (sigma 1.3,
         # 1-of-662, delta 1e-9), where the noise found is that much more conservative)
         with run_spacing(None, precise=False):
-            d = _deciding(dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling))
+            d = _deciding(run_pld(math.exp(u), run))
         for r in coarse:
             if r >= 1e-2 and last[0] < _ENDGAME:
                 # the coarse grid's laws cost about what the default's do (at
@@ -197,8 +216,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
                 # warnings are internal: a bracket that decides nothing falls through)
                 with run_spacing(0.08, precise=False), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    lo, hi = _deciding(dpsgd(math.exp(u), sampling_rate, steps, sampling=sampling)).epsilon_bounds(
-                        delta, rtol=r)
+                    lo, hi = _deciding(run_pld(math.exp(u), run)).epsilon_bounds(delta, rtol=r)
             else:
                 lo, hi = d.epsilon_bounds(delta, rtol=r)
             if hi <= target_epsilon or lo > target_epsilon:
@@ -215,6 +233,20 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     sigma = math.exp(u)
     record_info(search, info, t0, sigma, "noise_multiplier", math.exp)
     return sigma
+
+
+def _run(sampling, sampling_rate, steps, loader: dict) -> RunShape:
+    """The run a calibration accounts, resolved as :func:`pld.dpsgd` resolves it.  Given only
+    ``sampling_rate`` and ``steps`` (the historical call), a missing one is named as before."""
+    if all(loader[k] is None for k in ("epochs", "dataset_size", "batch_size", "steps_per_epoch")):
+        if sampling_rate is None or steps is None:
+            missing = " and ".join(n for n, x in (("sampling_rate", sampling_rate), ("steps", steps)) if x is None)
+            raise TypeError(f"the run needs {missing}: give sampling_rate and steps, or the loader "
+                            "(dataset_size, batch_size and epochs, as pld.dpsgd takes them)")
+        v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+        v.integer("steps", steps, low=1, high=MAX_STEPS)
+        sampling_scheme(sampling)
+    return resolve_run(sampling, sampling_rate, steps, **loader)
 
 
 #: relative distance of the last point from the target past which a run-level

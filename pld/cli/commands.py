@@ -128,9 +128,11 @@ def cmd_calibrate(args) -> int:
         else:
             fn, kwargs = _calibration_call(solve, args.sampling, info)
             if solve == "noise_multiplier":
-                shape = resolve_run(args.sampling, args.sampling_rate, args.steps, epochs=args.epochs,
-                                    batch_size=args.batch_size, steps_per_epoch=args.steps_per_epoch, **loader)
-                value = float(_solution(fn(target, delta, shape.sampling_rate, shape.steps, **kwargs), solve))
+                run = dict(epochs=args.epochs, batch_size=args.batch_size, steps_per_epoch=args.steps_per_epoch,
+                           **loader)
+                shape = resolve_run(args.sampling, args.sampling_rate, args.steps, **run)
+                # (the run itself, not its rate and steps: a loader's short last batch, drop_last)
+                value = float(_solution(fn(target, delta, args.sampling_rate, args.steps, **run, **kwargs), solve))
                 sigma = value
             elif solve == "steps":
                 q = resolve_run(args.sampling, args.sampling_rate, 1, **loader).sampling_rate

@@ -22,8 +22,9 @@ _SIGMA_RANGE = (1e-3, 1e12)
 
 
 
-def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: float, steps: int, *,
-                           sampling: str = "poisson", rtol: float = 1e-3, info: dict | None = None) -> float:
+def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: float | None = None,
+                           steps: int | None = None, *, sampling: str = "poisson", rtol: float = 1e-3,
+                           info: dict | None = None, run=None) -> float:
     """Smallest DP-SGD noise multiplier whose certified TPR at FPR ``at_fpr`` is at most ``target_tpr``.
 
     ``pld.calibrate_noise(target_tpr=..., at_fpr=..., sampling_rate=..., steps=...)``
@@ -32,7 +33,9 @@ def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: floa
     direction's TPR bracket with the target, on the excess ``TPR - FPR`` (which
     falls to 0 as the noise grows: ``TPR >= FPR`` for every mechanism), and
     returns an evaluated noise multiplier within budget next to one at most
-    ``sigma / (1 + rtol)`` evaluated over it.
+    ``sigma / (1 + rtol)`` evaluated over it.  ``run``: a resolved run
+    (:class:`pld.accounting.loaders.RunShape`, e.g. from a loader's description)
+    in place of ``sampling_rate``, ``steps`` and ``sampling``.
 
     Raises
     ------
@@ -43,7 +46,7 @@ def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: floa
     import time
 
     from pld.accounting.calibrate_search import Search, record_info, surrogate_root
-    from pld.accounting.dpsgd import MAX_STEPS, dpsgd, sampling_scheme
+    from pld.accounting.loaders import resolve_run, run_pld
 
     t0 = time.perf_counter()
     alpha = v.real("at_fpr", at_fpr, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -51,9 +54,9 @@ def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: floa
     if not beta > alpha:
         raise ValueError(f"target_tpr must be above at_fpr (every mechanism allows TPR = FPR), got "
                          f"target_tpr={beta!r} at at_fpr={alpha!r}")
-    q = v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-    t = v.integer("steps", steps, low=1, high=MAX_STEPS)
-    sampling = sampling_scheme(sampling)
+    if run is None:
+        run = resolve_run(sampling, sampling_rate, steps)
+    q, t = run.sampling_rate, run.steps
     rtol = v.real("rtol", rtol, low=1e-6, high=1.0, high_open=True)
     tol = math.log1p(rtol)
 
@@ -61,7 +64,7 @@ def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: floa
         with warnings.catch_warnings():
             # (a bracket wider than its TPR target only matters next to the target)
             warnings.simplefilter("ignore", TargetMissedWarning)
-            r = TradeOff(dpsgd(math.exp(u), q, t, sampling=sampling)).tpr([alpha])
+            r = TradeOff(run_pld(math.exp(u), run)).tpr([alpha])
         return max(r.lower[0] - alpha, 0.0), r.upper[0] - alpha
 
     search = Search(beta - alpha, engine, lambda u: math.nan, math.log(_SIGMA_RANGE[0]),
