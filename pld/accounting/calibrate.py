@@ -169,7 +169,8 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
             raise TypeError("give either target_epsilon and delta or target_tpr and at_fpr, not both")
         from pld.report.risk_calibrate import calibrate_noise_to_tpr  # (attack risk: read off the trade-off curve)
 
-        return calibrate_noise_to_tpr(target_tpr, at_fpr, sampling=sampling, rtol=rtol, info=info,
+        return calibrate_noise_to_tpr(target_tpr, at_fpr,  # type: ignore[arg-type]
+                                      sampling=sampling, rtol=rtol, info=info,
                                       run=_run(sampling, sampling_rate, steps, loader))
     t0 = time.perf_counter()
     target_epsilon, delta = check_target(target_epsilon, delta)
