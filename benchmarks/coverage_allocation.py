@@ -72,12 +72,17 @@ RANGES_STRICT = {"sigma": (1.0, 4.0), "t": (100, 5000), "epochs": (100, 3000), "
 #: ``--space dpsgd``: what ``pld.dpsgd(sigma, 1/t, t * epochs, sampling="balls_in_bins")`` meets
 #: (one participation; the ranges of the stop hook's random probe)
 RANGES_DPSGD = {"sigma": (0.5, 8.0), "t": (2, 20_000), "epochs": (1, 300), "delta": (1e-12, 1e-4)}
+#: ``--space long``: one participation, the long epochs of a large dataset in small batches
+#: (``N / b`` from 2e4 to 1e6 steps: 5e6 records in batches of 138 make 35974)
+RANGES_LONG = {"sigma": (0.5, 4.0), "t": (20_000, 1_000_000), "epochs": (1, 100), "delta": (1e-12, 1e-4)}
 SPACES = {"default": (RANGES, "sigma in [0.3, 6], t in [2, 1e5], k in [1, t/4], epochs in [1, 1000], "
                               "delta in [1e-12, 1e-4]"),
           "strict": (RANGES_STRICT, "sigma in [1, 4], t in [100, 5000], k = 1, epochs in [100, 3000], "
                                     "delta in [1e-13, 1e-10]"),
           "dpsgd": (RANGES_DPSGD, "sigma in [0.5, 8], t in [2, 2e4], k = 1, epochs in [1, 300], "
-                                  "delta in [1e-12, 1e-4]")}
+                                  "delta in [1e-12, 1e-4]"),
+          "long": (RANGES_LONG, "sigma in [0.5, 4], t in [2e4, 1e6], k = 1, epochs in [1, 100], "
+                                "delta in [1e-12, 1e-4]")}
 #: Monte Carlo budget: normal draws per direction (t * n)
 MC_DRAWS = 4e7
 #: two-sided confidence of the Monte Carlo intervals (normal approximation)
@@ -101,8 +106,8 @@ class Setting:
 def sample_settings(n: int, seed: int, space: str = "default") -> list[Setting]:
     """``n`` settings, five uniforms each from one seeded stream (a prefix of a longer run is a shorter run).
 
-    ``space``: ``"default"`` (:data:`RANGES`), ``"strict"`` (:data:`RANGES_STRICT`, ``k = 1``) or
-    ``"dpsgd"`` (:data:`RANGES_DPSGD`, ``k = 1``)."""
+    ``space``: ``"default"`` (:data:`RANGES`), ``"strict"`` (:data:`RANGES_STRICT`, ``k = 1``),
+    ``"dpsgd"`` (:data:`RANGES_DPSGD`, ``k = 1``) or ``"long"`` (:data:`RANGES_LONG`, ``k = 1``)."""
     rng = np.random.default_rng(seed)
     ranges = SPACES[space][0]
 
@@ -447,7 +452,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=39)
     ap.add_argument("--space", choices=tuple(SPACES), default="default",
                     help="strict: k = 1, 100-3000 epochs, delta 1e-13..1e-10 (RANGES_STRICT); dpsgd: "
-                         "k = 1, sigma 0.5-8, t 2-2e4, 1-300 epochs (RANGES_DPSGD)")
+                         "k = 1, sigma 0.5-8, t 2-2e4, 1-300 epochs (RANGES_DPSGD); long: k = 1, "
+                         "sigma 0.5-4, t 2e4-1e6, 1-100 epochs (RANGES_LONG)")
     ap.add_argument("--timeout-per-setting", type=float, default=60.0)
     ap.add_argument("--jsonl", type=Path)
     ap.add_argument("--out", type=Path, help="write the markdown section here")
