@@ -167,7 +167,9 @@ def test_refined_rounds_and_the_target():
         elif finer_split:
             assert long_chain == [half, ("split", mech.spacing, mech.kappa / 100)], long_chain
         elif t > 300_000:
+            # (the linear grid, not its finer one: 26-80 s at 7e5-1e6 steps for at most 1e-7)
             assert ("linear", mech.spacing, mech.kappa) in long_chain, long_chain
+            assert ("linear", mech.spacing / 2, mech.kappa) not in long_chain, long_chain
     # above sigma 2.5, or in a round shorter than 4096 steps, the linear grid comes first; above
     # sigma 2.5 in a long round its finer grid next, then the split's finer variants
     for s, t in ((3.0, 18324), (2.0, 4095)):

@@ -119,8 +119,9 @@ _ADD_INF_REFINE = 1e-10
 #: ``_LONG_HALF_SIGMA`` to ``_HALF_BEFORE_LINEAR_SIGMA``, up to ``_LONG_HALF_STEPS`` steps too (2-3x
 #: the split's build, 3-7 s at 6e4-2e5 steps), and such a longer round no longer tries the linear
 #: grid (at 6e4-2e5 steps never narrower than the split, and 3-26 s).  Beyond 3e5 steps the
-#: linear grid's lower end was the narrowest (7e5-1e6 steps; 10-80 s with its finer grid); at
-#: sigma 3.7 the finer split narrowed nothing the linear grids had not.
+#: linear grid's lower end was the narrowest (7e5-1e6 steps), but not its finer grid's (26-80 s
+#: for at most 1e-7 of epsilon): those rounds try the linear grid, not its finer one.  At sigma
+#: 3.7 the finer split narrowed nothing the linear grids had not.
 _FINER_SPLIT_STEPS, _LONG_HALF_SIGMA, _LONG_HALF_STEPS = 20_000, 0.75, 300_000
 #: rounds from which a split's missed target tries half the spacing before the further light cut
 #: (sigma 0.8-1.2, 3721-19821 steps: the cut moved no end, 0.6-1.9 s each)
@@ -442,9 +443,11 @@ class RandomAllocation(Mechanism):
             half = (("split", self.spacing / 2, self.kappa)
                     if 2 <= t and (t <= _FINER_SPLIT_STEPS or long_round)
                     and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9) else None)
+            if (long_round and first == "split") or (t > _LONG_HALF_STEPS and other == "linear"):
+                # (longer still, the linear grid's finer one moved no end by over 1e-7 in 26-79 s)
+                finer_other = None
             if long_round and first == "split":
                 pending = [p for p in pending if p[0] != "linear"]
-                finer_other = None
             # (the split on a light grid twice as fine: before the finer linear grid, which costs four
             # times as much from 4096 steps on, where the split came first, and in a long round before
             # the split's further light cut too, which moved no end there)
