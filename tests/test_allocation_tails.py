@@ -148,11 +148,10 @@ def test_refined_rounds_and_the_target():
     assert all(c == "geometric" and sp < mech.spacing for c, sp, _ in chain[last + 1:]) and chain[last + 1:]
     # a long round tries the finer split before the further light cut and the finer linear grid
     # (sigma 0.968, 1-of-18324, 162 epochs, delta 1e-8: 0.82x its target with it, in 4.6 s); a
-    # longer one too at sigma 0.75-2.5 up to 3e5 steps, and then no linear grid
-    # (1-of-59438 .. 1-of-207648 at sigma 0.76-1.9: the finer split within target where the split
-    # was 1.1-1.5x it, the linear grid 1-21x in 3-26 s); below sigma 0.75 not the finer split (its
-    # build grows to tens of seconds), nor beyond 3e5 steps (the linear grid's lower end is the
-    # narrowest there)
+    # longer one too at sigma 0.75-2.5 up to 3e5 steps (1-of-59438 .. 1-of-207648 at sigma
+    # 0.76-1.9: the finer split within target where the split was 1.1-1.5x it, the linear grid
+    # 1-21x in 3-26 s); below sigma 0.75 not the finer split (its build grows to tens of
+    # seconds), nor beyond 3e5 steps (the linear grid's lower end is the narrowest there)
     half = ("split", mech.spacing / 2, mech.kappa)
     for s, t, finer_split in ((0.968, 18324, True), (0.968, 25000, True), (0.7, 25000, False),
                               (2.0, 400_000, False), (3.0, 25000, False)):
@@ -160,12 +159,13 @@ def test_refined_rounds_and_the_target():
         while (r := r.refined()) is not None:
             long_chain.append((r.construction, r.spacing, r.kappa))
         assert (half in long_chain) == finer_split, long_chain
-        if t <= 20_000:
+        if finer_split:
             # (and, up to sigma 2.5, before the single linear grid, whose bracket was the wider there)
-            assert long_chain == [half, ("linear", mech.spacing, mech.kappa), ("split", mech.spacing, mech.kappa / 100),
-                                  ("linear", mech.spacing / 2, mech.kappa)], long_chain
-        elif finer_split:
-            assert long_chain == [half, ("split", mech.spacing, mech.kappa / 100)], long_chain
+            assert long_chain[0] == half, long_chain
+            if t <= 20_000:
+                assert long_chain == [half, ("linear", mech.spacing, mech.kappa),
+                                      ("split", mech.spacing, mech.kappa / 100),
+                                      ("linear", mech.spacing / 2, mech.kappa)], long_chain
         elif t > 300_000:
             # (the linear grid, not its finer one: 26-80 s at 7e5-1e6 steps for at most 1e-7)
             assert ("linear", mech.spacing, mech.kappa) in long_chain, long_chain

@@ -117,11 +117,12 @@ _ADD_INF_REFINE = 1e-10
 #: longest round whose missed target tries the split on a light grid of half the spacing (1-2 s
 #: at 2e4 steps, where it met targets the linear grid's finer one met in 8 s); from
 #: ``_LONG_HALF_SIGMA`` to ``_HALF_BEFORE_LINEAR_SIGMA``, up to ``_LONG_HALF_STEPS`` steps too (2-3x
-#: the split's build, 3-7 s at 6e4-2e5 steps), and such a longer round no longer tries the linear
-#: grid (at 6e4-2e5 steps never narrower than the split, and 3-26 s).  Beyond 3e5 steps the
-#: linear grid's lower end was the narrowest (7e5-1e6 steps), but not its finer grid's (26-80 s
-#: for at most 1e-7 of epsilon): those rounds try the linear grid, not its finer one.  At sigma
-#: 3.7 the finer split narrowed nothing the linear grids had not.
+#: the split's build, 3-7 s at 6e4-2e5 steps; within target where the split and the linear grids
+#: were not: the linear grid is tried after it, its upper end can be the lowest, sigma 2, 1e5
+#: steps, delta 1e-10).  Beyond 3e5 steps the linear grid's lower end was the narrowest (7e5-1e6
+#: steps), but not its finer grid's (26-80 s for at most 1e-7 of epsilon): those rounds try the
+#: linear grid, not its finer one.  At sigma 3.7 the finer split narrowed nothing the linear
+#: grids had not.
 _FINER_SPLIT_STEPS, _LONG_HALF_SIGMA, _LONG_HALF_STEPS = 20_000, 0.75, 300_000
 #: rounds from which a split's missed target tries half the spacing before the further light cut
 #: (sigma 0.8-1.2, 3721-19821 steps: the cut moved no end, 0.6-1.9 s each)
@@ -399,7 +400,7 @@ class RandomAllocation(Mechanism):
         construction (the single linear grid or the light/heavy split, where
         it can be built), then the finer variant of the first (:meth:`_finer`), then
         that of the other, with the split at half the spacing (up to ``_FINER_SPLIT_STEPS``; up to
-        ``_LONG_HALF_STEPS`` at sigma 0.75-2.5, such a longer round without the linear grids)
+        ``_LONG_HALF_STEPS`` at sigma 0.75-2.5; longer rounds without the linear grid's finer one)
         before the linear grid's where the split came first (and, from ``_HALF_BEFORE_CUT_STEPS``
         steps, before the split's further light cut; from ``_HALF_BEFORE_LINEAR_STEPS`` steps up to
         ``_HALF_BEFORE_LINEAR_SIGMA``, before the other construction too, and above it after the
@@ -443,11 +444,9 @@ class RandomAllocation(Mechanism):
             half = (("split", self.spacing / 2, self.kappa)
                     if 2 <= t and (t <= _FINER_SPLIT_STEPS or long_round)
                     and self.spacing / 2 >= FINEST_SPACING * (1 - 1e-9) else None)
-            if (long_round and first == "split") or (t > _LONG_HALF_STEPS and other == "linear"):
-                # (longer still, the linear grid's finer one moved no end by over 1e-7 in 26-79 s)
+            if t > _LONG_HALF_STEPS and other == "linear":
+                # (the linear grid's finer one moved no end by over 1e-7 there, in 26-79 s)
                 finer_other = None
-            if long_round and first == "split":
-                pending = [p for p in pending if p[0] != "linear"]
             # (the split on a light grid twice as fine: before the finer linear grid, which costs four
             # times as much from 4096 steps on, where the split came first, and in a long round before
             # the split's further light cut too, which moved no end there)
@@ -455,7 +454,7 @@ class RandomAllocation(Mechanism):
                 pending += [finer_first, finer_other, half]
             elif first == "split" and t >= _HALF_BEFORE_CUT_STEPS:
                 if (half is not None and t >= _HALF_BEFORE_LINEAR_STEPS and s <= _HALF_BEFORE_LINEAR_SIGMA
-                        and (long_round or pending[:1] == [(other, self.spacing, self.kappa)])):
+                        and pending[:1] == [(other, self.spacing, self.kappa)]):
                     pending.insert(0, half)
                     half = None
                 if t >= _HALF_BEFORE_LINEAR_STEPS and s > _HALF_BEFORE_LINEAR_SIGMA and finer_other is not None:
