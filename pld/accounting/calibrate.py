@@ -154,7 +154,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
     >>> pld.dpsgd(sigma, 0.01, 1000).epsilon(1e-5) <= 2.0
     True
 
-    A shuffling loader whose batch does not divide the dataset (``ceil(1000 / 64) = 16``
+    A balls-in-bins loader whose batch does not divide the dataset (``ceil(1000 / 64) = 16``
     batches per epoch, each record in one of them):
 
     >>> sigma = pld.calibrate_noise(3.0, 1e-5, dataset_size=1000, batch_size=64, epochs=5,

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 from scipy.special import ndtri
 
 from pld import _validate as v
 from pld.distribution import TargetMissedWarning
 from pld.report.risk import TradeOff
+
+if TYPE_CHECKING:
+    from pld.accounting.loaders import RunShape
 
 __all__ = ["calibrate_noise_to_tpr"]
 
@@ -24,7 +28,7 @@ _SIGMA_RANGE = (1e-3, 1e12)
 
 def calibrate_noise_to_tpr(target_tpr: float, at_fpr: float, sampling_rate: float | None = None,
                            steps: int | None = None, *, sampling: str = "poisson", rtol: float = 1e-3,
-                           info: dict | None = None, run=None) -> float:
+                           info: dict | None = None, run: RunShape | None = None) -> float:
     """Smallest DP-SGD noise multiplier whose certified TPR at FPR ``at_fpr`` is at most ``target_tpr``.
 
     ``pld.calibrate_noise(target_tpr=..., at_fpr=..., sampling_rate=..., steps=...)``
