@@ -237,16 +237,13 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
 
 
 def _run(sampling, sampling_rate, steps, loader: dict) -> RunShape:
-    """The run a calibration accounts, resolved as :func:`pld.dpsgd` resolves it.  Given only
-    ``sampling_rate`` and ``steps`` (the historical call), a missing one is named as before."""
-    if all(loader[k] is None for k in ("epochs", "dataset_size", "batch_size", "steps_per_epoch")):
-        if sampling_rate is None or steps is None:
-            missing = " and ".join(n for n, x in (("sampling_rate", sampling_rate), ("steps", steps)) if x is None)
-            raise TypeError(f"the run needs {missing}: give sampling_rate and steps, or the loader "
-                            "(dataset_size, batch_size and epochs, as pld.dpsgd takes them)")
-        v.real("sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-        v.integer("steps", steps, low=1, high=MAX_STEPS)
-        sampling_scheme(sampling)
+    """The run a calibration accounts, resolved as :func:`pld.dpsgd` resolves it (which validates
+    it); without a loader, a missing ``sampling_rate`` or ``steps`` is named here."""
+    no_loader = all(loader[k] is None for k in ("epochs", "dataset_size", "batch_size", "steps_per_epoch"))
+    if no_loader and (sampling_rate is None or steps is None):
+        missing = " and ".join(n for n, x in (("sampling_rate", sampling_rate), ("steps", steps)) if x is None)
+        raise TypeError(f"the run needs {missing}: give sampling_rate and steps, or the loader "
+                        "(dataset_size, batch_size and epochs, as pld.dpsgd takes them)")
     return resolve_run(sampling, sampling_rate, steps, **loader)
 
 
