@@ -11,6 +11,7 @@ See that module's docstring for why each step keeps its side of the bound.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ _MAX_TILTS = 4
 _TILT_STRIDE = 2.5
 
 
+#: an upper run's level is cut below where its lower tail is this share of the window's tail
+#: (what is cut is lost, as above the window, whose own losses are far below its tail)
+_LOW_SHARE = 1e-9
 #: a light part's level reaches this many coordinates' caps beyond its bulk
 _CAP_JUMPS = 5.0
 #: the error of an array that is not there
@@ -104,10 +108,14 @@ class _Level:
     edev: float = 0.0
     #: merged lower side before any dev array: ``|m_k - v_k| <= rho_s v_k`` for every atom
     rho_s: float = 0.0
+    #: the grid index of entry 0 (``q[i]`` is the mass at ``(k0 + i) step d``): an upper run's
+    #: levels are also cut below their bulk (:func:`_sum_levels`); 0 everywhere else
+    k0: int = 0
 
 
 def _dev(lv: _Level, d: float) -> tuple[np.ndarray, float]:
     """The level's deviation bounds as an array (from ``rho_s`` if it has none)."""
+    assert lv.k0 == 0  # (merged lower levels are never cut below)
     if lv.dev is not None:
         return lv.dev, lv.edev
     v = np.arange(lv.q.size) * (lv.step * d)
@@ -166,14 +174,15 @@ def _regrid(x: np.ndarray, th: float) -> np.ndarray:
     return out
 
 
-def _regrid_p(x: np.ndarray, th: float) -> np.ndarray:
+def _regrid_p(x: np.ndarray, th: float, j0: int = 0) -> np.ndarray:
     """The P-side of the spread: the odd atom ``2j+1`` sends ``(j+1)/(2j+1)`` of its
-    P-mass up and ``j/(2j+1)`` down (its value ratio), tilted by ``th`` per fine cell."""
+    P-mass up and ``j/(2j+1)`` down (its value ratio), tilted by ``th`` per fine cell
+    (``x[0]`` the atom ``2 j0``)."""
     n = x.size
     out = np.zeros((n + 1) // 2 + 1)
     out[: (n + 1) // 2] += x[0::2]
     odd = x[1::2]
-    j = np.arange(odd.size, dtype=float)
+    j = np.arange(j0, j0 + odd.size, dtype=float)
     up = odd * ((j + 1.0) / (2.0 * j + 1.0))
     out[: odd.size] += math.exp(-th) * (odd - up)
     out[1: odd.size + 1] += math.exp(th) * up
@@ -187,6 +196,10 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
     (lower side)."""
     if run.merge:
         return _merge(run, lv)
+    if lv.k0 % 2:
+        # (atoms pair up from an even grid point, as on every other run: one zero in front)
+        lv = dataclasses.replace(lv, q=np.concatenate(([0.0], lv.q)), k0=lv.k0 - 1,
+                                 p=None if lv.p is None else np.concatenate(([0.0], lv.p)))
     th = run.theta * lv.step * run.d
     ch = math.cosh(th)
     # the map's rows sum to 1 + cosh(th), its columns to at most cosh(th)
@@ -196,7 +209,7 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
     if lv.p is not None:
         # rows sum to at most 1 + 3/2 e^|th|, columns to at most e^|th|
         eth = math.exp(abs(th))
-        p = _regrid_p(lv.p, th)
+        p = _regrid_p(lv.p, th, lv.k0 // 2)
         ep = lv.ep.mapped(eth * (1.0 + 1e-12), (1.0 + 1.5 * eth) * (1.0 + 1e-12), 8.0 * _U, lv.p)
     lmgf = None
     if lv.lmgf is not None:
@@ -204,7 +217,7 @@ def _coarsen(run: _Run, lv: _Level) -> _Level:
         # a spread multiplies the MGF at theta' by at most cosh(theta' d_f)
         x = np.abs(run.chern * (lv.step * run.d))
         lmgf = lv.lmgf + (x + np.log1p(np.exp(-2.0 * x)) - math.log(2.0)) * (1 + 1e-12)  # (log cosh x)
-    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf)
+    return _Level(q, p, eq, ep, lv.m, 2 * lv.step, lv.lost_q, lv.lost_p, lmgf, k0=lv.k0 // 2)
 
 
 #: relative residual allowed for a first-grid merged cell's conditional mean
@@ -236,30 +249,37 @@ def _merge(run: _Run, lv: _Level) -> _Level:
     return _Level(q, p, eq, ep, lv.m, 2 * lv.step, dev=dev, edev=edev)
 
 
-def _cut_mass(run: _Run, x: np.ndarray, e: Err, m: int, step: int, start: int) -> tuple[float, float]:
-    """Upper bounds on the untilted Q- and P-mass of entries ``start..`` of a level's tilted array."""
-    if start >= x.size:
+def _cut_mass(run: _Run, x: np.ndarray, e: Err, m: int, step: int, start: int, end: int | None = None,
+              k0: int = 0) -> tuple[float, float]:
+    """Upper bounds on the untilted Q- and P-mass of entries ``start..end-1`` of a level's tilted
+    array (entry ``i`` at grid index ``k0 + i``)."""
+    end = x.size if end is None else min(end, x.size)
+    if start >= end:
         return 0.0, 0.0
-    k = np.arange(start, x.size, dtype=float)
+    k = np.arange(k0 + start, k0 + end, dtype=float)
     lw = run.log_w(m, step, k)
     top = float(lw.max())
     if top > 700.0:
         return math.inf, math.inf
     w = np.exp(lw - top)  # (scaled by e^top, applied at the end)
     v = k * (step * run.d) / m  # the likelihood ratio of each entry (its P-mass over its Q-mass)
-    ax = np.abs(x[start:])
+    ax = np.abs(x[start:end])
     cq = (float(np.sum(ax * w)) + e.weighted(w)) * math.exp(top)
     cp = (float(np.sum(ax * w * v)) + e.weighted(w * v)) * math.exp(top)
     return cq * (1.0 + 1e-9), cp * (1.0 + 1e-9)
 
 
-def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
-    """The sum of two independent partial sums (same spacing), cut to ``keep`` entries.
+def _combine(run: _Run, a: _Level, b: _Level, keep: int, low_tail: float = 0.0) -> _Level:
+    """The sum of two independent partial sums (same spacing), cut to ``keep`` grid points;
+    an upper run's with no limit also cut below where the exact level's lower tail is at
+    most ``low_tail`` (Chernoff, from its log-MGF bounds: a size-only cut, the same on
+    every run on the same coordinate).
 
     The marked coordinate is in the first part with probability ``m_a / m``:
     ``p = (m_a/m) p_a * q_b + (m_b/m) q_a * p_b`` (one convolution for a square).
     """
     m = a.m + b.m
+    k0 = a.k0 + b.k0
     # (every convolution of the level in one call: each array is transformed once)
     items = [(a.q, a.eq, b.q, b.eq)]
     if a.p is not None:
@@ -298,19 +318,46 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
             edev = e1.l2 + e2.l2 + 2.0 * _U * float(l1_l2_norms(dev)[1])
     lost_q = lost_p = 0.0
     lmgf = None
+    # (entries top.. and ..cut - 1 of the arrays are cut)
+    top = max(0, keep - k0)
+    cut = 0
+    if low_tail > 0 and run.upper and run.limit == math.inf:
+        assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
+        # Q(S < s) <= e^{L(-eta) + eta s} <= low_tail for s up to (log low_tail - L(-eta)) / eta
+        neg = run.chern < 0
+        s_lo = float(np.max((math.log(low_tail) - (a.lmgf + b.lmgf)[neg]) / -run.chern[neg]))
+        if s_lo > 0:
+            cut = min(max(0, int(s_lo / (a.step * run.d)) - k0), top)
+    if run.upper and run.exact_below_limit and top < q.size:
+        # a lower-tail run reads its entries below the limit as exact: what its window cuts
+        # below the limit (a partial sum past its window, the whole sum still under the
+        # limit: one large coordinate) is carried as error, not lost
+        read = min(q.size, int(run.limit / (a.step * run.d)) + 2 - k0)
+        eq = eq.cut(q[top:read])
+        if p is not None:
+            ep = ep.cut(p[top:read])
     if run.upper and run.limit == math.inf:
         # cut parts: one factor's cut part times the other's total (Q), and the
         # marked mixture of the same (P)
         lost_q = a.lost_q * run.tq(b.m) + run.tq(a.m) * b.lost_q
         lost_p = ((a.m / m) * (a.lost_p * run.tq(b.m) + run.tp(a.m) * b.lost_q)
                   + (b.m / m) * (a.lost_q * run.tp(b.m) + run.tq(a.m) * b.lost_p))
-        cq, cp = _cut_mass(run, q, eq, m, a.step, keep)
+        cq, cp = _cut_mass(run, q, eq, m, a.step, top, None, k0)
         assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
         lmgf = a.lmgf + b.lmgf
-        if keep < q.size:
+        if cut > 0:
+            # below: directly, or Q(S < s) <= e^{L(theta') - theta' s} at theta' < 0, and
+            # E[S/m; S < s] <= (s/m) Q(S < s)
+            lq, lp = _cut_mass(run, q, eq, m, a.step, 0, cut, k0)
+            sl = (k0 + cut) * a.step * run.d
+            neg = run.chern < 0
+            bound = math.exp(min(float(np.min(np.where(neg, lmgf - run.chern * sl, np.inf))), 700.0)) * (1 + 1e-9)
+            lost_q += min(lq, bound)
+            lost_p += min(lp, sl / m * bound * (1 + 1e-9))
+        if top < q.size:
             # Chernoff: Q(S >= s) <= e^{L(theta') - theta' s}; and since s' <= s e^{(s' - s)/s},
             # E[S/m; S >= s] <= (s/m) e^{L(theta'') - theta'' s} for theta'' >= 1/s
-            sc = keep * a.step * run.d
+            sc = (k0 + top) * a.step * run.d
             pos = run.chern > 0  # (the negative parameters bound the lower tail)
             expo = np.where(pos, lmgf - run.chern * sc, np.inf)
             cq = min(cq, math.exp(min(float(np.min(expo)), 700.0)) * (1 + 1e-9))
@@ -319,12 +366,14 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int) -> _Level:
                 cp = min(cp, sc / m * math.exp(min(float(np.min(expo[ok])), 700.0)) * (1 + 1e-9))
         lost_q += cq
         lost_p += cp
-    q = q[:keep].copy()
+    q = q[cut:top].copy()
     if p is not None:
-        p = p[:keep].copy()
+        p = p[cut:top].copy()
     if dev is not None:
-        dev = np.abs(dev[:keep])  # (|.|: a bound stays a bound; the error bound covers the rest)
-    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev, rho_s)
+        assert k0 == 0 and cut == 0
+        dev = np.abs(dev[:top])  # (|.|: a bound stays a bound; the error bound covers the rest)
+    return _Level(q, p, eq, ep, m, a.step, lost_q, lost_p, lmgf if run.upper else None, dev, edev, rho_s,
+                  k0 + cut)
 
 
 def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
@@ -334,13 +383,20 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
     re-gridded to twice its spacing while that spacing stays below
     ``coarse_sd`` standard deviations of the partial sum (evolving
     discretisation).  The schedule depends on sizes only, so every tilt runs
-    through the same grids.
+    through the same grids.  An upper run with no limit also cuts each level
+    below its bulk, where the exact level's lower tail is at most ``_LOW_SHARE``
+    of the window's tail share (:func:`_combine`): a long round's partial sums sit
+    far from zero, and their arrays would otherwise grow with ``m`` rather than
+    with its root.
+    Entry 0 of the level returned is at 0 again.
     """
     a, d, t = run.a, run.d, run.t
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
+    below = run.upper and run.limit == math.inf
 
     def fit(lv: _Level) -> _Level:
-        while 2 * lv.step * d <= coarse_sd * sd1 * math.sqrt(lv.m) and lv.q.size > 64:
+        # (the size test counts the cells cut below: the schedule stays the one of sizes alone)
+        while 2 * lv.step * d <= coarse_sd * sd1 * math.sqrt(lv.m) and lv.k0 + lv.q.size > 64:
             lv = _coarsen(run, lv)
         return lv
 
@@ -350,19 +406,28 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
         return lv
 
     def keep(m: int, step: int) -> int:
-        if run.exact_below_limit:
+        if run.exact_below_limit and not run.upper:
             return int(run.limit / (step * d)) + 2
         w = window(a, m, t)
         if run.cap < math.inf:
             w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
         return int(min(w, run.limit) / (step * d)) + 2
 
+    def low(m: int) -> float:
+        return _LOW_SHARE * _tail.get() * m / t if below else 0.0
+
     def add(r: _Level, c: _Level) -> _Level:
         r = to_step(r, c.step)
         c = to_step(c, r.step)
-        return fit(_combine(run, r, c, keep(r.m + c.m, c.step)))
+        m = r.m + c.m
+        return fit(_combine(run, r, c, keep(m, c.step), low(m)))
 
-    return by_squaring(x, t, lambda c: fit(_combine(run, c, c, keep(2 * c.m, c.step))), add)
+    lv = by_squaring(x, t, lambda c: fit(_combine(run, c, c, keep(2 * c.m, c.step), low(2 * c.m))), add)
+    if lv.k0:
+        head = np.zeros(lv.k0)
+        lv = dataclasses.replace(lv, q=np.concatenate((head, lv.q)), k0=0,
+                                 p=None if lv.p is None else np.concatenate((head, lv.p)))
+    return lv
 
 
 def _tilted(x: np.ndarray, g: np.ndarray, theta: float,

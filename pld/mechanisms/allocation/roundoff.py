@@ -71,6 +71,16 @@ class Err:
                    (mid * (self.l2 + u * float(l2))) * _UP,
                    (row * (self.inf + u * top)) * _UP)
 
+    def cut(self, x: np.ndarray) -> Err:
+        """The error after the computed entries ``x`` are set to zero (their exact values are
+        then all error: ``E' = E + x`` on them, so each norm grows by at most ``x``'s)."""
+        if x.size == 0:
+            return self
+        ax = np.abs(x)
+        l1, l2 = l1_l2_norms(ax)
+        return Err((self.l1 + float(l1)) * _UP, (self.l2 + float(l2)) * _UP,
+                   (self.inf + float(np.max(ax))) * _UP)
+
     def weighted(self, w: np.ndarray) -> float:
         """A bound on ``sum_k |E_k| w_k`` for non-negative weights ``w`` (Cauchy-Schwarz, or
         the largest entry against the weights' sum, or the ``l1`` norm against their largest)."""
