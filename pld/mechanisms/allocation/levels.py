@@ -50,25 +50,27 @@ _TILT_STRIDE = 2.5
 #: an upper run's level is cut below where its lower tail is this share of the window's tail
 #: (what is cut is lost, as above the window, whose own losses are far below its tail)
 _LOW_SHARE = 1e-9
+#: a lower-tail run's windows reach this share of the window's tail
+_LIMIT_TAIL_SHARE = 1e-10
 #: a light part's level reaches this many coordinates' caps beyond its bulk
 _CAP_JUMPS = 5.0
 #: the error of an array that is not there
 _NO_ERR = Err(0.0, 0.0, 0.0)
 
 
-def _bulk(a: float, m: int, t: int) -> float:
+def _bulk(a: float, m: int, t: int, tail: float | None = None) -> float:
     """The bulk of a sum of ``m`` of the ``t`` coordinates (:func:`window` without the tail)."""
-    z_m = float(-_special.ndtri(_tail.get() * m / t))
+    z_m = float(-_special.ndtri((_tail.get() if tail is None else tail) * m / t))
     return m + z_m * math.sqrt(m * math.expm1(min(a * a, 700.0)))
 
 
-def window(a: float, m: int, t: int | None = None) -> float:
+def window(a: float, m: int, t: int | None = None, tail: float | None = None) -> float:
     """Right end of the window of a sum of ``m`` of the ``t`` coordinates:
     its bulk and the tail of one large ``Y`` (sizing only).  The round has
     ``t / m`` such partial sums, each cut at its window, so the bulk is taken
     to the ``tail m / t`` quantile (``tail``: ``_TAIL``, or the round's own)."""
     t = m if t is None else t
-    tail = _tail.get()
+    tail = _tail.get() if tail is None else tail
     z = float(-_special.ndtri(tail))
     z_m = float(-_special.ndtri(tail * m / t))
     z_t = float(-_special.ndtri(tail / t))
@@ -393,6 +395,8 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
     a, d, t = run.a, run.d, run.t
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     below = run.upper and run.limit == math.inf
+    # (a lower-tail run's cuts are error on entries it reads as exact: deeper windows)
+    tail = _tail.get() * _LIMIT_TAIL_SHARE if run.exact_below_limit else None
 
     def fit(lv: _Level) -> _Level:
         # (the size test counts the cells cut below: the schedule stays the one of sizes alone)
@@ -408,9 +412,9 @@ def _sum_levels(run: _Run, x: _Level, coarse_sd: float) -> _Level:
     def keep(m: int, step: int) -> int:
         if run.exact_below_limit and not run.upper:
             return int(run.limit / (step * d)) + 2
-        w = window(a, m, t)
+        w = window(a, m, t, tail)
         if run.cap < math.inf:
-            w = min(w, m * run.cap, _bulk(a, m, t) + _CAP_JUMPS * run.cap)
+            w = min(w, m * run.cap, _bulk(a, m, t, tail) + _CAP_JUMPS * run.cap)
         return int(min(w, run.limit) / (step * d)) + 2
 
     def low(m: int) -> float:
