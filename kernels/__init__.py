@@ -17,13 +17,14 @@ __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merg
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
            # random allocation's per-coordinate laws
            "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
-           "group_pairs", "sum_round_up", "lump_blocks",
+           "group_pairs", "sum_round_up", "lump_blocks", "bracket_convolve",
            # sums on one geometric grid (random allocation's short rounds)
            "geometric_sum_spread", "geometric_sum_merge"]
 
 _ahead_of_time = _aot.load(__all__)
 if len(_ahead_of_time) < len(__all__):
     from .allocation import (
+        bracket_convolve,
         cells_on,
         centred_cells,
         group_pairs,

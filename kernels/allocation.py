@@ -593,3 +593,36 @@ def sum_round_up(ca, cb, hv, g):
     for k in range(g.size):
         out[k] *= 1.0 + 2.0 * (terms[k] + 2.0) * _U
     return out, over * (1.0 + 2.0 * (terms[g.size] + 2.0) * _U)
+
+
+@called_with(F64, F64, F64, F64, i64)
+@njit(cache=True, nogil=True)
+def bracket_convolve(a_lo, a_hi, b_lo, b_hi, cut):
+    """Entries ``0 .. cut`` of the convolutions ``a_lo * b_lo`` and ``a_hi * b_hi`` (non-negative
+    inputs), summed directly: ``(lo, hi)``.
+
+    Each entry is a sum of at most ``min(a.size, b.size)`` non-negative products, whatever the
+    order, so its relative rounding is below that many ulps plus one (the caller widens the
+    pair by it); only the pairs ``i + j <= cut`` are formed, half the work of a full
+    convolution truncated afterwards.
+    """
+    na, nb = a_lo.size, b_lo.size
+    n = min(cut + 1, na + nb - 1) if na > 0 and nb > 0 else 0
+    lo = np.zeros(max(n, 0))
+    hi = np.zeros(max(n, 0))
+    _axpy_rows(lo, a_lo, b_lo, n)
+    _axpy_rows(hi, a_hi, b_hi, n)
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def _axpy_rows(out, a, b, n):
+    """``out[i + j] += a[i] b[j]`` for ``i + j < n`` (one row of ``b`` per entry of ``a``)."""
+    nb = b.size
+    for i in range(min(a.size, n)):
+        x = a[i]
+        if x == 0.0:
+            continue
+        top = min(nb, n - i)
+        for j in range(top):
+            out[i + j] += x * b[j]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -126,3 +127,20 @@ def test_many_participations_keep_the_sum_statistic():
     assert lo >= gauss_lo * (1 - 1e-4) and lo <= hi  # (the same statistic on its own grid: within the target)
     assert info["epsilon_lower"] == pytest.approx(lo, rel=1e-12)
     assert "the largest of the statistics" in mech.explain()["lower"]
+
+
+def test_bracketed_direct_convolution_matches_long_double_sums() -> None:
+    # (pld.kernels.bracket_convolve behind _conv_direct: entries 0..cut of both convolutions,
+    # each within its relative bound of the exact sum, here a long double direct sum)
+    from pld.mechanisms.allocation.labels import _conv_direct
+
+    rng = np.random.default_rng(5)
+    for na, nb, cut in ((50, 70, 60), (33, 33, 32), (10, 90, 200), (1, 5, 3)):
+        a = rng.lognormal(0.0, 3.0, na)
+        b = rng.lognormal(0.0, 3.0, nb)
+        a[rng.random(na) < 0.2] = 0.0
+        lo, hi = _conv_direct((a, 1.5 * a), (b, 2.0 * b), cut)
+        exact = np.convolve(a.astype(np.longdouble), b.astype(np.longdouble))[: cut + 1]
+        assert lo.size == hi.size == min(cut + 1, na + nb - 1)
+        assert np.all(lo <= exact) and np.all(hi >= 3.0 * exact)
+        assert np.all(lo >= exact * (1 - 1e-12)) and np.all(hi <= 3.0 * exact * (1 + 1e-12) + 1e-290)

@@ -114,12 +114,17 @@ def _power(x: np.ndarray, e: Err, m: int, cut: int) -> tuple[np.ndarray, Err]:
 def _conv_direct(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
                  cut: int) -> tuple[np.ndarray, np.ndarray]:
     """Entrywise brackets of the convolution of two bracketed non-negative vectors, by direct
-    summation (``numpy.convolve``): every entry a sum of at most ``n`` non-negative products,
+    summation (:func:`pld.kernels.bracket_convolve`): every entry a sum of at most ``n`` non-negative products,
     so its relative rounding is below ``(n + 1) u`` whatever the order, with no floor
     relative to the largest entry (an FFT's error is); ``1e-300`` per term covers underflow."""
+    from pld.kernels import bracket_convolve
+
     n = min(a[0].size, b[0].size)
-    lo = np.convolve(a[0], b[0])[: cut + 1] * (1.0 - 2.0 * (n + 2) * _U)
-    hi = np.convolve(a[1], b[1])[: cut + 1] * (1.0 + 2.0 * (n + 2) * _U) + n * 1e-300
+    a_lo, a_hi, b_lo, b_hi = (np.ascontiguousarray(x, dtype=np.float64) for x in (*a, *b))
+    lo, hi = bracket_convolve(a_lo, a_hi, b_lo, b_hi, int(cut))
+    lo *= 1.0 - 2.0 * (n + 2) * _U
+    hi *= 1.0 + 2.0 * (n + 2) * _U
+    hi += n * 1e-300
     return np.maximum(lo, 0.0), hi
 
 
