@@ -150,11 +150,12 @@ def test_refined_rounds_and_the_target():
     # (sigma 0.968, 1-of-18324, 162 epochs, delta 1e-8: 0.82x its target with it, in 4.6 s); a
     # longer one too at sigma 0.75-2.5 up to 3e5 steps (1-of-59438 .. 1-of-207648 at sigma
     # 0.76-1.9: the finer split within target where the split was 1.1-1.5x it, the linear grid
-    # 1-21x in 3-26 s); below sigma 0.75 not the finer split (its build grows to tens of
-    # seconds), nor beyond 3e5 steps (the linear grid's lower end is the narrowest there)
+    # 1-21x in 3-26 s); from sigma 0.5 below 0.75 too (no linear grid there: sigma 0.58, 1 of
+    # 185539, 4.9x -> 1.3x its target), not below 0.5, nor beyond 3e5 steps (the linear grid's
+    # lower end is the narrowest there)
     half = ("split", mech.spacing / 2, mech.kappa)
-    for s, t, finer_split in ((0.968, 18324, True), (0.968, 25000, True), (0.7, 25000, False),
-                              (2.0, 400_000, False), (3.0, 25000, False)):
+    for s, t, finer_split in ((0.968, 18324, True), (0.968, 25000, True), (0.7, 25000, True),
+                              (0.45, 25000, False), (2.0, 400_000, False), (3.0, 25000, False)):
         long_chain, r = [], RandomAllocation(pld.Gaussian(s), t)
         while (r := r.refined()) is not None:
             long_chain.append((r.construction, r.spacing, r.kappa))
