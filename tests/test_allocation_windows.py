@@ -110,3 +110,33 @@ def test_cut_error_bounds_the_entries_set_to_zero() -> None:
     assert e.l2 >= 1e-4 + np.sqrt(np.sum(x[10:20] ** 2))
     assert e.inf >= 1e-5 + np.max(np.abs(x[10:20]))
     assert Err(1.0, 2.0, 3.0).cut(x[:0]) == Err(1.0, 2.0, 3.0)
+
+
+def _delta(side: tuple, eps: float) -> float:
+    loss, lp, lq = side
+    return float(np.sum(np.maximum(np.exp(lp) - np.exp(eps + lq), 0.0)))
+
+
+@pytest.mark.parametrize("cut_sd", [None, 1.0])
+def test_split_dominated_side_cut_below_stays_dominated(cut_sd: float | None, monkeypatch) -> None:
+    # the dominated side's label sums are cut below their bulk on every tilt alike (one
+    # post-processed pair, which may drop mass); cut hard (a standard deviation below the
+    # mean) its pair loses mass but stays below the dominating pair at every epsilon
+    from pld.mechanisms.allocation import heavy_lower
+    from pld.mechanisms.allocation.sums import sum_laws
+
+    if cut_sd is not None:
+        monkeypatch.setattr(heavy_lower, "_LOW_CUT_SD", cut_sd)
+    sum_laws.cache_clear()
+    try:
+        upper, lower, _ = sum_laws(1.0, 300, 0.05, "split", None, None, False)
+    finally:
+        sum_laws.cache_clear()
+    for eps in (0.0, 0.05, 0.2, 0.5, 1.0):
+        for up, lo in ((upper.remove, lower.remove), (upper.add, lower.add)):
+            assert _delta(lo, eps) <= _delta(up, eps) * (1 + 1e-9) + 1e-15
+    total = float(np.sum(np.exp(lower.remove[2])))
+    if cut_sd is not None:
+        assert total < 0.9  # (the hard cut dropped Q-mass: the test checks a real cut)
+    else:
+        assert total > 1 - 1e-6

@@ -25,6 +25,10 @@ from pld.mechanisms.allocation.roundoff import Err, convolve_errs
 _LOW_CAPS = 2.0
 #: the dominated side's tilts: multiples of this many standard deviations of the sum
 _LOW_TILT = 2.5
+#: the dominated side's levels are cut this many of their standard deviations below their mean
+#: (the same cut on every tilt, so all bound one post-processed pair, which may drop mass; the
+#: lower tail of a sum of non-negative light coordinates is lighter than a Gaussian's, e^-60 there)
+_LOW_CUT_SD = 11.0
 #: P-mass a round's dominated pair may drop to its bulk's round-off before the bulk's runs are
 #: redone with long double transforms (:func:`pld.mechanisms.allocation.roundoff.convolve_errs`)
 _EXTENDED_DROP = 1e-10
@@ -178,6 +182,14 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         bulk = m + z * math.sqrt(m * sd1 * sd1)
         return int(min(bulk + _LOW_CAPS * cap, m * cap) / (step * d)) + 2
 
+    # (a light coordinate's label law, untilted: its mean and spread size the cut below)
+    w1 = math.fsum(q1.tolist())
+    mean1 = math.fsum((g * q1).tolist()) / w1
+    sd_l = math.sqrt(max(math.fsum((g * g * q1).tolist()) / w1 - mean1 * mean1, 0.0))
+
+    def low(m: int, step: int) -> int:
+        return max(0, int(math.floor((m * mean1 - _LOW_CUT_SD * math.sqrt(m) * sd_l) / (step * d))) - 1)
+
     def run(theta: float, extended: bool = False):
         with np.errstate(divide="ignore"):
             lw = theta * g
@@ -190,17 +202,21 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
         e_p = Err.of_entries(ep1 * w + rel * p0)
 
         def halve(x, step):
-            q, p, eq, ep, m, s0 = x
+            q, p, eq, ep, m, s0, k0 = x
+            if k0 % 2:  # (labels pair up from an even one, as on every other run)
+                q, p, k0 = np.concatenate(([0.0], q)), np.concatenate(([0.0], p)), k0 - 1
             f = math.exp(-theta * s0 * d)  # (label 2j + 1 joins 2j: its tilt is one old cell higher)
             qq = np.append(q, 0.0) if q.size % 2 else q
             pp = np.append(p, 0.0) if p.size % 2 else p
             q2, p2 = qq[0::2] + f * qq[1::2], pp[0::2] + f * pp[1::2]
             # (each output takes an even input and f times an odd one, rounded by 4 ulps of both)
             col, row = max(1.0, f), 1.0 + f
-            return q2, p2, eq.mapped(col, row, 4.0 * _U, qq), ep.mapped(col, row, 4.0 * _U, pp), m, 2 * s0
+            return (q2, p2, eq.mapped(col, row, 4.0 * _U, qq), ep.mapped(col, row, 4.0 * _U, pp), m, 2 * s0,
+                    k0 // 2)
 
         def fit(x):
-            while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[0].size > 64:
+            # (the size test counts the labels cut below: the schedule stays the one of sizes alone)
+            while 2 * x[5] * d <= coarse_sd * sd1 * math.sqrt(x[4]) and x[6] + x[0].size > 64:
                 x = halve(x, x[5])
             return x
 
@@ -210,9 +226,10 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
             return x
 
         def combine(x, y):
-            qa, pa, eqa, epa, ma, step = x
-            qb, pb, eqb, epb, mb, _ = y
+            qa, pa, eqa, epa, ma, step, ka = x
+            qb, pb, eqb, epb, mb, _, kb = y
             m = ma + mb
+            k0 = ka + kb
             # (one call: each array transformed once)
             items = [(qa, eqa, qb, eqb), (pa, epa, qb, eqb)] + ([] if x is y else [(qa, eqa, pb, epb)])
             done = convolve_errs(items, extended)
@@ -223,19 +240,26 @@ def _lower_labels(mu: float, a: float, d: float, n: int, t: int, coarse_sd: floa
                 pb_, e2 = done[2]
                 p = (ma / m) * pa_ + (mb / m) * pb_
                 ep = e1.mixed(ma / m, e2, mb / m, pa_, pb_)
-            k = keep(m, step)
-            return fit((q[:k].copy(), p[:k].copy(), eq, ep, m, step))
+            # (cut to the same labels on every run: below the bulk and above the window)
+            top = max(0, keep(m, step) - k0)
+            cut = min(max(0, low(m, step) - k0), top)
+            return fit((q[cut:top].copy(), p[cut:top].copy(), eq, ep, m, step, k0 + cut))
 
         def add(r, c):
             r = to_step(r, c[5])
             return combine(r, to_step(c, r[5]))
 
-        first = (q0, p0, e_q, e_p, 1, 1)
+        def whole(x):  # (entry 0 at label 0 again)
+            q, p, eq, ep, m, s0, k0 = x
+            head = np.zeros(k0)
+            return np.concatenate((head, q)), np.concatenate((head, p)), eq, ep, m, s0, 0
+
+        first = (q0, p0, e_q, e_p, 1, 1, 0)
         result = by_squaring(first, t - 1, lambda c: combine(c, c), add)
-        return c0, result, combine(result, to_step(first, result[5]))
+        return c0, whole(result), whole(combine(result, to_step(first, result[5])))
 
     def brackets(c0: float, theta: float, x) -> tuple:
-        q, p, eq, ep, m, step = x
+        q, p, eq, ep, m, step, _ = x
         lw = m * c0 - theta * (np.arange(q.size) * (step * d))
         with np.errstate(over="ignore", invalid="ignore"):
             w = np.exp(lw)
