@@ -154,3 +154,39 @@ def test_shuffling_with_drop_last_takes_no_lower_end_above_its_concrete_pair(sig
     add = c * pair.delta_bounds(math.log(math.exp(eps) * u / c))[1]
     assert 0 < lo <= max(remove, add) < pair.delta_bounds(eps)[0] <= hi
     assert hi == pld.dpsgd(sigma, dataset_size=4, batch_size=2, epochs=1, sampling="shuffle").delta_bounds(eps)[1]
+
+
+def test_cheap_runs_take_the_linear_grid_where_it_is_small_and_stay_certified():
+    # (the calibration's coarse brackets: run_spacing(..., cheap=True) builds a 1-of-t round on
+    # the single linear grid where its first window is small; a certified bracket all the same,
+    # so it meets the default one, and both hold the Gaussian bounds every round obeys)
+    from scipy.stats import norm  # (scipy's own: the reference is not pld's code)
+
+    from pld.mechanisms.allocation import run_spacing
+
+    def rounds(d: pld.PLD) -> list:
+        return [m for m, _ in d.components]
+
+    sigma, t, epochs, delta = 1.02, 100, 20, 1e-5
+    with run_spacing(0.08, precise=False, cheap=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cheap = pld.dpsgd(sigma, 1.0 / t, t * epochs, sampling="balls_in_bins")
+        lo_c, hi_c = cheap.epsilon_bounds(delta, rtol=1e-2)
+        small_sigma = pld.dpsgd(0.8, 1.0 / t, t, sampling="balls_in_bins")
+    assert [r.construction for r in rounds(cheap)] == ["linear"]
+    assert [r.construction for r in rounds(small_sigma)] == ["auto"]  # (its window: 2e5 cells)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lo, hi = pld.dpsgd(sigma, 1.0 / t, t * epochs, sampling="balls_in_bins").epsilon_bounds(delta)
+    assert lo_c <= hi and lo <= hi_c and hi_c - lo_c <= 1e-2 * hi_c
+    # upper: no amplification (epochs x t steps of N(0, sigma^2) against N(1, sigma^2) would be
+    # one Gaussian of sensitivity sqrt(epochs)); lower: the sum of each round's outputs
+    def gaussian_eps(mu: float) -> float:
+        f = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu) - delta
+        a, b = 0.0, 100.0
+        for _ in range(200):
+            m = 0.5 * (a + b)
+            a, b = (m, b) if f(m) > 0 else (a, m)
+        return a
+    assert gaussian_eps(math.sqrt(epochs) / (sigma * math.sqrt(t))) <= lo_c
+    assert hi_c <= gaussian_eps(math.sqrt(epochs) / sigma)

@@ -215,7 +215,7 @@ def calibrate_noise(target_epsilon: float | None = None, delta: float | None = N
             if r >= 1e-2:
                 # (the coarsest bracket from rounds on a coarse grid: 4x fewer cells; its
                 # warnings are internal: a bracket that decides nothing falls through)
-                with run_spacing(0.08, precise=False), warnings.catch_warnings():
+                with run_spacing(0.08, precise=False, cheap=True), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     lo, hi = _deciding(run_pld(math.exp(u), run)).epsilon_bounds(delta, rtol=r)
             else:
