@@ -323,13 +323,6 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int, low_tail: float = 0.0) 
     # (entries top.. and ..cut - 1 of the arrays are cut)
     top = max(0, keep - k0)
     cut = 0
-    if low_tail > 0 and run.upper and run.limit == math.inf:
-        assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
-        # Q(S < s) <= e^{L(-eta) + eta s} <= low_tail for s up to (log low_tail - L(-eta)) / eta
-        neg = run.chern < 0
-        s_lo = float(np.max((math.log(low_tail) - (a.lmgf + b.lmgf)[neg]) / -run.chern[neg]))
-        if s_lo > 0:
-            cut = min(max(0, int(s_lo / (a.step * run.d)) - k0), top)
     if run.upper and run.exact_below_limit and top < q.size:
         # a lower-tail run reads its entries below the limit as exact: what its window cuts
         # below the limit (a partial sum past its window, the whole sum still under the
@@ -347,21 +340,25 @@ def _combine(run: _Run, a: _Level, b: _Level, keep: int, low_tail: float = 0.0) 
         cq, cp = _cut_mass(run, q, eq, m, a.step, top, None, k0)
         assert a.lmgf is not None and b.lmgf is not None and run.chern is not None
         lmgf = a.lmgf + b.lmgf
+        neg = run.chern < 0  # (the negative parameters bound the lower tail)
+        if low_tail > 0:
+            # Q(S < s) <= e^{L(-eta) + eta s} <= low_tail for s up to (log low_tail - L(-eta)) / eta
+            s_lo = float(np.max((math.log(low_tail) - lmgf[neg]) / -run.chern[neg]))
+            if s_lo > 0:
+                cut = min(max(0, int(s_lo / (a.step * run.d)) - k0), top)
         if cut > 0:
             # below: directly, or Q(S < s) <= e^{L(theta') - theta' s} at theta' < 0, and
             # E[S/m; S < s] <= (s/m) Q(S < s)
             lq, lp = _cut_mass(run, q, eq, m, a.step, 0, cut, k0)
             sl = (k0 + cut) * a.step * run.d
-            neg = run.chern < 0
-            bound = math.exp(min(float(np.min(np.where(neg, lmgf - run.chern * sl, np.inf))), 700.0)) * (1 + 1e-9)
+            bound = math.exp(min(float(np.min(lmgf[neg] - run.chern[neg] * sl)), 700.0)) * (1 + 1e-9)
             lost_q += min(lq, bound)
             lost_p += min(lp, sl / m * bound * (1 + 1e-9))
         if top < q.size:
             # Chernoff: Q(S >= s) <= e^{L(theta') - theta' s}; and since s' <= s e^{(s' - s)/s},
             # E[S/m; S >= s] <= (s/m) e^{L(theta'') - theta'' s} for theta'' >= 1/s
             sc = (k0 + top) * a.step * run.d
-            pos = run.chern > 0  # (the negative parameters bound the lower tail)
-            expo = np.where(pos, lmgf - run.chern * sc, np.inf)
+            expo = np.where(run.chern > 0, lmgf - run.chern * sc, np.inf)
             cq = min(cq, math.exp(min(float(np.min(expo)), 700.0)) * (1 + 1e-9))
             ok = run.chern >= 1.0 / sc
             if np.any(ok):
