@@ -48,3 +48,31 @@ def test_a_long_round_meets_its_target(sigma, t, epochs, delta):
     assert hi <= _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
     # (the bracket before the finer split, also certified: the two intersect)
     assert lo <= 0.0764803 and 0.0764709 <= hi
+
+
+def test_the_linear_grid_of_a_long_round_refines_with_finer_last_levels():
+    """sigma 3.74, 1 of 262148 steps, 11 epochs, delta 9.6e-6 (a sample point of the long
+    rounds): every construction with the default re-grid left the bracket at 2.2x its target
+    ([0.0038158, 0.0038188]; the single linear grid's lower end was 0 there).  The linear grid
+    with its partial sums re-gridded at a quarter of the default ratio meets it; the chain
+    tries that one in place of the default linear grid for rounds from 1e5 steps."""
+    sigma, t, epochs, delta = 3.735871172691211, 262148, 11, 9.604475842257404e-06
+    d = RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(epochs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pld.TargetMissedWarning)
+        lo, hi = d.epsilon_bounds(delta)
+    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
+    assert _gaussian_epsilon(math.sqrt(epochs) / (sigma * math.sqrt(t)), delta) <= lo
+    assert hi <= _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
+    # (the bracket before, also certified: the two intersect)
+    assert lo <= 0.0038188102 and 0.0038157790 <= hi
+    members = [m["components"][0] for m in d.explain(delta)["refinements"]]
+    assert "linear, spacing 0.02, levels re-gridded at 0.125" in members
+    assert "linear, spacing 0.02" not in members
+
+
+def test_coarse_ratio_is_checked():
+    with pytest.raises(ValueError, match="coarse_ratio"):
+        RandomAllocation(pld.Gaussian(1.0), 100, coarse_ratio=0.0)
+    r = RandomAllocation(pld.Gaussian(1.0), 100, coarse_ratio=0.125)
+    assert "levels re-gridded at 0.125" in r.refinement_label

@@ -134,6 +134,10 @@ _HALF_BEFORE_CUT_STEPS = 1000
 #: sigma 0.97-2.1, 7676-19821 steps); above it, the linear grid and then its finer one before the
 #: split's finer variants (the linear grid was the narrower there: sigma 2.9-7.3)
 _HALF_BEFORE_LINEAR_STEPS, _HALF_BEFORE_LINEAR_SIGMA = 4096, 2.5
+#: rounds from which a missed target tries the single linear grid with its partial sums re-gridded
+#: at a quarter of the default ratio (its last levels four times finer), in place of the default one
+#: (whose lower end could be 0 there: sigma 3.7, 262148 steps); the split gained little from it
+_DENSE_LEVELS_STEPS, _DENSE_LEVELS_RATIO = 100_000, 0.125
 #: coarsest first grid (standard deviations of one coordinate) worth computing
 _COARSEST_SD = 0.3
 
@@ -257,6 +261,8 @@ class RandomAllocation(Mechanism):
         in ``[1e-300, 1e-10]``).  What they leave goes to ``+inf`` (about ``1e-15`` a
         round); :meth:`deeper` cuts at ``DEEP_TAIL`` where many rounds at a strict delta
         add that up to a share of delta.
+    coarse_ratio : float, optional
+        The partial sums' re-grid ratio (``sum_laws``'s; None: its default 0.5, in [1/64, 1]).
 
     Raises
     ------
@@ -313,6 +319,7 @@ class RandomAllocation(Mechanism):
     #: untilted runs whose round-off is a share of their mass redone in long double (False: in
     #: double only, up to twice as fast to build, wider at strict deltas; :meth:`deeper` makes it precise)
     precise: bool = True
+    coarse_ratio: float | None = None
     symmetric: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -325,6 +332,8 @@ class RandomAllocation(Mechanism):
         object.__setattr__(self, "kappa", v.real("kappa", self.kappa, low=1e-12, high=0.1))
         object.__setattr__(self, "tail", None if self.tail is None else v.real("tail", self.tail, low=1e-300,
                                                                                 high=1e-10))
+        if self.coarse_ratio is not None:
+            object.__setattr__(self, "coarse_ratio", v.real("coarse_ratio", self.coarse_ratio, low=1 / 64, high=1.0))
         _check_tail(self.noise_multiplier, self.steps)
 
     def _construction(self) -> str:
@@ -353,7 +362,8 @@ class RandomAllocation(Mechanism):
         return (f"{self.refinement_family}, spacing {self.spacing:g}"
                 + (f", kappa {self.kappa:g}" if self.refinement_family.startswith("split") else "")
                 + ("" if self.tail is None else f", windows to {self.tail:g}")
-                + ("" if self.precise else ", double only"))
+                + ("" if self.precise else ", double only")
+                + ("" if self.coarse_ratio is None else f", levels re-gridded at {self.coarse_ratio:g}"))
 
     def _finer(self, construction: str, spacing: float, kappa: float) -> tuple | None:
         """The next finer variant of the linear grid or the split, or None (the geometric grid's:
@@ -409,7 +419,9 @@ class RandomAllocation(Mechanism):
         linear grid's finer one); a short round also tries the
         geometric grid (first below sigma = 1, else last), then finer ones
         (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
-        grids that resolve its loss within ``geometric.FINE_POINTS``.  For ``participations > 1``
+        grids that resolve its loss within ``geometric.FINE_POINTS``; from ``_DENSE_LEVELS_STEPS``
+        steps the linear grid with its last levels finer (``coarse_ratio``), first where it is the
+        round's own construction.  For ``participations > 1``
         (the block rounds are refined as rounds of their own): a first grid
         twice as fine, down to ``FINEST_SPACING``.
         """
@@ -481,13 +493,20 @@ class RandomAllocation(Mechanism):
                         if geometric.grid_points(s, t, g[1]) <= _GEOMETRIC_LAST_POINTS
                         and sd_loss >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(g[1])]
                 pending += fine
+            if t >= _DENSE_LEVELS_STEPS:
+                # (a long round's linear grid with its last levels finer: see _DENSE_LEVELS_STEPS)
+                linear, dense = ("linear", self.spacing, self.kappa), ("linear", self.spacing, self.kappa,
+                                                                        _DENSE_LEVELS_RATIO)
+                pending = [dense if p == linear else p for p in pending]
+                if first == "linear" and self.coarse_ratio is None:
+                    pending.insert(0, dense)
         pending = [p for p in pending if p is not None]
-        mine = (self._construction(), self.spacing, self.kappa)
+        mine = (self._construction(), self.spacing, self.kappa, self.coarse_ratio)
         while pending:
-            c, sp, kap = pending.pop(0)
+            c, sp, kap, *ratio = pending.pop(0)
             nxt = RandomAllocation(self.mechanism, self.steps, 1, sp, c, kap, tuple(pending), tail=self.tail,
-                                   precise=self.precise)
-            if (nxt._construction(), sp, kap) != mine:
+                                   precise=self.precise, coarse_ratio=ratio[0] if ratio else None)
+            if (nxt._construction(), sp, kap, nxt.coarse_ratio) != mine:
                 return nxt
             # (the same pair again: a construction that resolves to this round's own)
         return None
@@ -535,8 +554,11 @@ class RandomAllocation(Mechanism):
         """The grid behind the discrete pairs: window ``W`` and spacing ``d`` of
         ``S``, the merge's residual ``rho``, round-off bounds, the upper
         pair's mass at ``+inf`` in each direction and the ``construction``."""
-        return dict(sum_laws(self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa,
-                             self.tail, self.precise)[2])
+        return dict(sum_laws(*self._laws_args())[2])
+
+    def _laws_args(self) -> tuple:
+        return (self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa, self.tail,
+                self.precise) + (() if self.coarse_ratio is None else (self.coarse_ratio,))
 
     def _coarse(self, info: dict) -> str | None:
         return _explain.coarse_grid(self, info)
@@ -668,8 +690,7 @@ class RandomAllocation(Mechanism):
         why = self._coarse(info)
         if why is not None:
             warnings.warn(f"RandomAllocation(steps={self.steps}): {why}", AllocationAccuracyWarning, stacklevel=3)
-        return _model(self.noise_multiplier, self.steps, self.spacing, direction, self._construction(), self.kappa,
-                      self.tail, self.precise)
+        return _model(direction, *self._laws_args())
 
 
 # (Shuffling reads RandomAllocation and the round checks above, the sampling schemes both:

@@ -92,7 +92,7 @@ from pld.mechanisms.allocation.coordinate import (
     _with_inf,
 )
 from pld.mechanisms.allocation.heavy_lower import lower_side
-from pld.mechanisms.allocation.levels import _COARSE_RATIO, _TAIL, _U, _tail
+from pld.mechanisms.allocation.levels import _TAIL, _U, _coarse, _tail
 from pld.mechanisms.allocation.light_quantiles import label_quantiles
 
 #: ``t Q(Y > B)`` at the light cut ``B`` (the share of rounds with a heavy coordinate)
@@ -314,7 +314,7 @@ def heavy_laws(sigma: float, t: int, spacing: float, kappa: float = KAPPA,
     sd1 = math.sqrt(math.expm1(min(a * a, 700.0)))
     d, n_l = light_cut(sigma, t, spacing, kappa, fine)
     big_b = n_l * d
-    coarse = _COARSE_RATIO * spacing * (fine_coarse_factor(sigma) if fine else 1.0)
+    coarse = _coarse.get() * spacing * (fine_coarse_factor(sigma) if fine else 1.0)
     z_b = (math.log(big_b) - mu) / a
     q_h = float(ndtr(-z_b)) * (1 + 1e-12)
     p_h = float(ndtr(a - z_b)) * (1 + 1e-12)

@@ -35,6 +35,9 @@ _U = 2.0 ** -53
 #: re-grid a level while its spacing stays below this fraction of the first
 #: grid's spacing in standard deviations (of the partial sum, of one coordinate)
 _COARSE_RATIO = 0.5
+#: the ratio of the round being built (:func:`pld.mechanisms.allocation.sums.sum_laws`'s
+#: ``coarse_ratio``: a smaller one keeps a long round's last levels on finer grids)
+_coarse: ContextVar[float] = ContextVar("allocation_coarse", default=_COARSE_RATIO)
 #: most cells of the first grid
 MAX_CELLS = 1 << 22
 #: relative round-off an entry may carry before a further tilt is tried for it

@@ -85,9 +85,9 @@ class _SidedModel(_AtomsModel):
         return self if pessimistic or self.lower is None else self.lower
 
 
-def _model(sigma: float, t: int, spacing: float, direction: str, construction: str = "linear",
-           kappa: float | None = None, tail: float | None = None, precise: bool = True) -> _SidedModel:
-    upper, lower, _ = sum_laws(sigma, t, spacing, construction, kappa, tail, precise)
+def _model(direction: str, *laws_args) -> _SidedModel:
+    """One direction of the round :func:`pld.mechanisms.allocation.sums.sum_laws` builds from ``laws_args``."""
+    upper, lower, _ = sum_laws(*laws_args)
     lo = _AtomsModel(*_atoms(lower, direction), direction=direction)
     return _SidedModel(*_atoms(upper, direction), direction=direction, lower=lo)
 

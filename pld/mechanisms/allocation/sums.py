@@ -116,6 +116,7 @@ from pld.mechanisms.allocation.levels import (
     _sum_levels,
     window,
 )
+from pld.mechanisms.allocation.levels import _coarse as _coarse_var
 from pld.mechanisms.allocation.levels import _precise as _precise_var
 from pld.mechanisms.allocation.levels import _tail as _tail_var
 from pld.mechanisms.allocation.roundoff import Err, convolve_errs
@@ -200,7 +201,7 @@ def geometric_preferred(sigma: float, t: int, spacing: float) -> bool:
 @functools.lru_cache(maxsize=16)
 def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
              kappa: float | None = None, tail: float | None = None,
-             precise: bool = True) -> tuple[SideAtoms, SideAtoms, dict]:
+             precise: bool = True, coarse_ratio: float = _COARSE_RATIO) -> tuple[SideAtoms, SideAtoms, dict]:
     """Upper (spread) and lower (post-processed) pairs of one round for noise multiplier ``sigma``.
 
     ``tail``: the probability the linear levels' windows leave beyond them (``_TAIL``
@@ -209,14 +210,19 @@ def sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear",
     of their mass (``info["lumped_upper"]``, ``info["dropped_lower"]``) are redone with
     long double transforms (:mod:`pld.mechanisms.allocation.roundoff`; up to twice the
     build's time, and what a strict delta needs: built lazily, as a refinement, a sample of
-    DP-SGD settings took 2.4x as long).  The rest as :func:`_sum_laws`.
+    DP-SGD settings took 2.4x as long).  ``coarse_ratio``: the partial sums are re-gridded
+    while their spacing stays below ``coarse_ratio * spacing`` of their standard deviation
+    (a smaller ratio keeps the last levels of a long round finer: more cells, a narrower
+    pair).  The rest as :func:`_sum_laws`.
     """
     t_token = _tail_var.set(_TAIL if tail is None else tail)
     p_token = _precise_var.set(bool(precise))
+    c_token = _coarse_var.set(float(coarse_ratio))
     try:
         upper, lower, info = _sum_laws(sigma, t, spacing, construction, kappa)
         return by_loss(upper), by_loss(lower), info
     finally:
+        _coarse_var.reset(c_token)
         _precise_var.reset(p_token)
         _tail_var.reset(t_token)
 
@@ -262,7 +268,7 @@ def _sum_laws(sigma: float, t: int, spacing: float, construction: str = "linear"
         return heavy_laws(sigma, t, spacing, KAPPA if kappa is None else kappa, chosen == "split_fine")
     d = max(spacing * sd1, w1 / MAX_CELLS)
     n = int(math.ceil(w1 / d))
-    coarse = _COARSE_RATIO * spacing
+    coarse = _coarse_var.get() * spacing
 
     g_full = np.arange(n + 1) * d
     with np.errstate(divide="ignore"):
