@@ -11,6 +11,7 @@ See that module's docstring for why each step keeps its side of the bound.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from contextvars import ContextVar
@@ -38,6 +39,20 @@ _COARSE_RATIO = 0.5
 #: the ratio of the round being built (:func:`pld.mechanisms.allocation.sums.sum_laws`'s
 #: ``coarse_ratio``: a smaller one keeps a long round's last levels on finer grids)
 _coarse: ContextVar[float] = ContextVar("allocation_coarse", default=_COARSE_RATIO)
+
+
+@contextlib.contextmanager
+def _windows_to(tail: float | None):
+    """Within the block, the linear levels' windows leave ``tail`` beyond them (the current
+    tail where None), as :func:`pld.mechanisms.allocation.sums.sum_laws` sets it for a round."""
+    token = None if tail is None else _tail.set(tail)
+    try:
+        yield
+    finally:
+        if token is not None:
+            _tail.reset(token)
+
+
 #: most cells of the first grid
 MAX_CELLS = 1 << 22
 #: relative round-off an entry may carry before a further tilt is tried for it
