@@ -157,10 +157,6 @@ def _check_tail(sigma: float, steps: int) -> None:
             f"(one step is the Gaussian mechanism itself: use pld.Gaussian)")
 
 
-
-
-
-
 @dataclass(frozen=True)
 class RandomAllocation(Mechanism):
     """One round of ``steps`` runs of ``mechanism``; each record in ``participations`` of them.
