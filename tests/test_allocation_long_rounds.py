@@ -76,3 +76,15 @@ def test_coarse_ratio_is_checked():
         RandomAllocation(pld.Gaussian(1.0), 100, coarse_ratio=0.0)
     r = RandomAllocation(pld.Gaussian(1.0), 100, coarse_ratio=0.125)
     assert "levels re-gridded at 0.125" in r.refinement_label
+
+
+def test_a_long_split_only_round_refines_with_finer_last_levels_not_a_further_cut():
+    """sigma 0.872, 1 of 626164 steps (no single linear grid holds it): after the split, the chain
+    tries the split with its last levels four times finer, in place of its further light cut
+    (kappa / 100), which narrowed both ends less there; nothing after it."""
+    r = RandomAllocation(pld.Gaussian(0.872), 626164)
+    nxt = r.refined()
+    assert nxt is not None and nxt.refinement_label == "split, spacing 0.02, kappa 0.0001, levels re-gridded at 0.125"
+    assert nxt.refined() is None
+    # below sigma 0.7 (no further light cut either) the chain is left as it was: the split alone
+    assert RandomAllocation(pld.Gaussian(0.68), 487488).refined() is None
