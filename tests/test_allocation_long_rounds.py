@@ -35,10 +35,9 @@ def _gaussian_epsilon(mu: float, delta: float) -> float:
     return brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-14)
 
 
-@pytest.mark.parametrize("sigma, t, epochs, delta", [(0.9389, 59438, 8, 1.09e-8)])
-def test_a_long_round_meets_its_target(sigma, t, epochs, delta):
-    """1 of 59438 steps: the split's bracket was 1.08x its target after the further light cut;
-    the split on a light grid of half the spacing meets it (the linear grid, 10 s, was 18x)."""
+def _within_target_and_the_truths(sigma: float, t: int, epochs: int, delta: float):
+    """``(pld, lower, upper)`` of ``epochs`` rounds of 1 of ``t``, checked within the default target
+    (no ``TargetMissedWarning``) and between the two bounds that hold for every round."""
     d = RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(epochs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pld.TargetMissedWarning)
@@ -46,6 +45,14 @@ def test_a_long_round_meets_its_target(sigma, t, epochs, delta):
     assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
     assert _gaussian_epsilon(math.sqrt(epochs) / (sigma * math.sqrt(t)), delta) <= lo
     assert hi <= _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
+    return d, lo, hi
+
+
+@pytest.mark.parametrize("sigma, t, epochs, delta", [(0.9389, 59438, 8, 1.09e-8)])
+def test_a_long_round_meets_its_target(sigma, t, epochs, delta):
+    """1 of 59438 steps: the split's bracket was 1.08x its target after the further light cut;
+    the split on a light grid of half the spacing meets it (the linear grid, 10 s, was 18x)."""
+    d, lo, hi = _within_target_and_the_truths(sigma, t, epochs, delta)
     # (the bracket before the finer split, also certified: the two intersect)
     assert lo <= 0.0764803 and 0.0764709 <= hi
 
@@ -57,13 +64,7 @@ def test_the_linear_grid_of_a_long_round_refines_with_finer_last_levels():
     with its partial sums re-gridded at a quarter of the default ratio meets it; the chain
     tries that one in place of the default linear grid for rounds from 1e5 steps."""
     sigma, t, epochs, delta = 3.735871172691211, 262148, 11, 9.604475842257404e-06
-    d = RandomAllocation(pld.Gaussian(sigma), t).pld().self_compose(epochs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pld.TargetMissedWarning)
-        lo, hi = d.epsilon_bounds(delta)
-    assert 0 < lo <= hi <= lo + 1e-4 * hi + 1e-6
-    assert _gaussian_epsilon(math.sqrt(epochs) / (sigma * math.sqrt(t)), delta) <= lo
-    assert hi <= _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
+    d, lo, hi = _within_target_and_the_truths(sigma, t, epochs, delta)
     # (the bracket before, also certified: the two intersect)
     assert lo <= 0.0038188102 and 0.0038157790 <= hi
     members = [m["components"][0] for m in d.explain(delta)["refinements"]]
