@@ -89,3 +89,18 @@ def test_a_long_split_only_round_refines_with_finer_last_levels_not_a_further_cu
     assert nxt.refined() is None
     # below sigma 0.7 (no further light cut either) the chain is left as it was: the split alone
     assert RandomAllocation(pld.Gaussian(0.68), 487488).refined() is None
+
+
+def test_the_finer_last_levels_are_skipped_where_their_grid_would_be_too_large():
+    """sigma 5.675, 1 of 1619704 steps (a stop-hook-style probe's loader: 16.2e6 records in
+    batches of 10): the dense linear grid's last level would hold ~3.6e6 cells (15 s against 4 s
+    at the default ratio, for 1e-5 of epsilon), so the chain keeps the default linear grid; the
+    sizing model it reads matches a dense round's last level where one is built."""
+    from pld.mechanisms.allocation.chain import _DENSE_LEVELS_CELLS, _dense_linear_cells
+
+    r = RandomAllocation(pld.Gaussian(5.675), 1619704)
+    assert _dense_linear_cells(r) > _DENSE_LEVELS_CELLS
+    assert r.refined().refinement_label == "linear, spacing 0.02"
+    small = RandomAllocation(pld.Gaussian(5.675), 100000, construction="linear", coarse_ratio=0.125)
+    cells = small.grid_info()["final_cells"]
+    assert 0.8 * _dense_linear_cells(small) <= cells <= 1.2 * _dense_linear_cells(small)

@@ -60,6 +60,9 @@ _HALF_BEFORE_LINEAR_STEPS, _HALF_BEFORE_LINEAR_SIGMA = 4096, 2.5
 #: where the linear grid exists, and where it does not (sigma 0.75-0.9, 6e5-7.5e5 steps) narrowed
 #: both ends more than the further light cut it replaces (1.8-2.9x the target -> 1.5-2.3x)
 _DENSE_LEVELS_STEPS, _DENSE_LEVELS_RATIO = 100_000, 0.125
+#: most cells of such a round's last level (four times the default ratio's: about 8 s a build here;
+#: sigma 5.7, 1.6e6 steps would take 3.6e6 cells, 15 s against 4 s, for 1e-5 of epsilon)
+_DENSE_LEVELS_CELLS = 1 << 21
 
 #: below this noise multiplier a short round's refinement tries the geometric grid first
 _GEOMETRIC_FIRST_SIGMA = 1.0
@@ -96,6 +99,14 @@ def finer(r: RandomAllocation, construction: str, spacing: float, kappa: float) 
     return ("split", spacing, kappa / 100)
 
 
+def _dense_linear_cells(r: RandomAllocation) -> float:
+    """About how many cells the last level of ``r``'s linear grid holds at ``_DENSE_LEVELS_RATIO``
+    (sizing only): it spans ``S`` from 0 past its mean ``t`` on cells of the ratio times the spacing
+    times ``sd(S) = sqrt(t) sd1`` (1.25x for the windows past the mean, as measured)."""
+    sd1 = math.sqrt(math.expm1(min(1.0 / r.noise_multiplier ** 2, 700.0)))
+    return 1.25 * math.sqrt(r.steps) / (_DENSE_LEVELS_RATIO * r.spacing * sd1)
+
+
 def next_round(r: RandomAllocation) -> RandomAllocation | None:
     """The round after ``r`` in its refinement chain, or None.
 
@@ -111,9 +122,9 @@ def next_round(r: RandomAllocation) -> RandomAllocation | None:
     geometric grid (first below sigma = 1, else last), then finer ones
     (:func:`geometric.finer_spacings`); a round of up to 1024 steps, last, those geometric
     grids that resolve its loss within ``geometric.FINE_POINTS``; from ``_DENSE_LEVELS_STEPS``
-    steps the linear grid with its last levels finer (``coarse_ratio``), first where it is the
-    round's own construction (a split round without one: the split so, in place of its further
-    light cut).  For ``participations > 1``
+    steps the linear grid with its last levels finer (``coarse_ratio``; where that level stays
+    within ``_DENSE_LEVELS_CELLS`` cells), first where it is the round's own construction (a split
+    round without one: the split so, in place of its further light cut).  For ``participations > 1``
     (the block rounds are refined as rounds of their own): a first grid
     twice as fine, down to ``FINEST_SPACING``.
     """
@@ -185,12 +196,16 @@ def next_round(r: RandomAllocation) -> RandomAllocation | None:
                     and sd_loss >= _GEOMETRIC_LAST_RESOLVES * geometric.log_ratio(g[1])]
             pending += fine
         if t >= _DENSE_LEVELS_STEPS:
-            # (a long round's linear grid with its last levels finer: see _DENSE_LEVELS_STEPS)
-            linear, dense = ("linear", r.spacing, r.kappa), ("linear", r.spacing, r.kappa, _DENSE_LEVELS_RATIO)
-            pending = [dense if p == linear else p for p in pending]
-            if first == "linear" and r.coarse_ratio is None:
-                pending.insert(0, dense)
-            elif finer_first is not None and finer_first in pending and dense not in pending:
+            # (a long round's last levels finer: see _DENSE_LEVELS_STEPS)
+            linear = ("linear", r.spacing, r.kappa)
+            has_linear = first == "linear" or linear in pending
+            if has_linear and _dense_linear_cells(r) <= _DENSE_LEVELS_CELLS:
+                dense = (*linear, _DENSE_LEVELS_RATIO)
+                pending = [dense if p == linear else p for p in pending]
+                if first == "linear" and r.coarse_ratio is None:
+                    pending.insert(0, dense)
+            elif (not has_linear and finer_first is not None and finer_first in pending
+                  and 4 * info.get("final_cells", math.inf) <= _DENSE_LEVELS_CELLS):
                 # (no linear grid: the split itself, in place of its further light cut, which
                 # narrowed both ends less there)
                 pending[pending.index(finer_first)] = (first, r.spacing, r.kappa, _DENSE_LEVELS_RATIO)
