@@ -74,7 +74,7 @@ from pld.mechanisms.allocation import lower_parts as _lower_parts
 from pld.mechanisms.allocation.chain import _LINEAR_REFINE_CELLS, FINEST_SPACING, next_round  # noqa: F401 (re-exported)
 from pld.mechanisms.allocation.exceedances import exceedance_delta_lower, exceedance_lower
 from pld.mechanisms.allocation.heavy import KAPPA
-from pld.mechanisms.allocation.levels import _windows_to
+from pld.mechanisms.allocation.levels import _COARSE_RATIO, _windows_to
 from pld.mechanisms.allocation.pairs import _model, _SidedModel
 from pld.mechanisms.allocation.sums import (
     CONSTRUCTIONS,
@@ -368,8 +368,9 @@ class RandomAllocation(Mechanism):
         return dict(sum_laws(*self._laws_args())[2])
 
     def _laws_args(self) -> tuple:
+        """:func:`sum_laws`'s arguments for this round (the one key its cache sees for it)."""
         return (self.noise_multiplier, self.steps, self.spacing, self._construction(), self.kappa, self.tail,
-                self.precise) + (() if self.coarse_ratio is None else (self.coarse_ratio,))
+                self.precise, _COARSE_RATIO if self.coarse_ratio is None else self.coarse_ratio)
 
     def _coarse(self, info: dict) -> str | None:
         return _explain.coarse_grid(self, info)
