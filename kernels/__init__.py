@@ -12,7 +12,7 @@ from . import _aot
 
 __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merge_centred", "pessimistic_spread",
            "pessimistic_spread_atoms", "split_atoms_log",
-           "hockey_stick_suffix", "cell_extremes", "subsampled_mass_errors",
+           "hockey_stick_suffix", "cell_extremes", "hockey_delta", "suffix_error_bounds", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
            # random allocation's per-coordinate laws
@@ -41,10 +41,12 @@ if len(_ahead_of_time) < len(__all__):
     from .hockey import (
         cell_extremes,
         dot_compensated,
+        hockey_delta,
         hockey_stick_suffix,
         l1_l2_norms,
         log_mgf_grid,
         log_mgf_points,
+        suffix_error_bounds,
         tilted_moments,
     )
     from .lumps import lump_blocks

@@ -222,40 +222,55 @@ def build(kernels: list, out_dir: str | None = None) -> str:
     return target
 
 
-def _accepts(kinds: list):
-    """A check of arguments against the declared kinds (exact types only)."""
+def _check_namespace(kinds: list) -> dict:
     import numpy as np
 
-    dtypes = [np.dtype(_ARRAY_KINDS[k]) if k in _ARRAY_KINDS else None for k in kinds]
-    scalar = {"f8": (float, np.float64), "i8": (int, np.int64)}
-    n = len(kinds)
+    namespace: dict = {"_ndarray": np.ndarray, "_f8": np.float64, "_i8": np.int64}
+    for i, k in enumerate(kinds):
+        if k in _ARRAY_KINDS:
+            namespace[f"_d{i}"] = np.dtype(_ARRAY_KINDS[k])
+    return namespace
 
-    def ok(args: tuple) -> bool:
-        if len(args) != n:
-            return False
-        for a, k, dt in zip(args, kinds, dtypes):
-            if dt is not None:
-                if (type(a) is not np.ndarray or a.dtype != dt or a.ndim != 1 or not a.flags.c_contiguous
-                        or not a.flags.writeable):
-                    return False
-            elif type(a) not in scalar[k]:
-                return False
-        return True
-    return ok
+
+def _check_source(kinds: list, names: list) -> str:
+    """One boolean expression that accepts exactly the declared kinds: a 1-d,
+    C-contiguous, writeable array of the dtype, or a scalar of the exact type
+    (``float``/``numpy.float64``, ``int``/``numpy.int64``).  (The dtype is
+    compared by identity first: numpy's built-in dtypes are singletons, and
+    anything else takes the ``==`` comparison.)"""
+    terms = []
+    for i, (k, a) in enumerate(zip(kinds, names)):
+        if k in _ARRAY_KINDS:
+            terms.append(f"(type({a}) is _ndarray and ({a}.dtype is _d{i} or {a}.dtype == _d{i}) and {a}.ndim == 1"
+                         f" and (_f := {a}.flags).c_contiguous and _f.writeable)")
+        else:
+            t = {"f8": "(float, _f8)", "i8": "(int, _i8)"}[k]
+            terms.append(f"type({a}) in {t}")
+    return " and ".join(terms) if terms else "True"
 
 
 def _guarded(name: str, fast, kinds: list, module: str):
-    ok = _accepts(kinds)
+    """``fast`` behind a check of its arguments, compiled to one expression
+    (the kernels are called a few hundred times a query: a loop over the
+    arguments cost a microsecond a call); other types go to the JIT kernel."""
     jit: list = []
 
-    def kernel(*args):
-        if ok(args):
-            return fast(*args)
+    def slow(*args):
         if not jit:  # other types: the JIT kernel, as without this module
             jit.append(getattr(importlib.import_module(f"{__package__}.{module}"), name))
         return jit[0](*args)
 
-    kernel.__name__ = kernel.__qualname__ = name
+    params = [f"a{i}" for i in range(len(kinds))]
+    namespace = _check_namespace(kinds)
+    namespace.update(_fast=fast, _slow=slow)
+    sig = ", ".join(params)
+    exec(f"def {name}(*args):\n"
+         f"    if len(args) == {len(kinds)}:\n"
+         f"        {sig}{',' if len(params) == 1 else ''} = args\n"
+         f"        if {_check_source(kinds, params)}:\n"
+         f"            return _fast(*args)\n"
+         f"    return _slow(*args)\n", namespace)
+    kernel = namespace[name]
     kernel.__doc__ = f"``{name}`` compiled ahead of time (pld.kernels._aot); other argument types go to the JIT."
     return kernel
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._signatures import F64, called_with, f64
+from ._signatures import F64, called_with, f64, i64
 
 
 @called_with(F64, f64, f64)
@@ -32,6 +32,31 @@ def hockey_stick_suffix(p, lam, h):
         sa[m] = p[m] + da * sa[m + 1]
         sb[m] = p[m] + db * sb[m + 1]
     return sa, sb
+
+
+@called_with(i64, f64, f64)
+@njit(cache=True, nogil=True)
+def suffix_error_bounds(n, t, err):
+    """``(E, gamma)`` of the evaluator (:meth:`pld.engine.grid.GridPLD._suffix`), ``m = 0 .. n``.
+
+    ``E[m] = sqrt(g_m) err`` bounds the suffix of an l2 error ``err`` weighted
+    by the geometric ratio ``e^{t/2}`` (``t = -2 lam h``), by Cauchy-Schwarz
+    with ``g_m = sum_{j < n - m} e^{t j} = expm1((n - m) t) / expm1(t)`` (the
+    count ``n - m`` where the ratio rounds to one); 0 for the empty suffix.
+    ``gamma[m] = (3 (n - m) + 6) u`` bounds the suffix recursion's relative
+    rounding.  One pass, for what were six array operations a grid.
+    """
+    u = 2.0 ** -53
+    e = np.empty(n + 1)
+    gamma = np.empty(n + 1)
+    geometric = t < -1e-12
+    den = -math.expm1(t) if geometric else 1.0
+    for m in range(n + 1):
+        k = n - m
+        g = -math.expm1(k * t) / den if geometric else float(k)
+        e[m] = math.sqrt(g) * err if g > 0.0 else 0.0
+        gamma[m] = (3.0 * k + 6.0) * u
+    return e, gamma
 
 
 @called_with(F64, F64, F64, F64, f64, f64, f64, f64)
@@ -61,6 +86,92 @@ def cell_extremes(sa, sb, e, gamma, anchor, lam, h, sign):
             out[m] = (logc + sign * logc_err) + math.log(ext)
         else:
             out[m] = -np.inf
+    return out
+
+
+#: Veltkamp's splitting constant 2^27 + 1 (Dekker 1971), as pld.engine.outward
+_SPLIT = 134217729.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _point_above(k, h, eps):
+    """``k h > eps`` exactly for an integer-valued ``k`` (Dekker's error-free
+    product; the argument is :func:`pld.engine.outward.points_above`'s)."""
+    if not math.isfinite(eps):
+        return eps < 0.0
+    p = k * h
+    ca = _SPLIT * k
+    ah = ca - (ca - k)
+    al = k - ah
+    cb = _SPLIT * h
+    bh = cb - (cb - h)
+    bl = h - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if not math.isfinite(e):
+        e = 0.0
+    return (p - eps) + e > 0.0
+
+
+@called_with(F64, F64, F64, F64, f64, f64, f64, i64, F64, f64, f64)
+@njit(cache=True, nogil=True)
+def hockey_delta(sa, sb, e, gamma, anchor, lam, h, k0, eps, sign, inf_mass):
+    """The evaluator's bound on delta at each ``eps`` (:meth:`pld.engine.grid.GridPLD.delta`):
+    ``w_m (SA_m - e^{eps - l_m} SB_m + sign (E_m + slack))`` on the cell of
+    ``eps``, every rounding applied on ``sign``'s side, plus the mass at
+    ``+inf``, clipped to [0, 1].
+
+    The same operations in the same order as the array expression it replaces
+    (the grid's ``_first_above``, ``_inner`` and ``_log_weight``), so that a
+    query's few dozen single evaluations (root checks) cost a call each, not
+    twenty array operations; ``exp`` and ``log`` may differ from numpy's in
+    the last unit.
+    """
+    u = 2.0 ** -53
+    n = sa.shape[0] - 1
+    out = np.empty(eps.shape[0])
+    k0f = float(k0)
+    for j in range(eps.shape[0]):
+        x_eps = eps[j]
+        # the first grid index m with l_m > eps, for any real eps (estimate,
+        # then exact comparisons: it is off by at most one either way)
+        if x_eps < k0 * h:
+            mf = 0.0
+        else:
+            # (np.floor: numba's math.floor returns an integer, which an eps
+            # beyond 2^63 h, or +inf, wraps around to the bottom of the grid)
+            mf = np.floor(x_eps / h) - k0f + 1.0
+        if math.isnan(mf):
+            mf = float(n)
+        mf = min(max(mf, 0.0), float(n))
+        if mf > 0.0 and _point_above(k0f + mf - 1.0, h, x_eps):
+            mf -= 1.0
+        if mf < n and not _point_above(k0f + mf, h, x_eps):
+            mf += 1.0
+        m = int(mf)
+        if m >= n:
+            val = 0.0
+        else:
+            lm = (k0 + m) * h
+            d = min(x_eps - lm, 0.0)
+            x = math.exp(d)
+            x_rel = (abs(x_eps) + 2.0 * abs(lm) + 2.0) * u * 1.01 if x > 0.0 else 0.0
+            a = sa[m]
+            b = sb[m]
+            em = e[m]
+            core = a - x * b
+            slack = (gamma[m] + 4.0 * u) * (a + x * b + 4.0 * em) + x * b * x_rel
+            inner = max(core + sign * (em + slack), 0.0)
+            t = lam * (m * h)
+            logc = anchor - t
+            logc_err = (2.0 * abs(anchor) + 4.0 * abs(t) + 2.0) * u
+            if inner > 0.0:
+                log_inner = math.log(inner)
+                log_val = logc + log_inner
+                log_val = log_val + sign * (logc_err + (abs(log_val) + abs(log_inner) + 2.0) * u)
+                val = math.exp(min(log_val, 0.0))
+            else:
+                val = 0.0
+        out[j] = min(max(val + inf_mass, 0.0), 1.0)
     return out
 
 

@@ -469,3 +469,74 @@ def test_cell_extremes_kernel_is_the_array_expression(pessimistic):
     assert np.array_equal(np.isfinite(got), np.isfinite(want))
     fin = np.isfinite(want)
     assert np.allclose(got[fin], want[fin], rtol=4e-16, atol=4e-16 * np.max(np.abs(want[fin])))
+
+
+def _delta_array_expression(g: GridPLD, eps: np.ndarray) -> np.ndarray:
+    """The evaluator's bound as numpy array operations (what
+    :func:`pld.kernels.hockey_delta` computes in one pass): the cell of each
+    ``eps`` found exactly, then the weighted suffix difference."""
+    from pld.engine.outward import points_above
+
+    sa, sb, e, _, _ = g._suffix()
+    n = g.p.size
+    with np.errstate(over="ignore", invalid="ignore"):
+        mf = np.floor(eps / g.h) - float(g.k0) + 1.0
+    mf = np.where(eps < g.k0 * g.h, 0.0, mf)
+    m = np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n))
+    k0 = float(g.k0)
+    m = np.where((m > 0) & points_above(k0 + m - 1.0, g.h, eps), m - 1.0, m)
+    m = np.where((m < n) & ~points_above(k0 + m, g.h, eps), m + 1.0, m).astype(np.int64)
+    lm = (g.k0 + m) * g.h
+    sign = 1.0 if g.pessimistic else -1.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        x = np.exp(np.minimum(eps - lm, 0.0))
+        x_rel = np.where(x > 0, (np.abs(eps) + 2.0 * np.abs(lm) + 2.0) * 2.0 ** -53 * 1.01, 0.0)
+        core, slack = g._inner(m, x, x_rel)
+        inner = np.maximum(core + sign * (e[m] + slack), 0.0)
+        logc, logc_err = g._log_weight(m)
+        log_inner = np.log(np.where(inner > 0, inner, 1.0))
+        log_val = logc + log_inner
+        log_val = log_val + sign * (logc_err + (np.abs(log_val) + np.abs(log_inner) + 2.0) * 2.0 ** -53)
+        val = np.where(inner > 0, np.exp(np.minimum(log_val, 0.0)), 0.0)
+    return np.clip(np.where(m >= n, 0.0, val) + g.inf_mass, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("pessimistic", [True, False])
+def test_delta_kernel_is_the_array_expression(pessimistic):
+    """:meth:`GridPLD._delta`'s compiled pass reads the same cell as the exact
+    comparisons and computes what the array expression does (the same operations in
+    the same order; exp and log may differ from numpy's in the last unit), at grid
+    points and one unit either side of them, far below and above the grid and at
+    the infinities."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    p = np.abs(rng.normal(size=n)) * np.exp(-np.linspace(0, 25, n))
+    if not pessimistic:
+        p[::5] *= -1e-3
+    g = GridPLD(1.3e-3, -700, p, 1.7, 2.0, 1e-9, 1e-11, pessimistic)
+    points = (g.k0 + np.arange(0, n, 37)) * g.h
+    eps = np.concatenate((points, np.nextafter(points, np.inf), np.nextafter(points, -np.inf),
+                          rng.uniform(g.k0 * g.h - 1.0, (g.k0 + n) * g.h + 1.0, 400),
+                          [-np.inf, np.inf, -1e300, 1e300, 0.0, -0.0]))
+    got = g._delta(eps)
+    want = _delta_array_expression(g, eps)
+    assert np.all((got >= 0) & (got <= 1))
+    assert np.allclose(got, want, rtol=1e-12, atol=0.0)
+    assert np.array_equal(got == g.inf_mass, want == g.inf_mass)
+
+
+@pytest.mark.parametrize("lam, err", [(2.5, 1e-12), (0.0, 3e-10), (1e-15, 1e-9), (40.0, 0.0)])
+def test_suffix_error_bounds_kernel_is_the_array_expression(lam, err):
+    """The evaluator's suffix error bounds ``E`` (Cauchy-Schwarz over the geometric
+    weights, the count where the ratio rounds to one) and rounding factors
+    ``gamma``, against their closed forms."""
+    from pld.kernels import suffix_error_bounds
+
+    n, h = 4000, 1e-3
+    e, gamma = suffix_error_bounds(n, -2.0 * lam * h, err)
+    k = n - np.arange(n + 1)
+    t = -2.0 * lam * h
+    g = -np.expm1(k * t) / (-math.expm1(t)) if t < -1e-12 else k.astype(float)
+    assert np.allclose(e, np.where(g > 0, np.sqrt(g) * err, 0.0), rtol=1e-14, atol=0.0)
+    assert e[-1] == 0.0
+    assert np.array_equal(gamma, (3.0 * k + 6.0) * 2.0 ** -53)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -134,6 +135,13 @@ def single_threaded():
         _LOCAL.single = before
 
 
+@functools.cache
+def _cores() -> int:
+    """The machine's core count, read once (``os.cpu_count`` reads ``/sys`` on
+    every call, and a query asks a few times)."""
+    return os.cpu_count() or 1
+
+
 def side_pool() -> ThreadPoolExecutor | None:
     """Worker threads for the dominating sides (two, so that queries from two
     user threads do not wait on each other), or None on a single core.
@@ -145,7 +153,7 @@ def side_pool() -> ThreadPoolExecutor | None:
     if getattr(_LOCAL, "single", False):
         return None
     threads = os.environ.get("PLD_THREADS")
-    n = int(threads) if threads and threads.isdigit() else (os.cpu_count() or 1)
+    n = int(threads) if threads and threads.isdigit() else _cores()
     if n < 2:
         return None
     with _POOL_LOCK:

@@ -34,8 +34,10 @@ from pld.kernels import (
     coarsen_dominated,
     coarsen_dominating,
     dot_compensated,
+    hockey_delta,
     hockey_stick_suffix,
     l1_l2_norms,
+    suffix_error_bounds,
 )
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
@@ -419,43 +421,13 @@ class GridPLD:
         cache = self.__dict__.get("_suffix_cache")
         if cache is None:
             sa, sb = hockey_stick_suffix(self.p, self.lam, self.h)
-            n = self.p.size
-            m = np.arange(n + 1)
-            t = -2.0 * self.lam * self.h  # log of the geometric ratio
-            if t < -1e-12:
-                g = -np.expm1((n - m) * t) / (-math.expm1(t))
-            else:
-                # (no tilt, or one so weak that the ratio rounds to 1 and the
-                # closed form reads 0/0: the count bounds the sum)
-                g = (n - m).astype(float)
+            # (the geometric ratio e^t of the error weights: with no tilt, or one
+            # so weak that the ratio rounds to 1, the count bounds the sum)
+            e, gamma = suffix_error_bounds(int(self.p.size), -2.0 * self.lam * self.h, float(self.err))
             anchor = float(Fraction(self.log_scale) - Fraction(self.lam) * Fraction(int(self.k0)) * Fraction(self.h))
-            gamma = (3.0 * (n - m) + 6.0) * _U
-            # (an empty suffix has no error: 0, also when the bound itself is inf)
-            with np.errstate(invalid="ignore"):
-                e = np.where(g > 0, np.sqrt(g) * self.err, 0.0)
             cache = (sa, sb, e, anchor, gamma)
             object.__setattr__(self, "_suffix_cache", cache)
         return cache
-
-    def _first_above(self, eps: np.ndarray) -> np.ndarray:
-        """Index of the first grid point with ``l_m > eps`` (``n``: none), for any
-        real ``eps``.  The grid points are the exact reals ``(k0 + m) h``: the
-        floating-point estimate (computed in floating point before the cast:
-        ``eps / h`` beyond 2^63 wrapped around to the bottom of the grid) is
-        corrected by exact comparisons (:func:`pld.engine.outward.points_above`), so
-        that an ``eps`` one unit below a rounded grid point is not read as on it."""
-        n = self.p.size
-        with np.errstate(over="ignore", invalid="ignore"):
-            mf = np.floor(eps / self.h) - float(self.k0) + 1.0
-        mf = np.where(eps < self.k0 * self.h, 0.0, mf)
-        m = np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n))
-        # (the estimate is off by at most one either way)
-        k0 = float(self.k0)
-        down = (m > 0) & points_above(k0 + m - 1.0, self.h, eps)
-        m = np.where(down, m - 1.0, m)
-        up = (m < n) & ~points_above(k0 + m, self.h, eps)
-        m = np.where(up, m + 1.0, m)
-        return m.astype(np.int64)
 
     def _log_weight(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(log w_m, bound on its rounding)`` with ``w_m = exp(log_scale - lam l_m)``."""
@@ -487,27 +459,16 @@ class GridPLD:
         return self._delta(eps)
 
     def _delta(self, eps: np.ndarray) -> np.ndarray:
-        """:meth:`delta` of the grid as it stands (no loss slack)."""
-        _, _, e, _, _ = self._suffix()
-        n = self.p.size
-        m = self._first_above(eps)  # first grid index with l_m > eps
-        lm = (self.k0 + m) * self.h
-        sign = 1.0 if self.pessimistic else -1.0
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            d = np.minimum(eps - lm, 0.0)
-            x = np.exp(d)
-            # (eps - l_m: l_m and the difference rounded, then exp)
-            x_rel = np.where(x > 0, (np.abs(eps) + 2.0 * np.abs(lm) + 2.0) * _U * 1.01, 0.0)
-            core, slack = self._inner(m, x, x_rel)
-            inner = np.maximum(core + sign * (e[m] + slack), 0.0)
-            logc, logc_err = self._log_weight(m)
-            log_inner = np.log(np.where(inner > 0, inner, 1.0))
-            log_val = logc + log_inner
-            log_val = log_val + sign * (logc_err + (np.abs(log_val) + np.abs(log_inner) + 2.0) * _U)
-            val = np.where(inner > 0, np.exp(np.minimum(log_val, 0.0)), 0.0)
-        val = np.where(m >= n, 0.0, val)
-        out = np.clip(val + self.inf_mass, 0.0, 1.0)
-        return out
+        """:meth:`delta` of the grid as it stands (no loss slack): on the cell of
+        each ``eps`` (its first grid point above it, found exactly:
+        :func:`pld.engine.outward.points_above`), the
+        weight :meth:`_log_weight` times the suffix difference :meth:`_inner`,
+        every rounding on this side's safe side, in one compiled pass
+        (:func:`pld.kernels.hockey_delta`)."""
+        sa, sb, e, anchor, gamma = self._suffix()
+        return hockey_delta(sa, sb, e, gamma, float(anchor), float(self.lam), float(self.h), int(self.k0),
+                            np.ascontiguousarray(eps, dtype=float), 1.0 if self.pessimistic else -1.0,
+                            float(self.inf_mass))
 
     def epsilon(self, delta: float) -> float:
         """Smallest epsilon on this side's curve with delta(epsilon) <= delta.
