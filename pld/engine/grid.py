@@ -28,7 +28,7 @@ import numpy.typing as npt
 from pld import _special
 from pld.engine import fft as _fft
 from pld.engine.mgf_bounds import _I0, THETA, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
-from pld.engine.outward import point_down, point_up, points_above
+from pld.engine.outward import point_down, point_up
 from pld.kernels import (
     cell_extremes,
     coarsen_dominated,
