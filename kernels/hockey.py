@@ -343,7 +343,10 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
 
     The same blocks and Horner evaluation, over consecutive entries with
     mass: a gap of ``d`` grid points multiplies by ``r^d = e^{-|theta| h d}``
-    (one ``exp`` per change of gap, ~1 ulp), so each step rounds ~3 u.
+    (``exp`` once per distinct gap and theta, ~1 ulp), so each step rounds
+    ~3 u.  Four thetas of one sign run through a block together: their
+    recursions are independent, so the processor overlaps them (one alone
+    waits on each multiply-add); each is computed exactly as alone.
     """
     idx = np.empty(nnz, dtype=np.int64)
     j = 0
@@ -360,47 +363,76 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
     e = np.empty(nnz)
     for j in range(nnz):
         e[j] = math.exp(log_mass[idx[j]] - bmax[j // _MGF_BLOCK])
-    out = np.empty(thetas.shape[0])
-    for k in range(thetas.shape[0]):
-        th = thetas[k]
-        a = abs(th) * h
-        m = -np.inf
-        s = 0.0
-        for b in range(nb):
-            j0 = b * _MGF_BLOCK
-            j1 = min(nnz, j0 + _MGF_BLOCK)
-            if a * (idx[j1 - 1] - idx[j0]) < 500.0:
-                acc = 0.0
-                last_d = -1
-                rd = 1.0
-                if th >= 0.0:
-                    # referenced at the block's top entry: weights r^(i_top - i)
-                    acc = e[j0]
+    # (a first step's tail cells change the gap at almost every entry, but
+    # it takes few distinct values)
+    gaps = np.zeros(nnz, dtype=np.int64)
+    for j in range(1, nnz):
+        gaps[j] = idx[j] - idx[j - 1]
+    distinct = np.unique(gaps)
+    gap_id = np.searchsorted(distinct, gaps)
+    nd = distinct.shape[0]
+    nt = thetas.shape[0]
+    rd = np.empty((4, nd))
+    ms = np.full(nt, -np.inf)
+    ss = np.zeros(nt)
+    group = np.empty(4, dtype=np.int64)
+    a = np.empty(4)
+    acc = np.empty(4)
+    for up in (True, False):
+        members = np.empty(nt, dtype=np.int64)
+        cnt = 0
+        for k in range(nt):
+            if (thetas[k] >= 0.0) == up:
+                members[cnt] = k
+                cnt += 1
+        for g0 in range(0, cnt, 4):
+            for t in range(4):
+                group[t] = members[min(g0 + t, cnt - 1)]
+                a[t] = abs(thetas[group[t]]) * h
+                for u in range(nd):
+                    rd[t, u] = math.exp(-a[t] * distinct[u])
+            live = min(4, cnt - g0)
+            for b in range(nb):
+                j0 = b * _MGF_BLOCK
+                j1 = min(nnz, j0 + _MGF_BLOCK)
+                span = idx[j1 - 1] - idx[j0]
+                if up:
+                    a0 = a1 = a2 = a3 = e[j0]
                     for j in range(j0 + 1, j1):
-                        d = idx[j] - idx[j - 1]
-                        if d != last_d:
-                            last_d = d
-                            rd = math.exp(-a * d)
-                        acc = acc * rd + e[j]
-                    x = bmax[b] + th * (l0 + idx[j1 - 1] * h)
+                        g = gap_id[j]
+                        ej = e[j]
+                        a0 = a0 * rd[0, g] + ej
+                        a1 = a1 * rd[1, g] + ej
+                        a2 = a2 * rd[2, g] + ej
+                        a3 = a3 * rd[3, g] + ej
+                    ref = idx[j1 - 1]
                 else:
-                    acc = e[j1 - 1]
+                    a0 = a1 = a2 = a3 = e[j1 - 1]
                     for j in range(j1 - 2, j0 - 1, -1):
-                        d = idx[j + 1] - idx[j]
-                        if d != last_d:
-                            last_d = d
-                            rd = math.exp(-a * d)
-                        acc = acc * rd + e[j]
-                    x = bmax[b] + th * (l0 + idx[j0] * h)
-                if acc <= 0.0:
-                    continue
-                x += math.log(acc)
-            else:
-                x = _log_space_sum(log_mass, idx, j0, j1, l0, h, th)
-                if x == -np.inf:
-                    continue
-            m, s = _lse_add(m, s, x)
-        out[k] = m + math.log(s) if m > -np.inf else -np.inf
+                        g = gap_id[j + 1]
+                        ej = e[j]
+                        a0 = a0 * rd[0, g] + ej
+                        a1 = a1 * rd[1, g] + ej
+                        a2 = a2 * rd[2, g] + ej
+                        a3 = a3 * rd[3, g] + ej
+                    ref = idx[j0]
+                acc[0], acc[1], acc[2], acc[3] = a0, a1, a2, a3
+                for t in range(live):
+                    k = group[t]
+                    th = thetas[k]
+                    if a[t] * span < 500.0:
+                        if acc[t] <= 0.0:
+                            continue
+                        x = bmax[b] + th * (l0 + ref * h)
+                        x += math.log(acc[t])
+                    else:
+                        x = _log_space_sum(log_mass, idx, j0, j1, l0, h, th)
+                        if x == -np.inf:
+                            continue
+                    ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
+    out = np.empty(nt)
+    for k in range(nt):
+        out[k] = ms[k] + math.log(ss[k]) if ms[k] > -np.inf else -np.inf
     return out
 
 
