@@ -324,6 +324,56 @@ def _horner_down(e, i0, i1, r):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _horner_pair(e, i0, i1, r, q, up):
+    """:func:`_horner_up` (``up``) or :func:`_horner_down` at two ratios ``r`` and
+    ``q`` in one pass: eight independent chains, each theta's computed exactly as
+    alone."""
+    r4 = r * r * r * r
+    q4 = q * q * q * q
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    if up:
+        i = i0
+        while i + 3 < i1:
+            e0, e1, e2, e3 = e[i], e[i + 1], e[i + 2], e[i + 3]
+            a0 = a0 * r4 + e0
+            a1 = a1 * r4 + e1
+            a2 = a2 * r4 + e2
+            a3 = a3 * r4 + e3
+            b0 = b0 * q4 + e0
+            b1 = b1 * q4 + e1
+            b2 = b2 * q4 + e2
+            b3 = b3 * q4 + e3
+            i += 4
+        acc = ((a0 * r + a1) * r + a2) * r + a3
+        bcc = ((b0 * q + b1) * q + b2) * q + b3
+        while i < i1:
+            acc = acc * r + e[i]
+            bcc = bcc * q + e[i]
+            i += 1
+    else:
+        i = i1 - 1
+        while i - 3 >= i0:
+            e0, e1, e2, e3 = e[i], e[i - 1], e[i - 2], e[i - 3]
+            a0 = a0 * r4 + e0
+            a1 = a1 * r4 + e1
+            a2 = a2 * r4 + e2
+            a3 = a3 * r4 + e3
+            b0 = b0 * q4 + e0
+            b1 = b1 * q4 + e1
+            b2 = b2 * q4 + e2
+            b3 = b3 * q4 + e3
+            i -= 4
+        acc = ((a0 * r + a1) * r + a2) * r + a3
+        bcc = ((b0 * q + b1) * q + b2) * q + b3
+        while i >= i0:
+            acc = acc * r + e[i]
+            bcc = bcc * q + e[i]
+            i -= 1
+    return acc, bcc
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _log_space_sum(log_mass, pos, j0, j1, l0, h, th):
     """``log sum_{j0 <= j < j1} exp(log_mass[pos_j] + th (l0 + pos_j h))``, term
     by term (a block whose weights span too much for one scale)."""
@@ -474,35 +524,59 @@ def log_mgf_grid(log_mass, l0, h, thetas):
         if lm > -np.inf:
             e[i] = math.exp(lm - bmax[i // _MGF_BLOCK])
     pos = np.arange(n)
-    out = np.empty(thetas.shape[0])
-    for k in range(thetas.shape[0]):
-        th = thetas[k]
-        r = math.exp(-abs(th) * h)
-        m = -np.inf
-        s = 0.0
-        for b in range(nb):
-            if bmax[b] == -np.inf:
-                continue
-            i0 = b * _MGF_BLOCK
-            i1 = min(n, i0 + _MGF_BLOCK)
-            if abs(th) * (i1 - 1 - i0) * h < 500.0:
-                if th >= 0.0:
-                    # reference at the top of the block: weights r^(i_ref - i)
-                    acc = _horner_up(e, i0, i1, r)
-                    x = bmax[b] + th * (l0 + (i1 - 1) * h)
-                else:
-                    acc = _horner_down(e, i0, i1, r)
-                    x = bmax[b] + th * (l0 + i0 * h)
-                if acc <= 0.0:
+    nt = thetas.shape[0]
+    ms = np.full(nt, -np.inf)
+    ss = np.zeros(nt)
+    # thetas of one sign in pairs (:func:`_horner_pair`); each theta's block
+    # sums and their order are those it would have alone
+    for up in (True, False):
+        members = np.empty(nt, dtype=np.int64)
+        cnt = 0
+        for k in range(nt):
+            if (thetas[k] >= 0.0) == up:
+                members[cnt] = k
+                cnt += 1
+        for g0 in range(0, cnt, 2):
+            ka = members[g0]
+            kb = members[min(g0 + 1, cnt - 1)]
+            tha = thetas[ka]
+            thb = thetas[kb]
+            ra = math.exp(-abs(tha) * h)
+            rb = math.exp(-abs(thb) * h)
+            for b in range(nb):
+                if bmax[b] == -np.inf:
                     continue
-                x += math.log(acc)
-            else:
-                # weights too far apart for one scale: exact log-space pass
-                x = _log_space_sum(log_mass, pos, i0, i1, l0, h, th)
-                if x == -np.inf:
-                    continue
-            m, s = _lse_add(m, s, x)
-        out[k] = m + math.log(s) if m > -np.inf else -np.inf
+                i0 = b * _MGF_BLOCK
+                i1 = min(n, i0 + _MGF_BLOCK)
+                ha = abs(tha) * (i1 - 1 - i0) * h < 500.0
+                hb = abs(thb) * (i1 - 1 - i0) * h < 500.0
+                acc_a = acc_b = 0.0
+                if ha and hb:
+                    acc_a, acc_b = _horner_pair(e, i0, i1, ra, rb, up)
+                elif ha:
+                    acc_a = _horner_up(e, i0, i1, ra) if up else _horner_down(e, i0, i1, ra)
+                elif hb:
+                    acc_b = _horner_up(e, i0, i1, rb) if up else _horner_down(e, i0, i1, rb)
+                for t in range(2 if kb != ka else 1):
+                    k = ka if t == 0 else kb
+                    th = tha if t == 0 else thb
+                    if ha if t == 0 else hb:
+                        acc = acc_a if t == 0 else acc_b
+                        # reference at the block's top (theta >= 0: weights
+                        # r^(i_ref - i)) or bottom
+                        x = bmax[b] + th * (l0 + ((i1 - 1) if up else i0) * h)
+                        if acc <= 0.0:
+                            continue
+                        x += math.log(acc)
+                    else:
+                        # weights too far apart for one scale: exact log-space pass
+                        x = _log_space_sum(log_mass, pos, i0, i1, l0, h, th)
+                        if x == -np.inf:
+                            continue
+                    ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
+    out = np.empty(nt)
+    for k in range(nt):
+        out[k] = ms[k] + math.log(ss[k]) if ms[k] > -np.inf else -np.inf
     return out
 
 
