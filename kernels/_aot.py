@@ -262,7 +262,7 @@ def _guarded(name: str, fast, kinds: list, module: str):
 
     params = [f"a{i}" for i in range(len(kinds))]
     namespace = _check_namespace(kinds)
-    namespace.update(_fast=fast, _slow=slow)
+    namespace.update(_fast=fast, _slow=slow, __name__=__name__)
     sig = ", ".join(params)
     exec(f"def {name}(*args):\n"
          f"    if len(args) == {len(kinds)}:\n"
