@@ -523,6 +523,9 @@ def test_delta_kernel_is_the_array_expression(pessimistic):
     assert np.all((got >= 0) & (got <= 1))
     assert np.allclose(got, want, rtol=1e-12, atol=0.0)
     assert np.array_equal(got == g.inf_mass, want == g.inf_mass)
+    # (any shape, as numpy's broadcasting served before)
+    assert np.array_equal(g.delta(eps[:400].reshape(20, 20)), got[:400].reshape(20, 20))
+    assert g.delta(0.3).shape == (1,)
 
 
 @pytest.mark.parametrize("lam, err", [(2.5, 1e-12), (0.0, 3e-10), (1e-15, 1e-9), (40.0, 0.0)])

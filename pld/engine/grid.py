@@ -459,16 +459,17 @@ class GridPLD:
         return self._delta(eps)
 
     def _delta(self, eps: np.ndarray) -> np.ndarray:
-        """:meth:`delta` of the grid as it stands (no loss slack): on the cell of
-        each ``eps`` (its first grid point above it, found exactly:
-        :func:`pld.engine.outward.points_above`), the
-        weight :meth:`_log_weight` times the suffix difference :meth:`_inner`,
+        """:meth:`delta` of the grid as it stands (no loss slack), at every entry of
+        ``eps`` (any shape): on the cell of each ``eps`` (its first grid point
+        above it, found exactly as :func:`pld.engine.outward.points_above` does),
+        the weight :meth:`_log_weight` times the suffix difference :meth:`_inner`,
         every rounding on this side's safe side, in one compiled pass
         (:func:`pld.kernels.hockey_delta`)."""
         sa, sb, e, anchor, gamma = self._suffix()
-        return hockey_delta(sa, sb, e, gamma, float(anchor), float(self.lam), float(self.h), int(self.k0),
-                            np.ascontiguousarray(eps, dtype=float), 1.0 if self.pessimistic else -1.0,
-                            float(self.inf_mass))
+        flat = np.ascontiguousarray(eps, dtype=float).reshape(-1)
+        out = hockey_delta(sa, sb, e, gamma, float(anchor), float(self.lam), float(self.h), int(self.k0), flat,
+                           1.0 if self.pessimistic else -1.0, float(self.inf_mass))
+        return out.reshape(np.shape(eps))
 
     def epsilon(self, delta: float) -> float:
         """Smallest epsilon on this side's curve with delta(epsilon) <= delta.
