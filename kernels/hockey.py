@@ -121,10 +121,11 @@ def hockey_delta(sa, sb, e, gamma, anchor, lam, h, k0, eps, sign, inf_mass):
     ``+inf``, clipped to [0, 1].
 
     The same operations in the same order as the array expression it replaces
-    (the grid's ``_first_above``, ``_inner`` and ``_log_weight``), so that a
-    query's few dozen single evaluations (root checks) cost a call each, not
-    twenty array operations; ``exp`` and ``log`` may differ from numpy's in
-    the last unit.
+    (the cell found as :func:`pld.engine.outward.points_above` finds it, then
+    the grid's ``_inner`` and ``_log_weight``), so that a query's few dozen
+    single evaluations (root checks) cost a call each, not twenty array
+    operations; ``exp`` and ``log`` are libm's, within an ulp as the rounding
+    terms assume (numpy's vectorised ones may differ from them in the last unit).
     """
     u = 2.0 ** -53
     n = sa.shape[0] - 1
