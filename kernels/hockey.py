@@ -89,14 +89,16 @@ def cell_extremes(sa, sb, e, gamma, anchor, lam, h, sign):
     return out
 
 
-#: Veltkamp's splitting constant 2^27 + 1 (Dekker 1971), as pld.engine.outward
+#: Veltkamp's splitting constant 2^27 + 1 (Dekker 1971)
 _SPLIT = 134217729.0
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _point_above(k, h, eps):
-    """``k h > eps`` exactly for an integer-valued ``k`` (Dekker's error-free
-    product; the argument is :func:`pld.engine.outward.points_above`'s)."""
+    """``k h > eps`` exactly for an integer-valued ``k``: Dekker's error-free
+    product, one scalar of :func:`pld.engine.outward.points_above` (which gives
+    the argument, and against which tests/test_grid.py checks the cells this
+    kernel's caller finds)."""
     if not math.isfinite(eps):
         return eps < 0.0
     p = k * h
@@ -286,6 +288,28 @@ def tilted_moments(log_p, loss, lam):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _of_sign(thetas, up):
+    """``(indices, count)`` of the thetas ``>= 0`` (``up``) or not, in order (the
+    Horner recursion runs up or down a block by the sign)."""
+    members = np.empty(thetas.shape[0], dtype=np.int64)
+    cnt = 0
+    for k in range(thetas.shape[0]):
+        if (thetas[k] >= 0.0) == up:
+            members[cnt] = k
+            cnt += 1
+    return members, cnt
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lse_finish(ms, ss):
+    """``log(e^m s)`` of each running sum kept by :func:`_lse_add` (``-inf`` if empty)."""
+    out = np.empty(ms.shape[0])
+    for k in range(ms.shape[0]):
+        out[k] = ms[k] + math.log(ss[k]) if ms[k] > -np.inf else -np.inf
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _horner_up(e, i0, i1, r):
     """``sum_{i0 <= i < i1} e_i r^(i1 - 1 - i)``, four interleaved chains (the
     sequential recurrence is latency-bound)."""
@@ -430,12 +454,7 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
     a = np.empty(4)
     acc = np.empty(4)
     for up in (True, False):
-        members = np.empty(nt, dtype=np.int64)
-        cnt = 0
-        for k in range(nt):
-            if (thetas[k] >= 0.0) == up:
-                members[cnt] = k
-                cnt += 1
+        members, cnt = _of_sign(thetas, up)
         for g0 in range(0, cnt, 4):
             for t in range(4):
                 group[t] = members[min(g0 + t, cnt - 1)]
@@ -481,10 +500,7 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
                         if x == -np.inf:
                             continue
                     ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
-    out = np.empty(nt)
-    for k in range(nt):
-        out[k] = ms[k] + math.log(ss[k]) if ms[k] > -np.inf else -np.inf
-    return out
+    return _lse_finish(ms, ss)
 
 
 @called_with(F64, f64, f64, F64)
@@ -531,12 +547,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
     # thetas of one sign in pairs (:func:`_horner_pair`); each theta's block
     # sums and their order are those it would have alone
     for up in (True, False):
-        members = np.empty(nt, dtype=np.int64)
-        cnt = 0
-        for k in range(nt):
-            if (thetas[k] >= 0.0) == up:
-                members[cnt] = k
-                cnt += 1
+        members, cnt = _of_sign(thetas, up)
         for g0 in range(0, cnt, 2):
             ka = members[g0]
             kb = members[min(g0 + 1, cnt - 1)]
@@ -575,10 +586,7 @@ def log_mgf_grid(log_mass, l0, h, thetas):
                         if x == -np.inf:
                             continue
                     ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
-    out = np.empty(nt)
-    for k in range(nt):
-        out[k] = ms[k] + math.log(ss[k]) if ms[k] > -np.inf else -np.inf
-    return out
+    return _lse_finish(ms, ss)
 
 
 @called_with(F64)
