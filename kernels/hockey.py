@@ -357,44 +357,26 @@ def _horner_pair(e, i0, i1, r, q, up):
     q4 = q * q * q * q
     a0 = a1 = a2 = a3 = 0.0
     b0 = b1 = b2 = b3 = 0.0
-    if up:
-        i = i0
-        while i + 3 < i1:
-            e0, e1, e2, e3 = e[i], e[i + 1], e[i + 2], e[i + 3]
-            a0 = a0 * r4 + e0
-            a1 = a1 * r4 + e1
-            a2 = a2 * r4 + e2
-            a3 = a3 * r4 + e3
-            b0 = b0 * q4 + e0
-            b1 = b1 * q4 + e1
-            b2 = b2 * q4 + e2
-            b3 = b3 * q4 + e3
-            i += 4
-        acc = ((a0 * r + a1) * r + a2) * r + a3
-        bcc = ((b0 * q + b1) * q + b2) * q + b3
-        while i < i1:
-            acc = acc * r + e[i]
-            bcc = bcc * q + e[i]
-            i += 1
-    else:
-        i = i1 - 1
-        while i - 3 >= i0:
-            e0, e1, e2, e3 = e[i], e[i - 1], e[i - 2], e[i - 3]
-            a0 = a0 * r4 + e0
-            a1 = a1 * r4 + e1
-            a2 = a2 * r4 + e2
-            a3 = a3 * r4 + e3
-            b0 = b0 * q4 + e0
-            b1 = b1 * q4 + e1
-            b2 = b2 * q4 + e2
-            b3 = b3 * q4 + e3
-            i -= 4
-        acc = ((a0 * r + a1) * r + a2) * r + a3
-        bcc = ((b0 * q + b1) * q + b2) * q + b3
-        while i >= i0:
-            acc = acc * r + e[i]
-            bcc = bcc * q + e[i]
-            i -= 1
+    # (down: the same recursion from the block's top, i - 1, i - 2, ...)
+    step = 1 if up else -1
+    i = i0 if up else i1 - 1
+    while i0 <= i + 3 * step < i1:
+        e0, e1, e2, e3 = e[i], e[i + step], e[i + 2 * step], e[i + 3 * step]
+        a0 = a0 * r4 + e0
+        a1 = a1 * r4 + e1
+        a2 = a2 * r4 + e2
+        a3 = a3 * r4 + e3
+        b0 = b0 * q4 + e0
+        b1 = b1 * q4 + e1
+        b2 = b2 * q4 + e2
+        b3 = b3 * q4 + e3
+        i += 4 * step
+    acc = ((a0 * r + a1) * r + a2) * r + a3
+    bcc = ((b0 * q + b1) * q + b2) * q + b3
+    while i0 <= i < i1:
+        acc = acc * r + e[i]
+        bcc = bcc * q + e[i]
+        i += step
     return acc, bcc
 
 
