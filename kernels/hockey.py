@@ -393,6 +393,19 @@ def _log_space_sum(log_mass, pos, j0, j1, l0, h, th):
     return mb + math.log(sb) if mb > -np.inf else -np.inf
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _block_log_sum(horner, acc, bmax_b, th, l0, ref, h, log_mass, pos, j0, j1):
+    """log of one block's sum at ``theta``: its Horner value ``acc``, referenced at
+    grid index ``ref`` and scaled by the block's largest mass, or (weights too far
+    apart for one scale) the exact log-space pass; ``-inf`` for an empty block."""
+    if horner:
+        if acc <= 0.0:
+            return -np.inf
+        x = bmax_b + th * (l0 + ref * h)
+        return x + math.log(acc)
+    return _log_space_sum(log_mass, pos, j0, j1, l0, h, th)
+
+
 @njit(cache=True, nogil=True)
 def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
     """:func:`log_mgf_grid` over the ``nnz`` entries with mass only (first
@@ -471,17 +484,10 @@ def _log_mgf_sparse(log_mass, nnz, l0, h, thetas):
                 acc[0], acc[1], acc[2], acc[3] = a0, a1, a2, a3
                 for t in range(live):
                     k = group[t]
-                    th = thetas[k]
-                    if a[t] * span < 500.0:
-                        if acc[t] <= 0.0:
-                            continue
-                        x = bmax[b] + th * (l0 + ref * h)
-                        x += math.log(acc[t])
-                    else:
-                        x = _log_space_sum(log_mass, idx, j0, j1, l0, h, th)
-                        if x == -np.inf:
-                            continue
-                    ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
+                    x = _block_log_sum(a[t] * span < 500.0, acc[t], bmax[b], thetas[k], l0, ref, h,
+                                       log_mass, idx, j0, j1)
+                    if x > -np.inf:
+                        ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
     return _lse_finish(ms, ss)
 
 
@@ -551,23 +557,14 @@ def log_mgf_grid(log_mass, l0, h, thetas):
                     acc_a = _horner_up(e, i0, i1, ra) if up else _horner_down(e, i0, i1, ra)
                 elif hb:
                     acc_b = _horner_up(e, i0, i1, rb) if up else _horner_down(e, i0, i1, rb)
+                # (reference at the block's top, theta >= 0: weights r^(i_ref - i); or its bottom)
+                ref = (i1 - 1) if up else i0
                 for t in range(2 if kb != ka else 1):
                     k = ka if t == 0 else kb
-                    th = tha if t == 0 else thb
-                    if ha if t == 0 else hb:
-                        acc = acc_a if t == 0 else acc_b
-                        # reference at the block's top (theta >= 0: weights
-                        # r^(i_ref - i)) or bottom
-                        x = bmax[b] + th * (l0 + ((i1 - 1) if up else i0) * h)
-                        if acc <= 0.0:
-                            continue
-                        x += math.log(acc)
-                    else:
-                        # weights too far apart for one scale: exact log-space pass
-                        x = _log_space_sum(log_mass, pos, i0, i1, l0, h, th)
-                        if x == -np.inf:
-                            continue
-                    ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
+                    x = _block_log_sum(ha if t == 0 else hb, acc_a if t == 0 else acc_b, bmax[b],
+                                       tha if t == 0 else thb, l0, ref, h, log_mass, pos, i0, i1)
+                    if x > -np.inf:
+                        ms[k], ss[k] = _lse_add(ms[k], ss[k], x)
     return _lse_finish(ms, ss)
 
 
