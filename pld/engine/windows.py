@@ -597,6 +597,16 @@ def saddle_epsilon(comp: Composite, delta: float) -> float | None:
     """
     if not 0.0 < delta < 1.0:
         return None
+    # (cached on the composition: the planner asks it for a direction's first
+    # grid and again for the tilt of its probe, ~20 tilted passes each)
+    cache = comp.__dict__.setdefault("_saddle", {})
+    if delta not in cache:
+        _bounded(cache)
+        cache[delta] = _saddle_epsilon(comp, delta)
+    return cache[delta]
+
+
+def _saddle_epsilon(comp: Composite, delta: float) -> float | None:
     target = math.log(delta)
     cap = _tilt_cap(comp)
     lo, hi = 1e-6, max(cap, 2e-6)
