@@ -176,6 +176,31 @@ def test_log_mgf_kernel_matches_log_space_sums(seed, n, h, l0, spread, empty):
         assert abs(got[k] - ref) <= tol, (th, got[k], ref)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), h=st.floats(1e-6, 1.0),
+       empty=st.sampled_from([0.0, 0.5, 0.9, 0.995]), data=st.data())
+def test_log_mgf_kernel_computes_each_theta_as_alone(seed, n, h, empty, data):
+    """The MGF kernel runs Chernoff parameters of one sign through a block
+    together (two on a dense grid, four on a sparse one); each must come out
+    exactly as it does with any other company: any subset of the thetas, in
+    particular odd counts of either sign and a single theta, gives the same
+    values bit for bit."""
+    from pld.engine.mgf_bounds import THETA
+    from pld.kernels import log_mgf_grid
+
+    rng = np.random.default_rng(seed)
+    lm = rng.normal(-20.0, 15.0, size=n)
+    lm[rng.random(n) < empty] = -np.inf
+    full = log_mgf_grid(lm, -3.0, h, THETA)
+    keep = np.array(data.draw(st.lists(st.integers(0, THETA.size - 1), min_size=1, max_size=THETA.size,
+                                       unique=True)))
+    keep.sort()
+    part = log_mgf_grid(lm, -3.0, h, np.ascontiguousarray(THETA[keep]))
+    assert np.array_equal(part, full[keep])
+    one = int(keep[0])
+    assert np.array_equal(log_mgf_grid(lm, -3.0, h, THETA[one:one + 1]), full[one:one + 1])
+
+
 def test_log_mgf_points_matches_log_space_sums():
     from scipy.special import logsumexp
 
