@@ -260,6 +260,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
     # epsilon and refines nothing, and a third refines it; a second refinement costs far
     # more, its grids finer still, than the few percent of the target it gains)
     fresh = 0
+    refined = None
     for _ in range(3):
         if _budget.spent():
             break  # (the grids' bracket stands, certified)
@@ -276,8 +277,20 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         width, target = rem_hi - rem_lo, rtol * rem_hi + EPS_ATOL
         if width <= target or not math.isfinite(rem_hi):
             break
+        if refined is None and other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
+            # another direction's end lies above the terms' bracket: refined
+            # now, before another pass (each builds grids of up to 2^23 points)
+            other, lo, refined = _refine_others(engine, used, delta, rtol, max(lo, rem_lo))
         mid = 0.5 * (rem_lo + rem_hi)
         if abs(mid - eps0) <= 0.01 * eps0:
+            if other - rem_hi > rtol * other + EPS_ATOL:
+                # that end, refined, still lies beyond the target's reach of the
+                # terms' bracket (a grid at its memory cap): refining terms tuned
+                # at the answer would only move the lower end within their own
+                # bracket (sigma 0.7155, q 3.4e-6, T 3.7e8 at delta 3.3e-3: 19 s
+                # for 7e-6 of it, and under the time budget the add direction
+                # was never refined: [0.276138, 0.276726] in 41 s)
+                break
             # tuned at (or next to) the answer, and the terms, each within
             # its share of the target, still add up to more than it (their
             # own slopes differ from the sum's): once more at the same cut,
@@ -291,22 +304,8 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
                 break
             previous = None  # (mistuned: a new cut at the new epsilon)
         eps0 = mid
-    refined = None
-    if other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
-        # another direction's end, from a grid tuned for a looser target (the
-        # terms-first route's), is now the wide one: refined at this target
-        # against the terms' lower end (sigma 1.10, q 1.3e-5, T 1e6 at delta
-        # 5.2e-14: the add direction's coarse grid had an error bound of
-        # 1e41 and its end was its largest loss, 13.2, for an epsilon of 0.098)
-        other = 0.0
-        for d in list(used):
-            if d == "remove":
-                continue
-            settings = engine.planner.settings(d, Query("delta", delta, rtol), floor=max(lo, rem_lo))
-            used[d] = settings
-            upper, lo = _direction_ends(engine, d, settings, delta, max(lo, rem_lo))
-            other = max(other, upper)
-        refined = ({d: s for d, s in used.items() if d != "remove"}, other, lo)
+    if refined is None and other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
+        other, lo, refined = _refine_others(engine, used, delta, rtol, max(lo, rem_lo))
     out = max(lo, rem_lo), max(rem_hi, other, lo)
     if info:
         if terms is not None:
@@ -362,6 +361,27 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
         if engine.composer.grid_points(d, s.h, s.lam, s.log_eta) * 2 > MAX_GRID_POINTS:
             return f"the {d} direction's grid reached its memory cap of {MAX_GRID_POINTS} points"
     return "refining the grid stopped narrowing it (a bias the spacing does not control)"
+
+
+def _refine_others(engine: Engine, used: dict[str, Settings], delta: float, rtol: float,
+                   floor: float) -> tuple[float, float, tuple]:
+    """The directions other than remove refined at this target against ``floor``
+    (the terms' lower end): ``(their largest upper end, floor raised by their
+    lower ends, what the cache keeps of it)``; ``used`` gets their settings.
+
+    Their grids come from the terms-first route, tuned for a looser target,
+    and an end of theirs can be the wide one (sigma 1.10, q 1.3e-5, T 1e6 at
+    delta 5.2e-14: the add direction's coarse grid had an error bound of 1e41
+    and its end was its largest loss, 13.2, for an epsilon of 0.098)."""
+    other, lo = 0.0, floor
+    for d in list(used):
+        if d == "remove":
+            continue
+        settings = engine.planner.settings(d, Query("delta", delta, rtol), floor=lo)
+        used[d] = settings
+        upper, lo = _direction_ends(engine, d, settings, delta, lo)
+        other = max(other, upper)
+    return other, lo, ({d: s for d, s in used.items() if d != "remove"}, other, lo)
 
 
 def _try_terms(heavy: _big_jumps.Heavy, delta: float, eps0: float, rtol: float,
