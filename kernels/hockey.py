@@ -89,16 +89,23 @@ def cell_extremes(sa, sb, e, gamma, anchor, lam, h, sign):
     return out
 
 
-#: Veltkamp's splitting constant 2^27 + 1 (Dekker 1971)
+#: Veltkamp's splitting constant 2^27 + 1 (Dekker, Numer. Math. 18 (1971) 224-242)
 _SPLIT = 134217729.0
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _point_above(k, h, eps):
-    """``k h > eps`` exactly for an integer-valued ``k``: Dekker's error-free
-    product, one scalar of :func:`pld.engine.outward.points_above` (which gives
-    the argument, and against which tests/test_grid.py checks the cells this
-    kernel's caller finds)."""
+    """``k h > eps`` for an integer-valued ``k`` (``|k| < 2^53``), exactly.
+
+    With ``k h = p + e`` exactly (Dekker's error-free product, exact while
+    nothing overflows or underflows: ``|k|, |h|`` below ~1e290, ``|k h|``
+    above ~1e-290), ``k h - eps = (p - eps) + e``: where ``p`` and ``eps`` are
+    within a factor 2 of each other (and of one sign) the difference ``p -
+    eps`` is exact (Sterbenz), and the rounded sum has the sign of the exact
+    one; elsewhere ``|p - eps| >= |p| / 2`` dwarfs ``|e| <= ulp(p) / 2``, so
+    the rounding of ``p - eps`` cannot change the sign either.  Infinite
+    ``eps`` compare as infinities.
+    """
     if not math.isfinite(eps):
         return eps < 0.0
     p = k * h
@@ -123,7 +130,7 @@ def hockey_delta(sa, sb, e, gamma, anchor, lam, h, k0, eps, sign, inf_mass):
     ``+inf``, clipped to [0, 1].
 
     The same operations in the same order as the array expression it replaces
-    (the cell found as :func:`pld.engine.outward.points_above` finds it, then
+    (the cell of ``eps`` found by exact comparisons, :func:`_point_above`, then
     the grid's ``_inner`` and ``_log_weight``), so that a query's few dozen
     single evaluations (root checks) cost a call each, not twenty array
     operations; ``exp`` and ``log`` are libm's, within an ulp as the rounding

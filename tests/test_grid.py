@@ -499,18 +499,23 @@ def test_cell_extremes_kernel_is_the_array_expression(pessimistic):
 def _delta_array_expression(g: GridPLD, eps: np.ndarray) -> np.ndarray:
     """The evaluator's bound as numpy array operations (what
     :func:`pld.kernels.hockey_delta` computes in one pass): the cell of each
-    ``eps`` found exactly, then the weighted suffix difference."""
-    from pld.engine.outward import points_above
+    ``eps``, the first ``m`` with ``(k0 + m) h > eps`` in exact rational
+    arithmetic, then the weighted suffix difference."""
+    from fractions import Fraction
 
     sa, sb, e, _, _ = g._suffix()
     n = g.p.size
-    with np.errstate(over="ignore", invalid="ignore"):
-        mf = np.floor(eps / g.h) - float(g.k0) + 1.0
-    mf = np.where(eps < g.k0 * g.h, 0.0, mf)
-    m = np.clip(np.nan_to_num(mf, nan=float(n), posinf=float(n), neginf=0.0), 0.0, float(n))
-    k0 = float(g.k0)
-    m = np.where((m > 0) & points_above(k0 + m - 1.0, g.h, eps), m - 1.0, m)
-    m = np.where((m < n) & ~points_above(k0 + m, g.h, eps), m + 1.0, m).astype(np.int64)
+    h = Fraction(g.h)
+
+    def first_above(x: float) -> int:
+        if math.isnan(x) or x == math.inf:
+            return n
+        if x == -math.inf:
+            return 0
+        m = min(max(math.floor(Fraction(x) / h) - g.k0 + 1, 0), n)  # ((k0 + m) h > x from here)
+        return m
+
+    m = np.array([first_above(float(x)) for x in eps], dtype=np.int64)
     lm = (g.k0 + m) * g.h
     sign = 1.0 if g.pessimistic else -1.0
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):

@@ -461,7 +461,7 @@ class GridPLD:
     def _delta(self, eps: np.ndarray) -> np.ndarray:
         """:meth:`delta` of the grid as it stands (no loss slack), at every entry of
         ``eps`` (any shape): on the cell of each ``eps`` (its first grid point
-        above it, found exactly as :func:`pld.engine.outward.points_above` does),
+        above it, found by exact comparisons of the grid points ``(k0 + m) h``),
         the weight :meth:`_log_weight` times the suffix difference :meth:`_inner`,
         every rounding on this side's safe side, in one compiled pass
         (:func:`pld.kernels.hockey_delta`)."""

@@ -12,8 +12,9 @@ where the true delta is still ``2.3e-13`` of that atom's mass.
 
 * :func:`point_up`, :func:`point_down`: ``k h`` rounded outward (exact rational
   arithmetic, for scalars);
-* :func:`points_above`: ``k h > eps`` decided exactly, elementwise (an
-  error-free product, Dekker 1971, so that an evaluator reads the right cell);
+* ``k h > eps`` decided exactly, so that the evaluator reads the right cell,
+  lives with the evaluator's compiled pass (:func:`pld.kernels.hockey_delta`:
+  an error-free product, Dekker 1971);
 * :func:`sum_bounds`: ``sum k_i x_i`` over intervals ``[lo_i, hi_i]``, rounded
   outward (a composition's largest loss);
 * :func:`widen`: a computed value with an absolute error bound, as an interval.
@@ -29,16 +30,10 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import numpy as np
-
-__all__ = ["point_up", "point_down", "points_above", "sum_bounds", "widen", "U"]
+__all__ = ["point_up", "point_down", "sum_bounds", "widen", "U"]
 
 #: unit round-off of float64
 U = 2.0 ** -53
-
-#: Veltkamp's splitting constant 2^27 + 1 (Dekker 1971)
-_SPLIT = 134217729.0
-
 
 def _round_exact(x: Fraction, up: bool) -> float:
     """The double nearest ``x`` on the side asked (``x`` exact)."""
@@ -58,40 +53,6 @@ def point_up(k: int, h: float) -> float:
 def point_down(k: int, h: float) -> float:
     """The largest double ``<= k h`` (exact real product)."""
     return _round_exact(Fraction(int(k)) * Fraction(h), up=False)
-
-
-def _two_product(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(p, e)`` with ``p = fl(a b)`` and ``a b = p + e`` exactly (Dekker's
-    product; exact while nothing overflows or underflows: ``|a|, |b|`` below
-    ~1e290, ``|a b|`` above ~1e-290)."""
-    p = a * b
-    ca = _SPLIT * a
-    ah = ca - (ca - a)
-    al = a - ah
-    cb = _SPLIT * b
-    bh = cb - (cb - b)
-    bl = b - bh
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, e
-
-
-def points_above(k: np.ndarray, h: float, eps: np.ndarray) -> np.ndarray:
-    """``k h > eps`` for integer-valued ``k`` (as floats, ``|k| < 2^53``), exactly.
-
-    With ``k h = p + e`` exactly, ``k h - eps = (p - eps) + e``: where ``p``
-    and ``eps`` are within a factor 2 of each other (and of one sign) the
-    difference ``p - eps`` is exact (Sterbenz), and the rounded sum has the
-    sign of the exact one; elsewhere ``|p - eps| >= |p| / 2`` dwarfs ``|e| <=
-    ulp(p) / 2``, so the rounding of ``p - eps`` cannot change the sign either.
-    Infinite ``eps`` compare as infinities.
-    """
-    k = np.asarray(k, float)
-    eps = np.asarray(eps, float)
-    with np.errstate(invalid="ignore", over="ignore"):
-        p, e = _two_product(k, float(h))
-        e = np.where(np.isfinite(e), e, 0.0)
-        exact = (p - eps) + e > 0.0
-    return np.where(np.isfinite(eps), exact, eps < 0)
 
 
 def sum_bounds(terms) -> tuple[float, float]:
