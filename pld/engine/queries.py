@@ -277,7 +277,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
         width, target = rem_hi - rem_lo, rtol * rem_hi + EPS_ATOL
         if width <= target or not math.isfinite(rem_hi):
             break
-        if refined is None and other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
+        if refined is None and _others_wide(other, lo, rem_lo, rem_hi, rtol):
             # another direction's end lies above the terms' bracket: refined
             # now, before another pass (each builds grids of up to 2^23 points)
             other, lo, refined = _refine_others(engine, used, delta, rtol, max(lo, rem_lo))
@@ -304,7 +304,7 @@ def _refine_by_jumps(engine: Engine, delta: float, rtol: float, lo: float, hi: f
                 break
             previous = None  # (mistuned: a new cut at the new epsilon)
         eps0 = mid
-    if refined is None and other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL:
+    if refined is None and _others_wide(other, lo, rem_lo, rem_hi, rtol):
         other, lo, refined = _refine_others(engine, used, delta, rtol, max(lo, rem_lo))
     out = max(lo, rem_lo), max(rem_hi, other, lo)
     if info:
@@ -361,6 +361,12 @@ def target_miss(engine: Engine, delta: float, rtol: float, lo: float, hi: float,
         if engine.composer.grid_points(d, s.h, s.lam, s.log_eta) * 2 > MAX_GRID_POINTS:
             return f"the {d} direction's grid reached its memory cap of {MAX_GRID_POINTS} points"
     return "refining the grid stopped narrowing it (a bias the spacing does not control)"
+
+
+def _others_wide(other: float, lo: float, rem_lo: float, rem_hi: float, rtol: float) -> bool:
+    """Whether the other directions' upper end ``other`` lies above the terms'
+    bracket ``[rem_lo, rem_hi]`` and leaves the answer wider than its target."""
+    return other > rem_hi and other - max(lo, rem_lo) > rtol * other + EPS_ATOL
 
 
 def _refine_others(engine: Engine, used: dict[str, Settings], delta: float, rtol: float,
