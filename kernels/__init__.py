@@ -14,7 +14,8 @@ __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merg
            "pessimistic_spread_atoms", "split_atoms_log",
            "hockey_stick_suffix", "cell_extremes", "hockey_delta", "suffix_error_bounds", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
-           "coarsen_dominating", "dot_compensated", "rotate_left", "window_exponents",
+           "coarsen_dominating", "dot_compensated", "rotate_left", "untilted_mass_bound", "window_exponents",
+           "chernoff_exponent", "log_two_tails",
            # random allocation's per-coordinate laws
            "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
            "group_pairs", "sum_round_up", "lump_blocks", "bracket_convolve",
@@ -36,6 +37,7 @@ if len(_ahead_of_time) < len(__all__):
         sum_spread_geometric,
     )
     from .cells import cell_points, log_diff_exp, log_diff_exp_error, subsampled_mass_errors
+    from .chernoff import chernoff_exponent, log_two_tails
     from .discretize import pessimistic_spread, pessimistic_spread_atoms, split_atoms_log
     from .geometric import geometric_sum_merge, geometric_sum_spread
     from .hockey import (
@@ -53,6 +55,7 @@ if len(_ahead_of_time) < len(__all__):
     from .merge import optimistic_merge_centred
     from .power import complex_powers, rotate_left
     from .regrid import coarsen_dominated, coarsen_dominating
+    from .tails import untilted_mass_bound
     from .windows import window_exponents
 globals().update(_ahead_of_time)
 

@@ -80,13 +80,15 @@ def test_every_kernel_is_found_with_its_declared_types():
 def test_declared_types_are_those_queries_compile():
     # a fresh process, nothing warmed: the signatures are those the engine's
     # calls asked for (subsampled DP-SGD, both sides, FFT powers, re-grids; a
-    # Gaussian; randomized response; random allocation's laws, the geometric grid's and the log labels' too),
+    # Gaussian; randomized response; an approximate-DP step's mass at +inf on the dominated side;
+    # random allocation's laws, the geometric grid's and the log labels' too),
     # and only those
     code = ("import pld\n"
             "from pld.engine import warm as J\n"
             "pld.dpsgd(1.1, 256 / 60000, 14040).epsilon_bounds(1e-5)\n"
             "pld.Gaussian(2.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
             "pld.RandomizedResponse(1.0).pld().self_compose(100).epsilon_bounds(1e-5)\n"
+            "pld.ApproxDP(1.0, 1e-6).pld().self_compose(10).epsilon_bounds(1e-5)\n"
             "pld.RandomAllocation(pld.Gaussian(1.0), 1000, 1).pld().epsilon_bounds(1e-10)\n"
             "pld.RandomAllocation(pld.Gaussian(2.0), 64, 8).pld().epsilon_bounds(1e-5)\n"
             "pld.RandomAllocation(pld.Gaussian(0.5), 4, 1).pld().epsilon_bounds(1e-5)\n"

@@ -261,7 +261,7 @@ def test_power_results_do_not_share_the_transform_buffer():
     # must still be a copy (the buffer goes back to the pool)
     g = _random_step(2, 80, 0.05, 0.5)
     y = g.p.copy()
-    r = _power._assemble(g, 1, y, g.k0, (-1e6, 1e6), None, 0.0, 1.0)
+    r = _power._assemble(g, 1, y, g.k0, (-1e6, 1e6), None, 0.0, 1.0, float(np.linalg.norm(y)) * 1.01)
     assert r is not None and r.size == y.size and not np.shares_memory(r.p, y)
 
 

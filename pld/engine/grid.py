@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from pld import _special
 from pld.engine import fft as _fft
-from pld.engine.mgf_bounds import _I0, THETA, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
+from pld.engine.mgf_bounds import _I0, _POS, _TH_POS, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
 from pld.engine.outward import point_down, point_up
 from pld.kernels import (
     cell_extremes,
@@ -38,6 +38,7 @@ from pld.kernels import (
     hockey_stick_suffix,
     l1_l2_norms,
     suffix_error_bounds,
+    untilted_mass_bound,
 )
 
 # Upper bound on the total P-mass of a pessimistic object (its finite part may
@@ -291,53 +292,62 @@ class GridPLD:
         has below and above the array itself (a composition computed on a
         window of its support); the pessimistic side moves it too.
         """
-        n = self.p.size
-        i0 = max(0, int(math.ceil(lo_loss / self.h - 1e-9)) - self.k0)
-        i1 = min(n - 1, int(math.floor(hi_loss / self.h + 1e-9)) - self.k0)
+        return self._truncated(self.p, None, lo_loss, hi_loss, beyond)
+
+    def _truncated(self, raw: np.ndarray, scale: tuple[float, float] | None, lo_loss: float, hi_loss: float,
+                   beyond: tuple[float, float] = (0.0, 0.0)) -> GridPLD:
+        """:meth:`truncate` of this grid with ``p = (raw / div) * mul`` for
+        ``scale = (div, mul)`` (each operation rounded, entry by entry): a
+        transform's buffer is normalised only where it is kept or read
+        (:func:`pld.engine.power._assemble`), not over its whole length.  The
+        result never shares memory with ``raw`` when ``scale`` is given."""
+        n = raw.size
+        h, k0 = self.h, self.k0
+        i0 = max(0, int(math.ceil(lo_loss / h - 1e-9)) - k0)
+        i1 = min(n - 1, int(math.floor(hi_loss / h + 1e-9)) - k0)
         extra = self.pessimistic and (beyond[0] > 0 or beyond[1] > 0)
-        if i0 == 0 and i1 == n - 1 and not extra:
+        if i0 == 0 and i1 == n - 1 and not extra and scale is None:
             return self
         if i1 < i0:
             i1 = i0 = min(max(i0, 0), n - 1)
-        keep = self.p[i0: i1 + 1].copy()
+        div, mul = (1.0, 1.0) if scale is None else scale
+        if scale is None:
+            keep = raw[i0: i1 + 1].copy()
+        else:
+            keep = raw[i0: i1 + 1] / div
+            keep *= mul
         inf_mass = self.inf_mass
         bound = self.log_mgf_bound
         if self.pessimistic:
             if i1 < n - 1 or beyond[1] > 0:
-                tail = self.p[i1 + 1:]
-                ltail = (self.k0 + i1 + 1 + np.arange(tail.size)) * self.h
-                w = self.log_scale - self.lam * ltail  # log of untilting factor
                 # Chernoff, P(L >= t) <= M(theta) e^{-theta t}, is usually tiny by
                 # the window's design; the direct sum helps only when it is not
-                top = (self.k0 + i1 + 1) * self.h
+                top = (k0 + i1 + 1) * h
                 moved = _chernoff(bound, top, upper=True) if bound is not None else math.inf
                 if moved > 1e-60:
-                    moved = min(moved, _bounded_sum(tail, w, self.err) + beyond[1])
+                    moved = min(moved, untilted_mass_bound(raw, i1 + 1, n, k0, h, self.lam, self.log_scale,
+                                                           self.err, div, mul) + beyond[1])
                 inf_mass = min(1.0, inf_mass + moved)
             if i0 > 0 or beyond[0] > 0:
-                head = self.p[:i0]
-                llo = (self.k0 + i0) * self.h
-                lhead = (self.k0 + np.arange(i0)) * self.h
+                llo = (k0 + i0) * h
                 # untilted mass below, then tilted at llo
                 if bound is not None:
-                    moved = min(_chernoff(bound, llo - self.h, upper=False),
-                                math.exp(min(700.0, float(bound[_I0]))))
+                    moved = min(_chernoff(bound, llo - h, upper=False), math.exp(min(700.0, float(bound[_I0]))))
                 else:
                     moved = _MASS_CAP
                 tilt_up = math.exp(min(700.0, self.lam * llo - self.log_scale))
                 if moved * tilt_up > 1e-60:
-                    moved = min(moved, _bounded_sum(head, self.log_scale - self.lam * lhead, self.err)
-                                + beyond[0])
+                    moved = min(moved, untilted_mass_bound(raw, 0, i0, k0, h, self.lam, self.log_scale, self.err,
+                                                           div, mul) + beyond[0])
                 if moved > 0:
                     # (the tilting factor is rounded: a little more, never less)
                     keep[0] += moved * tilt_up * (1.0 + 1e-12)
                     if bound is not None:  # the moved mass now sits at llo: M(theta) grows for theta > 0
                         bound = bound.copy()
-                        pos = THETA > 0
-                        bound[pos] = np.logaddexp(bound[pos], math.log(moved) + THETA[pos] * llo)
+                        bound[_POS] = np.logaddexp(bound[_POS], math.log(moved) + _TH_POS * llo)
         # the moved mass joins the object as computed (one rounding of keep[0])
         rel = None if self.rel_err is None else self.rel_err + 2 * _U
-        return GridPLD(self.h, self.k0 + i0, keep, self.lam, self.log_scale, inf_mass,
+        return GridPLD(h, k0 + i0, keep, self.lam, self.log_scale, inf_mass,
                        self.err, self.pessimistic, bound, rel, self.loss_slack)
 
     def coarsen(self) -> GridPLD:
@@ -595,16 +605,3 @@ class GridPLD:
         loss = self.losses()
         th = np.atleast_1d(np.asarray(theta, float))
         return _special.logsumexp(lm[None, :] + th[:, None] * loss[None, :], axis=1)
-
-
-def _bounded_sum(p: np.ndarray, log_w: np.ndarray, err: float) -> float:
-    """Upper bound on ``sum_i (p_i + r_i) e^{log_w_i}`` given ``||r||_2 <= err``."""
-    with np.errstate(over="ignore"):
-        top = float(np.max(log_w)) if log_w.size else 0.0
-        if top > 700:
-            return math.inf
-        w = np.exp(log_w)
-        # (compensated dot: within 3u; the norm's naive sum within n u < 2e-9)
-        s = (float(dot_compensated(np.maximum(p, 0.0), w)) * (1.0 + 1e-15)
-             + err * float(l1_l2_norms(w)[1]) * (1.0 + 2e-9))
-    return s

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from pld.kernels import log_mgf_grid
+from pld.kernels import chernoff_exponent, log_mgf_grid
 
 #: Chernoff parameters at which pessimistic PLDs carry an MGF bound
 #: (8 per decade where Chernoff parameters of truncation windows fall: a grid
@@ -26,10 +26,10 @@ _POSITIVE = np.sort(np.concatenate((np.logspace(-3, -2, 4), np.logspace(-2, 3, 4
 THETA = np.concatenate((-np.logspace(-3, 6, 28)[::-1], [0.0],
                         _POSITIVE[np.concatenate(([True], _POSITIVE[1:] != _POSITIVE[:-1]))]))
 _I0 = int(np.flatnonzero(THETA == 0.0)[0])
-#: the positive and negative Chernoff parameters (masks and values), formed
-#: once: _chernoff runs a dozen times per grid
-_POS, _NEG = THETA > 0, THETA < 0
-_TH_POS, _TH_NEG = THETA[_POS], THETA[_NEG]
+#: the positive Chernoff parameters (mask and values), formed once: a
+#: truncation that moves mass onto a point raises the bound at each of them
+_POS = THETA > 0
+_TH_POS = THETA[_POS]
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,6 +107,5 @@ def _lse_rows(x: np.ndarray) -> np.ndarray:
 def _chernoff(log_mgf: np.ndarray, t: float, upper: bool) -> float:
     """``min_theta M(theta) e^{-theta t}`` over ``theta > 0`` (upper tail ``L >= t``)
     or ``theta < 0`` (lower tail ``L <= t``)."""
-    sel, th = (_POS, _TH_POS) if upper else (_NEG, _TH_NEG)
-    v = float((log_mgf[sel] - th * t).min())
+    v = chernoff_exponent(log_mgf, THETA, t, 1 if upper else -1)
     return math.exp(min(v, 700.0))

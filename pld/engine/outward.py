@@ -17,7 +17,9 @@ where the true delta is still ``2.3e-13`` of that atom's mass.
   an error-free product, Dekker 1971);
 * :func:`sum_bounds`: ``sum k_i x_i`` over intervals ``[lo_i, hi_i]``, rounded
   outward (a composition's largest loss);
-* :func:`widen`: a computed value with an absolute error bound, as an interval.
+* :func:`widen`: a computed value with an absolute error bound, as an interval;
+* :func:`scaled_exactly`: ``c x`` for an integer ``c`` as a double and its exact
+  remainder (the error-free product), for a scale that must not lose a bit.
 
 References
 ----------
@@ -30,10 +32,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-__all__ = ["point_up", "point_down", "sum_bounds", "widen", "U"]
+__all__ = ["point_up", "point_down", "sum_bounds", "widen", "scaled_exactly", "U"]
 
 #: unit round-off of float64
 U = 2.0 ** -53
+
+#: Veltkamp's splitting constant, 2^27 + 1
+_SPLIT = 134217729.0
 
 def _round_exact(x: Fraction, up: bool) -> float:
     """The double nearest ``x`` on the side asked (``x`` exact)."""
@@ -79,3 +84,30 @@ def widen(value: float, err: float) -> tuple[float, float]:
     if not math.isfinite(value):
         return value, value
     return math.nextafter(value - err, -math.inf), math.nextafter(value + err, math.inf)
+
+
+def scaled_exactly(c: int, x: float) -> tuple[float, float]:
+    """``(s, r)`` with ``s = fl(c x)`` (round to nearest) and ``s + r = c x`` exactly.
+
+    Dekker's error-free product (Veltkamp's split of both factors) where it
+    is exact: ``c`` a double (``|c| <= 2^53``), neither factor near overflow,
+    the product far enough from underflow that the remainder is
+    representable; exact rational arithmetic otherwise (the same pair).
+    """
+    a = float(c)
+    p = a * x
+    if p == 0.0 and (a == 0.0 or x == 0.0):
+        return 0.0, 0.0  # (an exact zero, positive as the rational one)
+    if (abs(c) <= 1 << 53 and abs(a) < 2.0 ** 995 and abs(x) < 2.0 ** 995
+            and 2.0 ** -900 < abs(p) < 2.0 ** 995):
+        t = _SPLIT * a
+        ah = t - (t - a)
+        al = a - ah
+        t = _SPLIT * x
+        xh = t - (t - x)
+        xl = x - xh
+        return p, ((ah * xh - p) + ah * xl + al * xh) + al * xl
+    exact = Fraction(int(c)) * Fraction(x)
+    s = float(exact)
+    return s, float(exact - Fraction(s))
+

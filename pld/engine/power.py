@@ -96,9 +96,7 @@ infinite mass of the step), increasing in ``f``, so the side's bound on
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -107,7 +105,8 @@ from pld.engine import fft as _fft
 from pld.engine import fft_band as _fft_band
 from pld.engine.grid import GridPLD
 from pld.engine.mgf_bounds import THETA, _chernoff
-from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, rotate_left
+from pld.engine.outward import scaled_exactly
+from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, log_two_tails, rotate_left
 
 _U = _fft._U
 _U_LD = _fft._U_LD
@@ -184,10 +183,7 @@ def _tail_exponents(mgf: tuple, c: int, log_tau: float) -> tuple[float, float]:
 
 def _log_tail(mgf: tuple, c: int, lo: float, hi: float) -> float:
     """log of a bound on the tilted ``c``-fold mass at losses ``<= lo`` plus ``>= hi``."""
-    th_up, pos, th_dn, neg = mgf
-    up = float(np.min(c * pos - th_up * hi))
-    dn = float(np.min(c * neg + th_dn * lo))
-    return float(np.logaddexp(up, dn))
+    return log_two_tails(*mgf, float(c), lo, hi)
 
 
 def _ranges(mgf: tuple, g: GridPLD, counts: tuple[int, ...], windows: tuple[tuple[float, float], ...],
@@ -523,12 +519,12 @@ def _scatter_powers(out: np.ndarray, live: np.ndarray, values: np.ndarray) -> No
 
 
 def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, float],
-              mgf: tuple, round_off: float, tau_max: float, y_norm: float | None = None) -> GridPLD | None:
+              mgf: tuple, round_off: float, tau_max: float, y_norm: float) -> GridPLD | None:
     """The circular result ``y``, read as lattice points ``a0 .. a0 + len(y) - 1``,
     as a certified GridPLD truncated to ``window`` (None if aliasing is not
     negligible there).  ``y`` (the transform's buffer) is overwritten; the
     result never shares memory with it.  ``y_norm``: an upper bound on
-    ``||y||_2`` as given, when the caller has one (saves a pass)."""
+    ``||y||_2`` as given."""
     h = g.h
     n = g.p.size
     size = y.size
@@ -556,22 +552,18 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
         raise FloatingPointError(
             f"FFT power drifted in total mass ({tot!r} vs {expect!r}); "
             "this indicates a numerical failure, please report it")
-    y /= tot
+    # y is read as (y / tot) * mult entry by entry (two roundings), formed
+    # only where truncation keeps or reads it: not over the whole transform
     err /= tot
     # c * log_scale can be large (long runs, strong tilts): round it exactly
     # and fold the rounding into y, so only the stored sum's own rounding (a
     # common relative error of every entry) is left for the error term
-    exact = Fraction(c) * Fraction(g.log_scale)
-    cs = float(exact)
-    mult = math.exp(float(exact - Fraction(cs)))
-    y *= mult
+    cs, rest = scaled_exactly(c, g.log_scale)
+    mult = math.exp(rest)
     log_tot = math.log(tot)
     log_scale = cs + log_tot
-    if y_norm is None:
-        y_now = float(l1_l2_norms(y)[1]) * (1.0 + 2e-9)
-    else:
-        # (each entry was scaled by 1/tot, then by mult, rounding twice)
-        y_now = y_norm * (mult / tot) * (1.0 + 8.0 * _U)
+    # (each entry scaled by 1/tot, then by mult, rounding twice)
+    y_now = y_norm * (mult / tot) * (1.0 + 8.0 * _U)
     err += 4.0 * _U * (abs(log_scale) + abs(log_tot) + 2.0) * y_now
     inf_mass = _inf_mass_power(g, c)
     bound = None
@@ -582,15 +574,14 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
         beyond = (_chernoff(bound, (a0 - 1) * h, upper=False) if a0 > s_lo else 0.0,
                   _chernoff(bound, (a1 + 1) * h, upper=True) if a1 < s_hi else 0.0)
     # (losses add: a c-fold sum stands up to c times the step's slack above the exact one)
+    # (the unscaled buffer stands in for p: _truncated reads it scaled)
     out = GridPLD(h, a0, y, g.lam, log_scale, inf_mass, err, g.pessimistic, bound, None,
                   c * g.loss_slack * (1.0 + 4.0 * _U) if g.loss_slack else 0.0)
     # nothing lies outside the support (the transform may be longer than it)
     lo = max(window[0], (s_lo - 0.5) * h)
     hi = min(window[1], (s_hi + 0.5) * h)
-    out = out.truncate(lo, hi, beyond=beyond)
-    if out.p is y:  # (truncation kept everything; it copies otherwise): the buffer goes back to the pool
-        out = dataclasses.replace(out, p=y.copy())
-    return out
+    # (a fresh array: the buffer goes back to the pool)
+    return out._truncated(y, (tot, mult), lo, hi, beyond=beyond)
 
 
 def _inf_mass_power(g: GridPLD, c: int) -> float:

@@ -1,0 +1,77 @@
+"""Chernoff tail bounds from a table of log-MGF bounds: one pass each.
+
+Given upper bounds ``b_j >= log E[e^{theta_j L}]`` on a table of parameters,
+``P(L >= t) <= min_{theta_j > 0} e^{b_j - theta_j t}`` and
+``P(L <= t) <= min_{theta_j < 0} e^{b_j - theta_j t}`` (Chernoff).  The
+engine asks for such minima a few dozen times per grid, on tables of 40-80
+entries, where array expressions cost more in their temporaries than in the
+arithmetic.  Each kernel computes exactly what the array expression did (the
+same operations on each entry, the minimum exact; a NaN propagates as in
+``np.min``), so the bounds do not move.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from ._signatures import F64, called_with, f64, i64
+
+#: log 2 as numpy's logaddexp adds it for equal arguments
+_LOGE2 = 0.693147180559945309417232121458176568
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _logaddexp(x, y):
+    # numpy's npy_logaddexp, operation for operation
+    if x == y:
+        return x + _LOGE2
+    tmp = x - y
+    if tmp > 0:
+        return x + math.log1p(math.exp(-tmp))
+    if tmp <= 0:
+        return y + math.log1p(math.exp(tmp))
+    return tmp
+
+
+@called_with(F64, F64, f64, i64)
+@njit(cache=True, nogil=True)
+def chernoff_exponent(log_mgf, theta, t, sign):
+    """``min_j (log_mgf_j - theta_j t)`` over ``theta_j > 0`` (``sign`` 1: the
+    upper tail ``L >= t``) or ``theta_j < 0`` (``sign`` -1: the lower tail);
+    ``+inf`` when no parameter has that sign."""
+    best = math.inf
+    for j in range(theta.shape[0]):
+        th = theta[j]
+        if (sign > 0 and th > 0.0) or (sign < 0 and th < 0.0):
+            v = log_mgf[j] - th * t
+            if v != v:
+                return v
+            if v < best:
+                best = v
+    return best
+
+
+@called_with(F64, F64, F64, F64, f64, f64, f64)
+@njit(cache=True, nogil=True)
+def log_two_tails(th_up, pos, th_dn, neg, c, lo, hi):
+    """``log(e^up + e^dn)`` with ``up = min_j (c pos_j - th_up_j hi)`` and
+    ``dn = min_j (c neg_j + th_dn_j lo)``: the log of a Chernoff bound on the
+    ``c``-fold law's mass at losses ``>= hi`` plus ``<= lo``, from bounds
+    ``pos``, ``neg`` on one step's log-MGF at ``th_up`` and ``-th_dn``."""
+    up = math.inf
+    for j in range(th_up.shape[0]):
+        v = c * pos[j] - th_up[j] * hi
+        if v != v:
+            return v
+        if v < up:
+            up = v
+    dn = math.inf
+    for j in range(th_dn.shape[0]):
+        v = c * neg[j] + th_dn[j] * lo
+        if v != v:
+            return v
+        if v < dn:
+            dn = v
+    return _logaddexp(up, dn)

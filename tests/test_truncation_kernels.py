@@ -1,0 +1,141 @@
+"""The compiled passes behind truncation and the FFT power's assembly, against
+the array expressions and exact arithmetic they replace.
+
+* ``untilted_mass_bound``: the mass a truncation moves, bounded in one pass;
+  checked against the exact sum of its terms (rationals) and the error ball.
+* ``chernoff_exponent``, ``log_two_tails``: Chernoff minima over a table of
+  log-MGF bounds, bit for bit the array expressions (NaN and -inf included).
+* ``scaled_exactly``: Dekker's error-free product against exact rationals.
+* ``GridPLD._truncated`` on a scaled buffer: the same grid as scaling first.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pld.engine.grid import GridPLD
+from pld.engine.mgf_bounds import THETA
+from pld.engine.outward import scaled_exactly
+from pld.kernels import chernoff_exponent, log_two_tails, untilted_mass_bound
+
+
+def _terms(p, start, stop, k0, h, lam, log_scale, div, mul):
+    i = np.arange(start, stop)
+    w = np.exp(log_scale - lam * ((k0 + i) * h))
+    q = np.maximum((p[start:stop] / div) * mul, 0.0)
+    return q, w
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(0, 400), k0=st.integers(-10 ** 6, 10 ** 6),
+       h=st.floats(1e-6, 1.0), lam=st.floats(0.0, 50.0), log_scale=st.floats(-50.0, 50.0),
+       err=st.floats(0.0, 1e-6), scaled=st.booleans())
+def test_untilted_mass_bound_covers_the_exact_sum_and_the_error_ball(seed, n, k0, h, lam, log_scale, err, scaled):
+    rng = np.random.default_rng(seed)
+    p = rng.exponential(1.0, n) * np.where(rng.random(n) < 0.1, -1e-3, 1.0)
+    start, stop = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+    div, mul = (float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.5, 2.0))) if scaled else (1.0, 1.0)
+    got = untilted_mass_bound(p, start, stop, k0, h, lam, log_scale, err, div, mul)
+    if stop == start:
+        assert got == 0.0
+        return
+    expo = log_scale - lam * ((k0 + np.arange(start, stop)) * h)
+    if expo.max() > 700.0:
+        assert got == math.inf
+        return
+    q, w = _terms(p, start, stop, k0, h, lam, log_scale, div, mul)
+    # the exact sum of the computed terms, and the worst error ball err ||w||_2
+    exact = float(sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(q, w)))
+    ball = err * math.hypot(*w) if err > 0 else 0.0
+    assert got >= (exact + ball) * (1.0 - 1e-15) * (1.0 - 4e-16)
+    floors = (stop - start) * 2.0 ** -1074 + err * math.sqrt(2.0 * (stop - start) * 2.0 ** -1074)
+    assert got <= (exact + ball) * (1.0 + 1e-14) + floors * 1.01 + 1e-300
+
+
+def test_untilted_mass_bound_gives_up_where_a_weight_overflows():
+    p = np.ones(8)
+    # the weights grow downwards (lam > 0): the first entry's exponent is 701
+    assert untilted_mass_bound(p, 0, 8, 0, 1.0, 1.0, 701.0, 0.0, 1.0, 1.0) == math.inf
+    assert math.isfinite(untilted_mass_bound(p, 2, 8, 0, 1.0, 1.0, 701.0, 0.0, 1.0, 1.0))
+
+
+finite_or_not = st.one_of(st.floats(-1e4, 1e4), st.just(-math.inf), st.just(math.inf), st.just(math.nan))
+
+
+@settings(max_examples=300, deadline=None)
+@given(b=st.lists(finite_or_not, min_size=THETA.size, max_size=THETA.size), t=st.floats(-1e3, 1e3),
+       upper=st.booleans())
+@example(b=[-math.inf] * THETA.size, t=1.0, upper=True)
+def test_chernoff_exponent_is_the_array_minimum(b, t, upper):
+    arr = np.array(b)
+    sel = THETA > 0 if upper else THETA < 0
+    with np.errstate(invalid="ignore"):
+        want = float((arr[sel] - THETA[sel] * t).min())
+    got = chernoff_exponent(arr, THETA, t, 1 if upper else -1)
+    assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.integers(1, 45), seed=st.integers(0, 2 ** 32 - 1), c=st.integers(1, 10 ** 9),
+       lo=st.floats(-1e3, 1e3), hi=st.floats(-1e3, 1e3), holes=st.booleans())
+def test_log_two_tails_is_the_array_expression(k, seed, c, lo, hi, holes):
+    rng = np.random.default_rng(seed)
+    th_up, th_dn = rng.uniform(1e-3, 1e3, k), rng.uniform(1e-3, 1e3, k)
+    pos, neg = rng.normal(0.0, 1.0, k), rng.normal(0.0, 1.0, k)
+    if holes:
+        pos[rng.integers(0, k)] = -math.inf
+        neg[:] = -math.inf
+    up = float(np.min(c * pos - th_up * hi))
+    dn = float(np.min(c * neg + th_dn * lo))
+    want = float(np.logaddexp(up, dn))
+    assert log_two_tails(th_up, pos, th_dn, neg, float(c), lo, hi) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(c=st.one_of(st.integers(0, 10 ** 6), st.integers(0, 2 ** 60)),
+       x=st.one_of(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+                   st.floats(min_value=-1e-250, max_value=1e-250)))
+@example(c=3, x=1e-310)
+@example(c=2 ** 53 + 1, x=0.1)
+def test_scaled_exactly_is_the_rounded_product_and_its_exact_rest(c, x):
+    exact = Fraction(c) * Fraction(x)
+    try:
+        s = float(exact)
+    except OverflowError:
+        return
+    if math.isinf(s):
+        return
+    got = scaled_exactly(c, x)
+    assert got == (s, float(exact - Fraction(s)))
+    assert math.copysign(1.0, got[0]) == math.copysign(1.0, s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(3, 300), pessimistic=st.booleans(),
+       lam=st.floats(0.0, 20.0), carry=st.booleans())
+def test_truncating_a_scaled_buffer_is_truncating_the_scaled_grid(seed, n, pessimistic, lam, carry):
+    rng = np.random.default_rng(seed)
+    raw = rng.exponential(1.0, n)
+    div, mul = float(raw.sum()), float(rng.uniform(0.99, 1.01))
+    h, k0 = 0.01, int(rng.integers(-n, n))
+    bound = None
+    if pessimistic and carry:
+        bound = np.full(THETA.size, 0.0) + np.abs(THETA) * 5.0
+    grid = GridPLD(h, k0, raw, lam, 0.3, 1e-9, 1e-12, pessimistic, bound, None, 0.0)
+    lo, hi = sorted(float(x) for x in rng.uniform((k0 - 2) * h, (k0 + n + 2) * h, 2))
+    beyond = (float(rng.uniform(0, 1e-9)), 0.0) if pessimistic else (0.0, 0.0)
+    got = grid._truncated(raw, (div, mul), lo, hi, beyond)
+    scaled = raw / div
+    scaled *= mul
+    want = GridPLD(h, k0, scaled, lam, 0.3, 1e-9, 1e-12, pessimistic, bound, None, 0.0).truncate(lo, hi, beyond)
+    assert got.p is not raw and not np.shares_memory(got.p, raw)
+    assert got.k0 == want.k0 and np.array_equal(got.p, want.p)
+    assert got.inf_mass == want.inf_mass and got.err == want.err
+    assert (got.log_mgf_bound is None) == (want.log_mgf_bound is None)
+    if got.log_mgf_bound is not None:
+        assert np.array_equal(got.log_mgf_bound, want.log_mgf_bound)
