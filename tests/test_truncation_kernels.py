@@ -139,3 +139,32 @@ def test_truncating_a_scaled_buffer_is_truncating_the_scaled_grid(seed, n, pessi
     assert (got.log_mgf_bound is None) == (want.log_mgf_bound is None)
     if got.log_mgf_bound is not None:
         assert np.array_equal(got.log_mgf_bound, want.log_mgf_bound)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(-1e3, 1e3), lam=st.floats(-1e3, 1e3), k=st.integers(-10 ** 12, 10 ** 12),
+       h=st.floats(1e-12, 10.0), c=st.floats(-1e3, 1e3))
+@example(a=0.0, lam=0.0, k=0, h=1.0, c=-0.0)
+@example(a=1e-310, lam=1e-300, k=3, h=1e-20, c=-1e-310)
+def test_exact_sum_is_rational_arithmetic_rounded(a, lam, k, h, c):
+    from pld.engine.outward import exact_sum
+
+    exact = Fraction(a) + Fraction(lam) * Fraction(k) * Fraction(h) + Fraction(c)
+    s = float(exact)
+    got = exact_sum((a,), (lam, k, h), (c,))
+    assert got == (s, float(exact - Fraction(s)))
+    assert math.copysign(1.0, got[0]) == math.copysign(1.0, s)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(1, 3000), k0=st.integers(-10 ** 6, 10 ** 6),
+       h=st.floats(1e-5, 0.5), sparse=st.booleans())
+def test_lattice_mgf_bound_is_the_bound_on_the_formed_losses(seed, n, k0, h, sparse):
+    from pld.engine.mgf_bounds import _mgf_bound_from, _mgf_bound_lattice
+
+    rng = np.random.default_rng(seed)
+    lm = rng.normal(-8.0, 3.0, n)
+    if sparse:
+        lm[rng.random(n) < 0.9] = -np.inf
+    loss = (k0 + np.arange(n)) * h
+    assert np.array_equal(_mgf_bound_lattice(lm, k0, h), _mgf_bound_from(lm, loss, h))

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from pld import _special
 from pld.engine import fft as _fft
-from pld.engine.mgf_bounds import _I0, _POS, _TH_POS, _chernoff, _coarsen_mgf_growth, _mgf_bound_from
-from pld.engine.outward import point_down, point_up
+from pld.engine.mgf_bounds import _I0, _POS, _TH_POS, _chernoff, _coarsen_mgf_growth, _mgf_bound_lattice
+from pld.engine.outward import exact_sum, point_down, point_up
 from pld.kernels import (
     cell_extremes,
     coarsen_dominated,
@@ -115,7 +114,6 @@ class GridPLD:
         """
         lm = np.asarray(log_mass, float)
         n = lm.size
-        loss = (k0 + np.arange(n)) * h
         if 0.0 < lam < _MIN_TILT:
             # a tilt this weak changes nothing, but it underflows where it is
             # multiplied by a spacing or divided into a Chernoff exponent (a
@@ -128,15 +126,16 @@ class GridPLD:
         sparse = 4 * at.size < n
         lm_s = lm[at] if sparse else lm
         pos = at if sparse else np.arange(n)
-        t = lm_s + lam * loss[pos]  # (only to find the reference entry)
+        # (the losses where the masses are: a first step's grid is long and mostly empty)
+        t = lm_s + lam * ((k0 + pos) * h)  # (only to find the reference entry)
         top = float(np.max(t)) if t.size else -math.inf
         if not math.isfinite(top):
             p = np.zeros(n)
-            bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
+            bound = _mgf_bound_lattice(lm, k0, h) if pessimistic else None
             return cls(h, int(k0), p, float(lam), 0.0, float(inf_mass), 0.0, pessimistic, bound, 0.0,
                        float(loss_slack))
         if top == math.inf:
-            raise FloatingPointError(f"tilt {lam!r} overflows on a grid reaching loss {float(loss[-1])!r}")
+            raise FloatingPointError(f"tilt {lam!r} overflows on a grid reaching loss {(k0 + n - 1) * h!r}")
         rs = int(np.argmax(t))
         r = int(pos[rs])
         steps = (pos - r).astype(float)
@@ -156,10 +155,8 @@ class GridPLD:
                 p = np.where(gone, 0.0, p)
         tot = float(p.sum())
         log_tot = math.log(tot)
-        exact = (Fraction(float(lm[r])) + Fraction(lam) * Fraction(int(k0) + r) * Fraction(h)
-                 + Fraction(log_tot))
-        s = float(exact)
-        p *= math.exp(float(exact - Fraction(s))) / tot
+        s, rest = exact_sum((float(lm[r]),), (lam, int(k0) + r, h), (log_tot,))
+        p *= math.exp(rest) / tot
         # Rounding, relative to each p_i: the two differences and the product
         # in d_i (ulps of their sizes), exp, the normalisation and log(total),
         # the residual factor.
@@ -172,7 +169,7 @@ class GridPLD:
             full = np.zeros(n)
             full[at] = p
             p = full
-        bound = _mgf_bound_from(lm, loss, h) if pessimistic else None
+        bound = _mgf_bound_lattice(lm, k0, h) if pessimistic else None
         out = cls(h, int(k0), p, float(lam), s, float(inf_mass), err, pessimistic, bound, rel_err, float(loss_slack))
         # the per-entry bounds |p_i - p*_i| <= rel_i p_i (on the entries `at`
         # when sparse), kept for the extended-precision FFT power, whose
@@ -434,7 +431,7 @@ class GridPLD:
             # (the geometric ratio e^t of the error weights: with no tilt, or one
             # so weak that the ratio rounds to 1, the count bounds the sum)
             e, gamma = suffix_error_bounds(int(self.p.size), -2.0 * self.lam * self.h, float(self.err))
-            anchor = float(Fraction(self.log_scale) - Fraction(self.lam) * Fraction(int(self.k0)) * Fraction(self.h))
+            anchor = exact_sum((self.log_scale,), (-self.lam, int(self.k0), self.h))[0]
             cache = (sa, sb, e, anchor, gamma)
             object.__setattr__(self, "_suffix_cache", cache)
         return cache

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,32 +57,46 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float,
     in the sum) and inflated by 1e-12 plus the rounding of the exponents
     ``log_mass_i + theta l_i`` themselves, a few ulps of their magnitude (it
     matters only at large ``theta l``); any looseness here would be multiplied
-    by the number of composed steps.
+    by the number of composed steps.  ``loss`` the increasing points
+    ``l_i = l_0 + i h``.
     """
+    if log_mass.size == 0:
+        return _mgf_bound_core(log_mass, 0.0, 0.0, loss.__getitem__, h, thetas)
+    return _mgf_bound_core(log_mass, float(loss[0]), float(loss[-1]), loss.__getitem__, h, thetas)
+
+
+def _mgf_bound_lattice(log_mass: np.ndarray, k0: int, h: float) -> np.ndarray:
+    """:func:`_mgf_bound_from` on ``THETA`` at the points ``l_i = (k0 + i) h``,
+    formed only where the bound reads them (a first step's grid is long and
+    mostly empty)."""
+    n = log_mass.size
+    return _mgf_bound_core(log_mass, k0 * h, (k0 + n - 1) * h, lambda idx: (k0 + idx) * h, h, None)
+
+
+def _mgf_bound_core(log_mass: np.ndarray, l_first: float, l_last: float, loss_at: Callable[[Any], Any],
+                    h: float, thetas: np.ndarray | None) -> np.ndarray:
     theta = THETA if thetas is None else np.ascontiguousarray(thetas, dtype=float)
     if log_mass.size == 0:
         return np.full(theta.size, -np.inf)
     # the spacing as given, not loss[1] - loss[0]: that difference carries the
     # rounding of loss[0], which n steps of the kernel would multiply by n
-    fin = log_mass[np.isfinite(log_mass)]
-    top_lm = float(np.max(np.abs(fin))) if fin.size else 0.0
-    top_l = max(abs(float(loss[0])), abs(float(loss[-1])))
-    slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(theta) * top_l)
     lm = np.ascontiguousarray(log_mass, dtype=float)
+    fin_idx = np.flatnonzero(np.isfinite(lm))
+    body = lm[fin_idx]
+    top_lm = float(np.max(np.abs(body))) if body.size else 0.0
+    top_l = max(abs(l_first), abs(l_last))
+    slack = 1e-12 + 8.0 * 2.0 ** -53 * (top_lm + np.abs(theta) * top_l)
     # |theta| h > 2 on a long grid: the kernel's exact pass (an exp per entry)
     # would dominate, yet the sum lives in the last entries on the theta side.
     # Sum those _MGF_EDGE exactly and bound the rest by its total mass at the
     # largest weight it can have (a wall, e.g. the bounded losses of the add
     # direction, needs these large theta: they are not dropped).
-    fin_idx = np.flatnonzero(np.isfinite(lm))
     steep = (np.abs(theta) * h > 2.0) & (fin_idx.size > 4 * _MGF_EDGE)
     out = np.empty(theta.size)
-    out[~steep] = log_mgf_grid(lm, float(loss[0]), h, theta[~steep])
+    out[~steep] = log_mgf_grid(lm, l_first, h, theta[~steep])
     if np.any(steep):
         k = _MGF_EDGE
         # (the entries with mass, in order: the k at each end exactly)
-        body = lm[fin_idx]
-        ls = loss[fin_idx]
         for positive in (True, False):
             idx = np.flatnonzero(steep & ((theta > 0) if positive else (theta < 0)))
             if idx.size == 0:
@@ -88,9 +104,14 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float,
             th = theta[idx][:, None]
             # the k entries at the theta side, exactly, and the rest at most
             # its total mass at the largest weight it can have
-            edge, edge_l = (body[-k:], ls[-k:]) if positive else (body[:k], ls[:k])
-            rest = _lse_rows((body[:-k] if positive else body[k:])[None, :])[0]
-            wall = ls[-k - 1] if positive else ls[k]
+            if positive:
+                edge, edge_l = body[-k:], loss_at(fin_idx[-k:])
+                rest = _lse_rows(body[:-k][None, :])[0]
+                wall = loss_at(fin_idx[-k - 1])
+            else:
+                edge, edge_l = body[:k], loss_at(fin_idx[:k])
+                rest = _lse_rows(body[k:][None, :])[0]
+                wall = loss_at(fin_idx[k])
             top = _lse_rows(edge[None, :] + th * edge_l[None, :])
             out[idx] = np.logaddexp(top, rest + th[:, 0] * wall)
     return out + slack

@@ -19,7 +19,10 @@ where the true delta is still ``2.3e-13`` of that atom's mass.
   outward (a composition's largest loss);
 * :func:`widen`: a computed value with an absolute error bound, as an interval;
 * :func:`scaled_exactly`: ``c x`` for an integer ``c`` as a double and its exact
-  remainder (the error-free product), for a scale that must not lose a bit.
+  remainder (the error-free product), for a scale that must not lose a bit;
+* :func:`exact_sum`: a sum of products of doubles and integers, rounded once,
+  and its rounded remainder (dyadic rationals on integers: what
+  :class:`fractions.Fraction` computes, without its normalisation).
 
 References
 ----------
@@ -32,7 +35,9 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-__all__ = ["point_up", "point_down", "sum_bounds", "widen", "scaled_exactly", "U"]
+import numpy as np
+
+__all__ = ["point_up", "point_down", "sum_bounds", "widen", "scaled_exactly", "exact_sum", "U"]
 
 #: unit round-off of float64
 U = 2.0 ** -53
@@ -110,4 +115,32 @@ def scaled_exactly(c: int, x: float) -> tuple[float, float]:
     exact = Fraction(int(c)) * Fraction(x)
     s = float(exact)
     return s, float(exact - Fraction(s))
+
+
+def exact_sum(*terms: tuple) -> tuple[float, float]:
+    """``(s, r)``: ``s`` the double nearest ``x = sum_t prod_{f in t} f`` (exact
+    real arithmetic over the terms' factors, doubles or integers) and ``r``
+    the double nearest ``x - s``.
+
+    Every double is an integer over a power of two, so the sum is one integer
+    over the largest denominator; Python's integer division rounds correctly
+    (as ``float(Fraction(...))`` does).  ``OverflowError`` beyond the double range.
+    """
+    parts = []
+    for factors in terms:
+        num, den = 1, 1
+        for f in factors:
+            if isinstance(f, (int, np.integer)):
+                num *= int(f)
+            else:
+                a, b = float(f).as_integer_ratio()
+                num *= a
+                den *= b
+        parts.append((num, den))
+    den = max(d for _, d in parts)
+    num = sum(n * (den // d) for n, d in parts)
+    s = num / den
+    sn, sd = s.as_integer_ratio()
+    common = max(den, sd)
+    return s, (num * (common // den) - sn * (common // sd)) / common
 
