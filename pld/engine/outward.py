@@ -45,24 +45,28 @@ U = 2.0 ** -53
 #: Veltkamp's splitting constant, 2^27 + 1
 _SPLIT = 134217729.0
 
-def _round_exact(x: Fraction, up: bool) -> float:
-    """The double nearest ``x`` on the side asked (``x`` exact)."""
-    f = float(x)
-    if up and Fraction(f) < x:
+def _round_ratio(num: int, den: int, up: bool) -> float:
+    """The double nearest ``num / den`` on the side asked (``den > 0``; Python's
+    integer division rounds to nearest, the comparison is exact)."""
+    f = num / den
+    fn, fd = f.as_integer_ratio()
+    if up and fn * den < num * fd:
         f = math.nextafter(f, math.inf)
-    elif not up and Fraction(f) > x:
+    elif not up and fn * den > num * fd:
         f = math.nextafter(f, -math.inf)
     return f
 
 
 def point_up(k: int, h: float) -> float:
     """The smallest double ``>= k h`` (exact real product)."""
-    return _round_exact(Fraction(int(k)) * Fraction(h), up=True)
+    n, d = float(h).as_integer_ratio()
+    return _round_ratio(int(k) * n, d, up=True)
 
 
 def point_down(k: int, h: float) -> float:
     """The largest double ``<= k h`` (exact real product)."""
-    return _round_exact(Fraction(int(k)) * Fraction(h), up=False)
+    n, d = float(h).as_integer_ratio()
+    return _round_ratio(int(k) * n, d, up=False)
 
 
 def sum_bounds(terms) -> tuple[float, float]:
@@ -78,8 +82,11 @@ def sum_bounds(terms) -> tuple[float, float]:
             return math.inf
         if any(x == -math.inf for x in values):
             return -math.inf
-        return _round_exact(sum((Fraction(k) * Fraction(x) for (k, _, _), x in zip(terms, values)),
-                                Fraction(0)), up=up)
+        # (each double an integer over a power of two: one common denominator)
+        ratios = [x.as_integer_ratio() for x in values]
+        den = max((d for _, d in ratios), default=1)
+        num = sum(k * n * (den // d) for (k, _, _), (n, d) in zip(terms, ratios))
+        return _round_ratio(num, den, up=up)
 
     return side([lo for _, lo, _ in terms], False), side([hi for _, _, hi in terms], True)
 

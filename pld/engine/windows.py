@@ -152,12 +152,34 @@ def continuous_pieces(model: LossModelProtocol, cells: int = 1000) -> tuple[np.n
     if hook is not None:
         return hook(cells)
     assert model.base is not None  # (atom-only models are not explored in pieces)
-    xlo, xhi = model.base.x_range()
-    x = np.linspace(xlo, xhi, cells + 1)
-    cp, cq = model.base.interval_logmasses(x[:-1], x[1:])
-    cp, cq = model.pair_masses(cp, cq)
+    cp, cq = model.pair_masses(*_base_pieces(model.base, cells))
     ok = (cp > -np.inf) & (cq > -np.inf)
     return (cp - cq)[ok], cp[ok]
+
+
+#: the base pair's masses on its explored cells, per (base, cells): both
+#: directions of a subsampled pair explore the same base (an immutable
+#: description), and only their pair masses differ
+_BASE_PIECES: dict = {}
+
+
+def _base_pieces(base, cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """``base.interval_logmasses`` on ``cells`` equal cells of ``base.x_range()`` (memoised, read-only)."""
+    key = (base, cells)
+    try:
+        hit = _BASE_PIECES.get(key)
+    except TypeError:  # (a base holding arrays: not remembered)
+        key, hit = None, None
+    if hit is None:
+        xlo, xhi = base.x_range()
+        x = np.linspace(xlo, xhi, cells + 1)
+        hit = base.interval_logmasses(x[:-1], x[1:])
+        for a in hit:
+            a.flags.writeable = False
+        if key is not None:
+            _bounded(_BASE_PIECES)
+            _BASE_PIECES[key] = hit
+    return hit
 
 
 def truncated_above(ex: Exploration, log_budget: float) -> Exploration:
@@ -325,7 +347,8 @@ def tail_offsets(ex: Exploration, lam: float, k_lo: int, h: float, n: int,
     with np.errstate(invalid="ignore"):
         lo_off = np.where(np.isfinite(lo), np.floor(lo / h) - k_lo, -1.0)
         hi_off = np.where(np.isfinite(hi), np.ceil(hi / h) - k_lo, float(n))
-    return (np.clip(lo_off, -1, n).astype(np.int64), np.clip(hi_off, 0, n).astype(np.int64))
+    return (np.minimum(np.maximum(lo_off, -1.0), float(n)).astype(np.int64),
+            np.minimum(np.maximum(hi_off, 0.0), float(n)).astype(np.int64))
 
 
 def from_grid(loss: np.ndarray, log_mass: np.ndarray, blocks: int = 1024) -> Exploration | None:
