@@ -1,10 +1,12 @@
-"""Side threads only where they pay (``pld.engine.composer.PARALLEL_POINTS``), and never change an answer.
+"""Side threads only where they pay, and never change an answer.
 
-A query whose single-power level is small (MNIST, tiny per-step losses) is all
-fixed costs, which a second thread only slows: it builds both sides in the
-calling thread and starts nothing in the background.  A long run on a wide
-grid (sigma 0.7, q 5e-4, T 2e5) still builds its two sides side by side.  The
-brackets are the same either way, to the bit.
+The two sides of a materialisation go side by side from a first step of
+``pld.engine.composer.SIDE_THREAD_CELLS`` cells (MNIST: its transforms and
+kernels overlap the other side's Python); a tiny grid (a randomized response)
+builds both in the calling thread.  Other directions are built speculatively
+only beside a wide leading grid (``PARALLEL_POINTS``: sigma 0.7, q 5e-4,
+T 2e5), where three threads on two cores still pay.  The brackets are the
+same either way, to the bit.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pld.engine.cache import in_background, in_parallel, side_pool, single_threa
 needs_two_cores = pytest.mark.skipif(side_pool() is None, reason="one core: no side threads at all")
 
 
-def _threads_used(monkeypatch, sigma, q, steps, delta):
+def _threads_used(monkeypatch, sigma, q, steps, delta, build=None):
     """The threads that composed a side, and whether anything was speculated."""
     threads: set = set()
     speculated: list = []
@@ -37,13 +39,22 @@ def _threads_used(monkeypatch, sigma, q, steps, delta):
 
     monkeypatch.setattr(C, "_compose_components", spy_compose)
     monkeypatch.setattr(C.Composer, "speculate", spy_speculate)
-    bracket = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    pld_ = pld.dpsgd(sigma, q, steps) if build is None else build()
+    bracket = pld_.epsilon_bounds(delta)
     return threads, speculated, bracket
 
 
 @needs_two_cores
-def test_a_small_query_stays_in_the_calling_thread(monkeypatch):
+def test_mnist_builds_its_two_sides_side_by_side_and_speculates_nothing(monkeypatch):
     threads, speculated, _ = _threads_used(monkeypatch, 1.1, 256 / 60000, 14063, 1e-5)
+    assert len(threads) >= 2
+    assert speculated == []
+
+
+@needs_two_cores
+def test_a_tiny_grid_stays_in_the_calling_thread(monkeypatch):
+    threads, speculated, _ = _threads_used(monkeypatch, 0, 0, 0, 1e-6,
+                                           build=lambda: pld.RandomizedResponse(1.0).pld().self_compose(50))
     assert threads == {threading.current_thread().name}
     assert speculated == []
 
@@ -58,6 +69,7 @@ def test_a_wide_long_run_builds_its_sides_side_by_side(monkeypatch):
 @pytest.mark.parametrize("sigma, q, steps, delta", [
     (1.1, 256 / 60000, 14063, 1e-5),
     (0.7, 5e-4, 200_000, 1e-5),
+    (5.0, 0.01, 50_000, 1e-10),
 ])
 def test_threads_never_change_the_bracket(sigma, q, steps, delta):
     default = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)

@@ -38,16 +38,23 @@ from pld.engine.limits import LEVEL_POINTS, MAX_GRID_POINTS
 from pld.engine.power import PRECISIONS
 from pld.engine.self_compose import _fit, _same_grid, _self_compose, _truncate
 
-#: a materialisation whose single-power level (``count >> 2`` steps) holds at
-#: most this many points builds its two sides in the calling thread, and a
-#: query whose leading direction's does starts no speculative builds
-#: (:meth:`Composer.parallel`): its time is fixed costs
-#: (windows, error bounds, a few hundred short kernel calls), which a second
-#: thread only slows, every return from a nogil call waiting for the other's
-#: Python (MNIST, tiny-loss, sigma 5 / delta 1e-10: the same wall time in one
-#: thread as in two, with 30-50% more CPU in two; sigma 0.7, T 2e5, a 2e5-point
-#: first step: 44 ms in two against 62 ms in one)
+#: a query whose leading direction's single-power level (``count >> 2``
+#: steps) holds at most this many points starts no speculative builds of the
+#: other directions (:meth:`Composer.parallel`): three threads then share two
+#: cores and one GIL, and the leader's own two sides lose more than the probe
+#: gains (sigma 0.7, T 2e5, a 2e5-point first step: 44 ms with speculation
+#: against 62 ms in one thread; MNIST: 11.4 ms against 10.5 ms with only the
+#: two sides side by side)
 PARALLEL_POINTS = 1 << 17
+
+#: ... while the two sides of one materialisation go side by side from a
+#: first step of this many cells: each side's time is then mostly its own
+#: transforms, kernels and array passes, and a return from a nogil call
+#: seldom waits long for the other side's Python (MNIST 12.1 -> 10.5 ms
+#: wall, tiny-loss 9.3 -> 8.4, sigma 5 / delta 1e-10 11.1 -> 9.3, for 10-15%
+#: more CPU).  Below (a randomized response: 3 cells) a second thread costs
+#: more than the whole side (1.9 -> 2.3 ms)
+SIDE_THREAD_CELLS = 1 << 10
 
 
 class GridTooLargeError(ValueError, MemoryError):
@@ -178,7 +185,8 @@ class Composer:
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.
-        pool = side_pool() if not serial and self.parallel(direction, h, lam, log_eta) else None
+        pool = side_pool() if not serial and (_big_first_step(entry) or self.parallel(direction, h, lam, log_eta)) \
+            else None
         try:
             if entry.dominating is None and lower and pool is not None:
                 future = pool.submit(side, True)
@@ -215,6 +223,12 @@ class Composer:
         entry = Materialized(prepared, _window(sizing.parts, held, lam, log_eta, h))
         entry.partial_windows = _partial_windows(sizing.parts, held, lam, log_eta, h, entry.final_window)
         return entry
+
+
+def _big_first_step(entry: Materialized) -> bool:
+    """Whether some component's first step holds :data:`SIDE_THREAD_CELLS` cells."""
+    return any((step.k_hi - step.k_lo + 1 if step.points is None else step.points.size) >= SIDE_THREAD_CELLS
+               for step in entry.prepared)
 
 
 def _compose_components(entry: Materialized, h: float, lam: float, pessimistic: bool, steps: int,
