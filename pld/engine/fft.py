@@ -431,11 +431,12 @@ def _conv_pyfftw(a: np.ndarray, b: np.ndarray, n: int, same: bool) -> np.ndarray
         if same:
             np.multiply(f, f, out=g)
         else:
-            fa = f.copy()
+            # (the first spectrum waits in the inverse's input: no fresh array)
+            np.copyto(g, f)
             buf[: b.size] = b
             buf[b.size:] = 0.0
             fwd()
-            np.multiply(fa, f, out=g)
+            np.multiply(g, f, out=g)
         inv()
         return buf[: a.size + b.size - 1].copy()
 

@@ -231,7 +231,8 @@ class GridPLD:
         err = self.err * b1 + other.err * a1 + fft_err
         tot = float(c.sum())
         # mass check: the total of a convolution is the product of the totals
-        expect = float(a.sum()) * float(b.sum())
+        a_tot = float(a.sum())
+        expect = a_tot * (a_tot if other is self else float(b.sum()))
         empty = expect == 0.0 or (not self.pessimistic and not (tot > 0 and expect > 0))
         if empty:
             # no finite mass left (all at +inf, or, on the dominated side, all
