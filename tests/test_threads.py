@@ -171,3 +171,21 @@ def test_a_k_of_t_bracket_is_the_same_with_its_block_rounds_built_side_by_side(m
     with single_threaded():
         alone = bracket()
     assert default == alone
+
+
+@pytest.mark.parametrize("usable, threads", [({3}, False), ({0, 5}, True)])
+def test_side_threads_follow_the_cores_the_process_may_use(monkeypatch, usable, threads):
+    """A worker pinned to one core of a larger machine (taskset, a cpuset) gets
+    no side threads: they would only share its core."""
+    from pld.engine import cache as K
+
+    monkeypatch.setattr(K.os, "sched_getaffinity", lambda pid: usable, raising=False)
+    monkeypatch.setattr(K.os, "cpu_count", lambda: 64)
+    monkeypatch.delenv("PLD_THREADS", raising=False)
+    K._cores.cache_clear()
+    try:
+        assert K._cores() == len(usable)
+        assert (K.side_pool() is not None) == threads
+    finally:
+        monkeypatch.undo()
+        K._cores.cache_clear()

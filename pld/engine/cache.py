@@ -113,6 +113,7 @@ def _forget_pool_after_fork() -> None:
     global _POOL_LOCK
     _POOL_LOCK = threading.Lock()
     _POOL.clear()
+    _cores.cache_clear()  # (a child may be pinned elsewhere)
 
 
 if hasattr(os, "register_at_fork"):
@@ -137,8 +138,17 @@ def single_threaded():
 
 @functools.cache
 def _cores() -> int:
-    """The machine's core count, read once (``os.cpu_count`` reads ``/sys`` on
-    every call, and a query asks a few times)."""
+    """The cores this process may run on, read once (the count reads ``/sys``
+    on every call, and a query asks a few times): its CPU affinity where the
+    platform has one (a worker pinned to one core of a larger machine, by
+    ``taskset``, a container's cpuset or a job scheduler, gets no side
+    threads, which would only share that core), else the machine's count."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        try:
+            return max(1, len(affinity(0)))
+        except OSError:
+            pass
     return os.cpu_count() or 1
 
 
