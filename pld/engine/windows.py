@@ -165,7 +165,7 @@ _BASE_PIECES: dict = {}
 
 def _base_pieces(base, cells: int) -> tuple[np.ndarray, np.ndarray]:
     """``base.interval_logmasses`` on ``cells`` equal cells of ``base.x_range()`` (memoised, read-only)."""
-    key = (base, cells)
+    key: tuple | None = (base, cells)
     try:
         hit = _BASE_PIECES.get(key)
     except TypeError:  # (a base holding arrays: not remembered)
