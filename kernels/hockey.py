@@ -108,17 +108,33 @@ def _point_above(k, h, eps):
     """
     if not math.isfinite(eps):
         return eps < 0.0
-    p = k * h
-    ca = _SPLIT * k
-    ah = ca - (ca - k)
-    al = k - ah
-    cb = _SPLIT * h
-    bh = cb - (cb - h)
-    bl = h - bh
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    p, e = _two_product(k, h)
     if not math.isfinite(e):
         e = 0.0
     return (p - eps) + e > 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _two_product(a, b):
+    """``(p, e)``: ``p = fl(a b)`` and ``p + e = a b`` exactly (Dekker's
+    error-free product, Veltkamp's split of both factors) while nothing
+    overflows and ``e`` does not underflow."""
+    p = a * b
+    ca = _SPLIT * a
+    ah = ca - (ca - a)
+    al = a - ah
+    cb = _SPLIT * b
+    bh = cb - (cb - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+@called_with(f64, f64)
+@njit(cache=True, nogil=True)
+def two_product(a, b):
+    """:func:`_two_product` for the engine's exact scales
+    (:func:`pld.engine.outward.scaled_exactly` checks the range)."""
+    return _two_product(a, b)
 
 
 @called_with(F64, F64, F64, F64, f64, f64, f64, i64, F64, f64, f64)
@@ -602,11 +618,16 @@ def dot_compensated(a, b):
     s = 0.0
     c = 0.0
     for i in range(a.shape[0]):
-        x = a[i] * b[i]
-        t = s + x
-        if abs(s) >= abs(x):
-            c += (s - t) + x
-        else:
-            c += (x - t) + s
-        s = t
+        s, c = _neumaier_add(s, c, a[i] * b[i])
     return s + c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _neumaier_add(s, c, x):
+    """One step of Neumaier's compensated sum: ``(s + x, c + the rounding lost)``."""
+    t = s + x
+    if abs(s) >= abs(x):
+        c += (s - t) + x
+    else:
+        c += (x - t) + s
+    return t, c

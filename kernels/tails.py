@@ -14,6 +14,7 @@ import math
 from numba import njit
 
 from ._signatures import F64, called_with, f64, i64
+from .hockey import _neumaier_add
 
 
 @called_with(F64, i64, i64, i64, f64, f64, f64, f64, f64, f64)
@@ -47,13 +48,7 @@ def untilted_mass_bound(p, start, stop, k0, h, lam, log_scale, err, div, mul):
     for i in range(start, stop):
         w = math.exp(log_scale - lam * (float(k0 + i) * h))
         q = (p[i] / div) * mul
-        x = max(q, 0.0) * w
-        t = s + x
-        if abs(s) >= abs(x):
-            c += (s - t) + x
-        else:
-            c += (x - t) + s
-        s = t
+        s, c = _neumaier_add(s, c, max(q, 0.0) * w)
         s2 += w * w
     # (products and squares that underflow lose at most 2^-1075 each)
     n = stop - start

@@ -37,13 +37,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from pld.kernels import two_product
+
 __all__ = ["point_up", "point_down", "sum_bounds", "widen", "scaled_exactly", "exact_sum", "U"]
 
 #: unit round-off of float64
 U = 2.0 ** -53
 
-#: Veltkamp's splitting constant, 2^27 + 1
-_SPLIT = 134217729.0
 
 def _round_ratio(num: int, den: int, up: bool) -> float:
     """The double nearest ``num / den`` on the side asked (``den > 0``; Python's
@@ -101,7 +101,7 @@ def widen(value: float, err: float) -> tuple[float, float]:
 def scaled_exactly(c: int, x: float) -> tuple[float, float]:
     """``(s, r)`` with ``s = fl(c x)`` (round to nearest) and ``s + r = c x`` exactly.
 
-    Dekker's error-free product (Veltkamp's split of both factors) where it
+    Dekker's error-free product (:func:`pld.kernels.two_product`) where it
     is exact: ``c`` a double (``|c| <= 2^53``), neither factor near overflow,
     the product far enough from underflow that the remainder is
     representable; exact rational arithmetic otherwise (the same pair).
@@ -112,13 +112,7 @@ def scaled_exactly(c: int, x: float) -> tuple[float, float]:
         return 0.0, 0.0  # (an exact zero, positive as the rational one)
     if (abs(c) <= 1 << 53 and abs(a) < 2.0 ** 995 and abs(x) < 2.0 ** 995
             and 2.0 ** -900 < abs(p) < 2.0 ** 995):
-        t = _SPLIT * a
-        ah = t - (t - a)
-        al = a - ah
-        t = _SPLIT * x
-        xh = t - (t - x)
-        xl = x - xh
-        return p, ((ah * xh - p) + ah * xl + al * xh) + al * xl
+        return two_product(a, x)
     exact = Fraction(int(c)) * Fraction(x)
     s = float(exact)
     return s, float(exact - Fraction(s))
