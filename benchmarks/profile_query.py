@@ -13,7 +13,9 @@ For one workload of :data:`benchmarks.workloads.EQUAL_ACCURACY_WORKLOADS`
    by call site.
 3. **Threads**: mean wall and CPU per query with one thread and with the
    default (two sides side by side), the median of ``--rounds`` processes
-   each, interleaved; and a GIL
+   each, interleaved; the timeline of the median query (which thread ran
+   the planner's estimates, each direction's preparation, each side and
+   the evaluations, and when); and a GIL
    hand-off probe: two threads each calling a kernel on a 2000-entry array
    (a nogil call followed by a numpy reduction) against one thread doing
    both loops.  Below 1x means fine-grained GIL hand-offs cost more than
@@ -135,6 +137,67 @@ def timing(name: str, n: int) -> dict:
     return {"wall_ms": 1e3 * (time.perf_counter() - t_wall) / n, "cpu_ms": 1e3 * (time.process_time() - t_cpu) / n}
 
 
+#: (module, attribute path, label) of the spans the timeline records, per thread
+TIMELINE = [
+    ("pld.engine.planner", "Planner.chernoff", "planner: Chernoff estimate"),
+    ("pld.engine.planner", "Planner.probe_settings", "planner: probe settings"),
+    ("pld.engine.planner", "Planner.first_settings", "planner: first settings"),
+    ("pld.engine.composer", "Composer._prepare", "preparation"),
+    ("pld.engine.composer", "_compose_components", "side"),
+    ("pld.engine.grid", "GridPLD.epsilon", "epsilon"),
+]
+
+
+def timeline(name: str, n: int) -> dict:
+    """The spans of the median query (default threads): which thread ran
+    what, when (ms from the query's start) and on how much of its CPU; the
+    outermost call of each kind only (a span inside another of its own kind
+    is not recorded)."""
+    import importlib
+    import threading
+
+    spans: list = []
+    depth: dict = {}
+
+    def wrap(owner, attr: str, label: str) -> None:
+        f = getattr(owner, attr)
+
+        def timed(*a, **k):
+            key = (threading.get_ident(), label)
+            depth[key] = depth.get(key, 0) + 1
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                depth[key] -= 1
+                if not depth[key]:
+                    what = label
+                    if label == "preparation":
+                        what = f"preparation ({a[1]}, h {a[2]:.3g})"
+                    elif label == "side":
+                        what = f"{'dominating' if a[3] else 'dominated'} side (h {a[1]:.3g})"
+                    spans.append((threading.current_thread().name, what, t0, time.perf_counter(),
+                                  time.thread_time() - c0))
+        setattr(owner, attr, timed)
+
+    for module, path, label in TIMELINE:
+        owner = importlib.import_module(module)
+        parts = path.split(".")
+        for part in parts[:-1]:
+            owner = getattr(owner, part)
+        wrap(owner, parts[-1], label)
+    runs = []
+    for q in _queries(name, max(n, 1)):
+        spans.clear()
+        t0 = time.perf_counter()
+        q()
+        runs.append((time.perf_counter() - t0, t0, list(spans)))
+    wall, t0, chosen = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    return {"wall_ms": 1e3 * wall,
+            "spans": [(th, what, 1e3 * (a - t0), 1e3 * (b - t0), 1e3 * cpu)
+                      for th, what, a, b, cpu in sorted(chosen, key=lambda sp: sp[2])]}
+
+
 def gil_probe(iters: int = 20000) -> dict:
     import threading
 
@@ -180,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        fn = {"phases": phases, "timing": timing}.get(args.child)
+        fn = {"phases": phases, "timing": timing, "timeline": timeline}.get(args.child)
         print(json.dumps(gil_probe() if args.child == "gil" else fn(args.workload, args.queries)))
         return 0
     serial = {"PLD_THREADS": "1"}
@@ -193,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[k].append(_child("timing", args.workload, args.queries, {"PLD_THREADS": k}))
     t1, t2 = ({key: statistics.median(r[key] for r in runs[k]) for key in ("wall_ms", "cpu_ms")} for k in "12")
     gil = _child("gil", args.workload, 0, {})
+    tl = _child("timeline", args.workload, min(args.queries, 15), {})
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as f:
         load = f.read().split()[:3]
     s, q, t, d = _workload(args.workload)
@@ -207,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
              "| where | ms / query | calls / query |", "|---|---|---|"]
     # (every phase; kernel call sites from 0.01 ms a query)
     lines += [f"| {k} | {v:.2f} | {c:.1f} |" for k, v, c in ph["rows"] if v >= 0.01 or not k.startswith("kernel ")]
+    lines += ["", f"Timeline of the median query, default threads ({tl['wall_ms']:.1f} ms; outermost spans, "
+                  "ms from its start; CPU of that thread):", "",
+              "| thread | span | start | end | CPU |", "|---|---|---|---|---|"]
+    lines += [f"| {th} | {what} | {a:.2f} | {b:.2f} | {cpu:.2f} |" for th, what, a, b, cpu in tl["spans"]]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

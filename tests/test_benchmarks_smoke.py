@@ -83,10 +83,16 @@ def test_profile_query_reports_phases_kernels_and_threads(tmp_path):
         if path != "bulk_shift":  # (the dominated side's search: not every law has a bulk to shift)
             assert f"| {path.split(' ')[0]}" in text or path in text, path
     assert "| kernel " in text and "GIL hand-off probe" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| where")]
+    head, _, timeline = text.partition("Timeline of the median query")
+    rows = [line for line in head.splitlines() if line.startswith("| ") and not line.startswith("| where")]
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[1]) >= 0 and float(cells[2]) > 0, line
+    spans = [line for line in timeline.splitlines() if line.startswith("| ") and not line.startswith("| thread")]
+    assert any("dominating side" in line for line in spans) and any("preparation" in line for line in spans)
+    for line in spans:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert 0 <= float(cells[2]) <= float(cells[3]) and float(cells[4]) >= 0, line
 
 
 def test_results_keep_their_hand_written_sections(tmp_path):
