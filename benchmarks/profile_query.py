@@ -272,9 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     # (every phase; kernel call sites from 0.01 ms a query)
     lines += [f"| {k} | {v:.2f} | {c:.1f} |" for k, v, c in ph["rows"] if v >= 0.01 or not k.startswith("kernel ")]
     lines += ["", f"Timeline of the median query, default threads ({tl['wall_ms']:.1f} ms; outermost spans, "
-                  "ms from its start; CPU of that thread):", "",
+                  "ms from its start; CPU of that thread; cache hits under 0.01 ms left out):", "",
               "| thread | span | start | end | CPU |", "|---|---|---|---|---|"]
-    lines += [f"| {th} | {what} | {a:.2f} | {b:.2f} | {cpu:.2f} |" for th, what, a, b, cpu in tl["spans"]]
+    lines += [f"| {th} | {what} | {a:.2f} | {b:.2f} | {cpu:.2f} |" for th, what, a, b, cpu in tl["spans"]
+              if b - a >= 0.01]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
