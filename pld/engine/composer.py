@@ -42,18 +42,15 @@ from pld.engine.self_compose import _fit, _same_grid, _self_compose, _truncate
 #: steps) holds at most this many points starts no speculative builds of the
 #: other directions (:meth:`Composer.parallel`): three threads then share two
 #: cores and one GIL, and the leader's own two sides lose more than the probe
-#: gains (sigma 0.7, T 2e5, a 2e5-point first step: 44 ms with speculation
-#: against 62 ms in one thread; MNIST: 11.4 ms against 10.5 ms with only the
-#: two sides side by side)
+#: gains; beside a wider level the probe's transforms overlap enough
+#: (benchmarks/RESULTS.md, "Bookkeeping compiled, and both sides on two cores")
 PARALLEL_POINTS = 1 << 17
 
 #: ... while the two sides of one materialisation go side by side from a
 #: first step of this many cells: each side's time is then mostly its own
 #: transforms, kernels and array passes, and a return from a nogil call
-#: seldom waits long for the other side's Python (MNIST 12.1 -> 10.5 ms
-#: wall, tiny-loss 9.3 -> 8.4, sigma 5 / delta 1e-10 11.1 -> 9.3, for 10-15%
-#: more CPU).  Below (a randomized response: 3 cells) a second thread costs
-#: more than the whole side (1.9 -> 2.3 ms)
+#: seldom waits long for the other side's Python.  Below (a randomized
+#: response: 3 cells) a second thread costs more than the whole side.
 SIDE_THREAD_CELLS = 1 << 10
 
 
