@@ -178,7 +178,7 @@ class Composer:
         steps = self.laws.exploration(direction).steps()
 
         def side(pessimistic: bool) -> GridPLD:
-            return _compose_components(entry, h, lam, pessimistic, steps, log_eta, precision)
+            return _compose_components(entry, h, lam, pessimistic, steps, log_eta, precision).ready_to_evaluate()
 
         # The two sides share only read-only inputs from here on; the FFTs and
         # numba kernels release the GIL, so on two cores they run side by side.

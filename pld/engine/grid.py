@@ -437,6 +437,24 @@ class GridPLD:
             object.__setattr__(self, "_suffix_cache", cache)
         return cache
 
+    def _cell_extremes(self) -> np.ndarray:
+        """Log of each cell's largest delta bound (:func:`pld.kernels.cell_extremes`; cached)."""
+        log_extreme = self.__dict__.get("_extreme_cache")
+        if log_extreme is None:
+            sa, sb, e, anchor, gamma = self._suffix()
+            log_extreme = cell_extremes(sa, sb, e, gamma, float(anchor), float(self.lam), float(self.h),
+                                        1.0 if self.pessimistic else -1.0)
+            object.__setattr__(self, "_extreme_cache", log_extreme)
+        return log_extreme
+
+    def ready_to_evaluate(self) -> GridPLD:
+        """This grid with what its evaluations share, whatever delta or epsilon
+        they ask at (the suffix sums, their error bounds, each cell's largest
+        bound), computed now: in the thread that built the grid, beside the
+        other side, rather than later in the caller's.  Returns ``self``."""
+        self._cell_extremes()
+        return self
+
     def _log_weight(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(log w_m, bound on its rounding)`` with ``w_m = exp(log_scale - lam l_m)``."""
         _, _, _, anchor, _ = self._suffix()
@@ -519,10 +537,7 @@ class GridPLD:
         # (the cells' largest values do not depend on delta: computed once per grid,
         # in one compiled pass: on grids of millions of points the array
         # expressions took ~45 ms a grid, a third of a long allocation query)
-        log_extreme = self.__dict__.get("_extreme_cache")
-        if log_extreme is None:
-            log_extreme = cell_extremes(sa, sb, e, gamma, float(anchor), float(self.lam), float(self.h), sign)
-            object.__setattr__(self, "_extreme_cache", log_extreme)
+        log_extreme = self._cell_extremes()
         log_target = math.log(target) if target > 0 else -math.inf
         above = log_extreme > log_target
         above[n] = False
