@@ -448,11 +448,12 @@ class GridPLD:
         return log_extreme
 
     def ready_to_evaluate(self) -> GridPLD:
-        """This grid with what its evaluations share, whatever delta or epsilon
-        they ask at (the suffix sums, their error bounds, each cell's largest
-        bound), computed now: in the thread that built the grid, beside the
-        other side, rather than later in the caller's.  Returns ``self``."""
-        self._cell_extremes()
+        """This grid with what every evaluation shares, delta or epsilon at any
+        point (the suffix sums and their error bounds), computed now: in the
+        thread that built the grid, beside the other side, rather than later
+        in the caller's.  (Each cell's largest bound, which only an epsilon
+        reads, stays lazy.)  Returns ``self``."""
+        self._suffix()
         return self
 
     def _log_weight(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
