@@ -15,6 +15,8 @@ import contextvars
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pld
 from pld.engine import composer as C
@@ -72,6 +74,21 @@ def test_a_wide_long_run_builds_its_sides_side_by_side(monkeypatch):
     (5.0, 0.01, 50_000, 1e-10),
 ])
 def test_threads_never_change_the_bracket(sigma, q, steps, delta):
+    default = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    with single_threaded():
+        alone = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
+    assert default == alone
+
+
+@needs_two_cores
+@settings(max_examples=25, deadline=None)
+@given(sigma=st.floats(0.6, 8.0), q=st.floats(1e-4, 0.3), steps=st.integers(1, 200_000),
+       log_delta=st.floats(-12.0, -3.0))
+def test_two_sides_side_by_side_answer_what_one_thread_answers(sigma, q, steps, log_delta):
+    """Across DP-SGD settings (first steps of a few cells to tens of thousands,
+    one thread or two sides side by side or a speculative probe beside them),
+    the bracket does not depend on the threads, to the bit."""
+    delta = 10.0 ** log_delta
     default = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
     with single_threaded():
         alone = pld.dpsgd(sigma, q, steps).epsilon_bounds(delta)
