@@ -15,7 +15,7 @@ __all__ = ["cell_points", "log_diff_exp", "log_diff_exp_error", "optimistic_merg
            "hockey_stick_suffix", "cell_extremes", "hockey_delta", "suffix_error_bounds", "subsampled_mass_errors",
            "log_mgf_grid", "log_mgf_points", "tilted_moments", "l1_l2_norms", "complex_powers", "coarsen_dominated",
            "coarsen_dominating", "dot_compensated", "rotate_left", "untilted_mass_bound", "window_exponents",
-           "chernoff_exponent", "log_two_tails", "two_product",
+           "chernoff_exponent", "log_two_tails",
            # random allocation's per-coordinate laws
            "spread_law", "merged_law", "merge_half", "centred_cells", "spread_on", "cells_on", "sum_spread_geometric",
            "group_pairs", "sum_round_up", "lump_blocks", "bracket_convolve",
@@ -50,7 +50,6 @@ if len(_ahead_of_time) < len(__all__):
         log_mgf_points,
         suffix_error_bounds,
         tilted_moments,
-        two_product,
     )
     from .lumps import lump_blocks
     from .merge import optimistic_merge_centred

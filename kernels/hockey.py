@@ -129,14 +129,6 @@ def _two_product(a, b):
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-@called_with(f64, f64)
-@njit(cache=True, nogil=True)
-def two_product(a, b):
-    """:func:`_two_product` for the engine's exact scales
-    (:func:`pld.engine.outward.scaled_exactly` checks the range)."""
-    return _two_product(a, b)
-
-
 @called_with(F64, F64, F64, F64, f64, f64, f64, i64, F64, f64, f64)
 @njit(cache=True, nogil=True)
 def hockey_delta(sa, sb, e, gamma, anchor, lam, h, k0, eps, sign, inf_mass):

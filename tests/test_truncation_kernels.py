@@ -5,7 +5,7 @@ the array expressions and exact arithmetic they replace.
   checked against the exact sum of its terms (rationals) and the error ball.
 * ``chernoff_exponent``, ``log_two_tails``: Chernoff minima over a table of
   log-MGF bounds, bit for bit the array expressions (NaN and -inf included).
-* ``scaled_exactly``: Dekker's error-free product against exact rationals.
+* ``exact_sum``: sums of products of doubles and integers against exact rationals.
 * ``GridPLD._truncated`` on a scaled buffer: the same grid as scaling first.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from pld.engine.grid import GridPLD
 from pld.engine.mgf_bounds import THETA
-from pld.engine.outward import scaled_exactly
+from pld.engine.outward import exact_sum
 from pld.kernels import chernoff_exponent, log_two_tails, untilted_mass_bound
 
 
@@ -102,7 +102,7 @@ def test_log_two_tails_is_the_array_expression(k, seed, c, lo, hi, holes):
                    st.floats(min_value=-1e-250, max_value=1e-250)))
 @example(c=3, x=1e-310)
 @example(c=2 ** 53 + 1, x=0.1)
-def test_scaled_exactly_is_the_rounded_product_and_its_exact_rest(c, x):
+def test_an_integer_scale_is_the_rounded_product_and_its_rounded_rest(c, x):
     exact = Fraction(c) * Fraction(x)
     try:
         s = float(exact)
@@ -110,7 +110,7 @@ def test_scaled_exactly_is_the_rounded_product_and_its_exact_rest(c, x):
         return
     if math.isinf(s):
         return
-    got = scaled_exactly(c, x)
+    got = exact_sum((c, x))
     assert got == (s, float(exact - Fraction(s)))
     assert math.copysign(1.0, got[0]) == math.copysign(1.0, s)
 
@@ -147,8 +147,6 @@ def test_truncating_a_scaled_buffer_is_truncating_the_scaled_grid(seed, n, pessi
 @example(a=0.0, lam=0.0, k=0, h=1.0, c=-0.0)
 @example(a=1e-310, lam=1e-300, k=3, h=1e-20, c=-1e-310)
 def test_exact_sum_is_rational_arithmetic_rounded(a, lam, k, h, c):
-    from pld.engine.outward import exact_sum
-
     exact = Fraction(a) + Fraction(lam) * Fraction(k) * Fraction(h) + Fraction(c)
     s = float(exact)
     got = exact_sum((a,), (lam, k, h), (c,))

@@ -60,9 +60,8 @@ def _mgf_bound_from(log_mass: np.ndarray, loss: np.ndarray, h: float,
     by the number of composed steps.  ``loss`` the increasing points
     ``l_i = l_0 + i h``.
     """
-    if log_mass.size == 0:
-        return _mgf_bound_core(log_mass, 0.0, 0.0, loss.__getitem__, h, thetas)
-    return _mgf_bound_core(log_mass, float(loss[0]), float(loss[-1]), loss.__getitem__, h, thetas)
+    ends = (float(loss[0]), float(loss[-1])) if loss.size else (0.0, 0.0)
+    return _mgf_bound_core(log_mass, *ends, loss.__getitem__, h, thetas)
 
 
 def _mgf_bound_lattice(log_mass: np.ndarray, k0: int, h: float) -> np.ndarray:

@@ -18,8 +18,6 @@ where the true delta is still ``2.3e-13`` of that atom's mass.
 * :func:`sum_bounds`: ``sum k_i x_i`` over intervals ``[lo_i, hi_i]``, rounded
   outward (a composition's largest loss);
 * :func:`widen`: a computed value with an absolute error bound, as an interval;
-* :func:`scaled_exactly`: ``c x`` for an integer ``c`` as a double and its exact
-  remainder (the error-free product), for a scale that must not lose a bit;
 * :func:`exact_sum`: a sum of products of doubles and integers, rounded once,
   and its rounded remainder (dyadic rationals on integers: what
   :class:`fractions.Fraction` computes, without its normalisation).
@@ -33,13 +31,10 @@ precision", Numer. Math. 18 (1971) 224-242 (the error-free product).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
-from pld.kernels import two_product
-
-__all__ = ["point_up", "point_down", "sum_bounds", "widen", "scaled_exactly", "exact_sum", "U"]
+__all__ = ["point_up", "point_down", "sum_bounds", "widen", "exact_sum", "U"]
 
 #: unit round-off of float64
 U = 2.0 ** -53
@@ -82,11 +77,7 @@ def sum_bounds(terms) -> tuple[float, float]:
             return math.inf
         if any(x == -math.inf for x in values):
             return -math.inf
-        # (each double an integer over a power of two: one common denominator)
-        ratios = [x.as_integer_ratio() for x in values]
-        den = max((d for _, d in ratios), default=1)
-        num = sum(k * n * (den // d) for (k, _, _), (n, d) in zip(terms, ratios))
-        return _round_ratio(num, den, up=up)
+        return _round_ratio(*_dyadic_sum([(k, x) for (k, _, _), x in zip(terms, values)]), up=up)
 
     return side([lo for _, lo, _ in terms], False), side([hi for _, _, hi in terms], True)
 
@@ -98,35 +89,26 @@ def widen(value: float, err: float) -> tuple[float, float]:
     return math.nextafter(value - err, -math.inf), math.nextafter(value + err, math.inf)
 
 
-def scaled_exactly(c: int, x: float) -> tuple[float, float]:
-    """``(s, r)`` with ``s = fl(c x)`` (round to nearest) and ``s + r = c x`` exactly.
-
-    Dekker's error-free product (:func:`pld.kernels.two_product`) where it
-    is exact: ``c`` a double (``|c| <= 2^53``), neither factor near overflow,
-    the product far enough from underflow that the remainder is
-    representable; exact rational arithmetic otherwise (the same pair).
-    """
-    a = float(c)
-    p = a * x
-    if p == 0.0 and (a == 0.0 or x == 0.0):
-        return 0.0, 0.0  # (an exact zero, positive as the rational one)
-    if (abs(c) <= 1 << 53 and abs(a) < 2.0 ** 995 and abs(x) < 2.0 ** 995
-            and 2.0 ** -900 < abs(p) < 2.0 ** 995):
-        return two_product(a, x)
-    exact = Fraction(int(c)) * Fraction(x)
-    s = float(exact)
-    return s, float(exact - Fraction(s))
-
-
 def exact_sum(*terms: tuple) -> tuple[float, float]:
     """``(s, r)``: ``s`` the double nearest ``x = sum_t prod_{f in t} f`` (exact
     real arithmetic over the terms' factors, doubles or integers) and ``r``
     the double nearest ``x - s``.
 
-    Every double is an integer over a power of two, so the sum is one integer
-    over the largest denominator; Python's integer division rounds correctly
-    (as ``float(Fraction(...))`` does).  ``OverflowError`` beyond the double range.
+    The sum as one integer over a power of two (:func:`_dyadic_sum`); Python's
+    integer division rounds correctly (as ``float(Fraction(...))`` does).
+    ``OverflowError`` beyond the double range.
     """
+    num, den = _dyadic_sum(terms)
+    s = num / den
+    sn, sd = s.as_integer_ratio()
+    common = max(den, sd)
+    return s, (num * (common // den) - sn * (common // sd)) / common
+
+
+def _dyadic_sum(terms) -> tuple[int, int]:
+    """``(num, den)`` with ``num / den = sum_t prod_{f in t} f`` exactly: every
+    double is an integer over a power of two, so the sum is one integer over
+    the largest denominator (``(0, 1)`` for no terms)."""
     parts = []
     for factors in terms:
         num, den = 1, 1
@@ -138,10 +120,5 @@ def exact_sum(*terms: tuple) -> tuple[float, float]:
                 num *= a
                 den *= b
         parts.append((num, den))
-    den = max(d for _, d in parts)
-    num = sum(n * (den // d) for n, d in parts)
-    s = num / den
-    sn, sd = s.as_integer_ratio()
-    common = max(den, sd)
-    return s, (num * (common // den) - sn * (common // sd)) / common
-
+    den = max((d for _, d in parts), default=1)
+    return sum(n * (den // d) for n, d in parts), den

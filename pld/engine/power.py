@@ -105,7 +105,7 @@ from pld.engine import fft as _fft
 from pld.engine import fft_band as _fft_band
 from pld.engine.grid import GridPLD
 from pld.engine.mgf_bounds import THETA, _chernoff
-from pld.engine.outward import scaled_exactly
+from pld.engine.outward import exact_sum
 from pld.kernels import complex_powers, l1_l2_norms, log_mgf_grid, log_two_tails, rotate_left
 
 _U = _fft._U
@@ -558,7 +558,7 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
     # c * log_scale can be large (long runs, strong tilts): round it exactly
     # and fold the rounding into y, so only the stored sum's own rounding (a
     # common relative error of every entry) is left for the error term
-    cs, rest = scaled_exactly(c, g.log_scale)
+    cs, rest = exact_sum((c, g.log_scale))
     mult = math.exp(rest)
     log_tot = math.log(tot)
     log_scale = cs + log_tot
