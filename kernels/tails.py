@@ -27,8 +27,9 @@ def untilted_mass_bound(p, start, stop, k0, h, lam, log_scale, err, div, mul):
 
     By Cauchy-Schwarz the error term is at most ``err ||w||_2``.  The positive
     part of ``q`` is summed against ``w`` with Neumaier's compensated sum
-    (within ``3 u`` of the exact dot for non-negative terms, each ``w_i``
-    within an ulp of its exponential: ``(1 + 1e-15)`` covers both), the norm
+    (within ``3 u`` of the exact dot for non-negative terms: ``(1 + 1e-15)``),
+    each computed weight raised for the rounding of its exponent and of its
+    exponential (a common factor ``e^{e_max} (1 + 4 u)``), the norm
     naively (``n u < 2e-9`` relative below ``1.8e7`` entries; scaled by the
     largest weight where the squares overflow; an underflowing product or
     square loses at most ``2^-1075``, added back).  ``+inf`` where
@@ -50,9 +51,16 @@ def untilted_mass_bound(p, start, stop, k0, h, lam, log_scale, err, div, mul):
         q = (p[i] / div) * mul
         s, c = _neumaier_add(s, c, max(q, 0.0) * w)
         s2 += w * w
+    # the exponents as computed are within e_max of the exact ones (three
+    # roundings: the loss, its product with lam, the difference), so every
+    # exact weight is at most its computed one (itself within an ulp of its
+    # exponential) times e^e_max (1 + 2 u)
+    u = 2.0 ** -53
+    l_max = max(abs(float(k0 + start) * h), abs(float(k0 + stop - 1) * h))
+    grow = math.exp(4.0 * u * (abs(log_scale) + abs(lam) * l_max)) * (1.0 + 4.0 * u)
     # (products and squares that underflow lose at most 2^-1075 each)
     n = stop - start
-    dot = (s + c) * (1.0 + 1e-15) + n * 2.0 ** -1074
+    dot = (s + c) * (1.0 + 1e-15) * grow + n * 2.0 ** -1074
     if err == 0.0:
         return dot
     floor = math.sqrt(2.0 * n * 2.0 ** -1074)
@@ -64,5 +72,5 @@ def untilted_mass_bound(p, start, stop, k0, h, lam, log_scale, err, div, mul):
         for i in range(start, stop):
             r = math.exp(log_scale - lam * (float(k0 + i) * h)) / top
             s2 += r * r
-        return dot + err * (math.sqrt(s2) * (1.0 + 4e-9) * top + floor)
-    return dot + err * (math.sqrt(s2) * (1.0 + 2e-9) + floor)
+        return dot + err * (math.sqrt(s2) * (1.0 + 4e-9) * top * grow + floor)
+    return dot + err * (math.sqrt(s2) * (1.0 + 2e-9) * grow + floor)
