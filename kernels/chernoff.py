@@ -5,9 +5,10 @@ Given upper bounds ``b_j >= log E[e^{theta_j L}]`` on a table of parameters,
 ``P(L <= t) <= min_{theta_j < 0} e^{b_j - theta_j t}`` (Chernoff).  The
 engine asks for such minima a few dozen times per grid, on tables of 40-80
 entries, where array expressions cost more in their temporaries than in the
-arithmetic.  Each kernel computes exactly what the array expression did (the
-same operations on each entry, the minimum exact; a NaN propagates as in
-``np.min``), so the bounds do not move.
+arithmetic.  Each entry's exponent is computed as the array expression did,
+then raised by a bound on its own rounding (two or three operations on
+numbers up to ``|b| + |theta t|``: ``8 u`` of that), so that the minimum
+bounds the exact one from above; a NaN propagates as in ``np.min``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from ._signatures import F64, called_with, f64, i64
 
 #: log 2 as numpy's logaddexp adds it for equal arguments
 _LOGE2 = 0.693147180559945309417232121458176568
+
+#: allowance per unit of magnitude for an exponent's few roundings (8 u)
+_ROUND = 8.0 * 2.0 ** -53
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -38,16 +42,19 @@ def _logaddexp(x, y):
 @called_with(F64, F64, f64, i64)
 @njit(cache=True, nogil=True)
 def chernoff_exponent(log_mgf, theta, t, sign):
-    """``min_j (log_mgf_j - theta_j t)`` over ``theta_j > 0`` (``sign`` 1: the
+    """An upper bound on ``min_j (log_mgf_j - theta_j t)`` (exact arithmetic) over ``theta_j > 0`` (``sign`` 1: the
     upper tail ``L >= t``) or ``theta_j < 0`` (``sign`` -1: the lower tail);
     ``+inf`` when no parameter has that sign."""
     best = math.inf
     for j in range(theta.shape[0]):
         th = theta[j]
         if (sign > 0 and th > 0.0) or (sign < 0 and th < 0.0):
-            v = log_mgf[j] - th * t
+            b = log_mgf[j]
+            v = b - th * t
             if v != v:
                 return v
+            if v > -math.inf:
+                v += _ROUND * (abs(b) + abs(th * t))
             if v < best:
                 best = v
     return best
@@ -56,22 +63,32 @@ def chernoff_exponent(log_mgf, theta, t, sign):
 @called_with(F64, F64, F64, F64, f64, f64, f64)
 @njit(cache=True, nogil=True)
 def log_two_tails(th_up, pos, th_dn, neg, c, lo, hi):
-    """``log(e^up + e^dn)`` with ``up = min_j (c pos_j - th_up_j hi)`` and
-    ``dn = min_j (c neg_j + th_dn_j lo)``: the log of a Chernoff bound on the
+    """An upper bound on ``log(e^up + e^dn)`` with ``up = min_j (c pos_j - th_up_j hi)``
+    and ``dn = min_j (c neg_j + th_dn_j lo)`` (exact arithmetic): the log of a Chernoff bound on the
     ``c``-fold law's mass at losses ``>= hi`` plus ``<= lo``, from bounds
     ``pos``, ``neg`` on one step's log-MGF at ``th_up`` and ``-th_dn``."""
     up = math.inf
     for j in range(th_up.shape[0]):
-        v = c * pos[j] - th_up[j] * hi
+        a, b = c * pos[j], th_up[j] * hi
+        v = a - b
         if v != v:
             return v
+        if v > -math.inf:
+            v += _ROUND * (abs(a) + abs(b))
         if v < up:
             up = v
     dn = math.inf
     for j in range(th_dn.shape[0]):
-        v = c * neg[j] + th_dn[j] * lo
+        a, b = c * neg[j], th_dn[j] * lo
+        v = a + b
         if v != v:
             return v
+        if v > -math.inf:
+            v += _ROUND * (abs(a) + abs(b))
         if v < dn:
             dn = v
-    return _logaddexp(up, dn)
+    # (logaddexp's own rounding: a few ulps of its arguments and result)
+    r = _logaddexp(up, dn)
+    if not abs(r) < math.inf:
+        return r
+    return r + _ROUND * (abs(r) + (abs(up) if up > -math.inf else 0.0) + (abs(dn) if dn > -math.inf else 0.0) + 1.0)

@@ -78,29 +78,49 @@ finite_or_not = st.one_of(st.floats(-1e4, 1e4), st.just(-math.inf), st.just(math
 @given(b=st.lists(finite_or_not, min_size=THETA.size, max_size=THETA.size), t=st.floats(-1e3, 1e3),
        upper=st.booleans())
 @example(b=[-math.inf] * THETA.size, t=1.0, upper=True)
-def test_chernoff_exponent_is_the_array_minimum(b, t, upper):
+def test_chernoff_exponent_bounds_the_exact_minimum(b, t, upper):
+    """At least the exact ``min (b_j - theta_j t)`` (rational arithmetic), and
+    above the rounded array expression by no more than its rounding."""
     arr = np.array(b)
     sel = THETA > 0 if upper else THETA < 0
     with np.errstate(invalid="ignore"):
-        want = float((arr[sel] - THETA[sel] * t).min())
+        rounded = float((arr[sel] - THETA[sel] * t).min())
     got = chernoff_exponent(arr, THETA, t, 1 if upper else -1)
-    assert got == want or (math.isnan(got) and math.isnan(want))
+    if math.isnan(rounded) or not math.isfinite(rounded):
+        assert got == rounded or (math.isnan(got) and math.isnan(rounded))
+        return
+    exact = min(Fraction(x) - Fraction(float(th)) * Fraction(t) for x, th in zip(b, THETA[sel]) if math.isfinite(x))
+    assert Fraction(got) >= exact
+    scale = max(abs(x) for x in b if math.isfinite(x)) + float(np.max(np.abs(THETA))) * abs(t)
+    assert got - rounded <= 1e-14 * scale + 1e-300
 
 
 @settings(max_examples=300, deadline=None)
 @given(k=st.integers(1, 45), seed=st.integers(0, 2 ** 32 - 1), c=st.integers(1, 10 ** 9),
        lo=st.floats(-1e3, 1e3), hi=st.floats(-1e3, 1e3), holes=st.booleans())
-def test_log_two_tails_is_the_array_expression(k, seed, c, lo, hi, holes):
+def test_log_two_tails_bounds_the_exact_value(k, seed, c, lo, hi, holes):
+    """At least ``log(e^up + e^dn)`` of the exact minima (40-digit mpmath),
+    and within its rounding of the array expression."""
     rng = np.random.default_rng(seed)
     th_up, th_dn = rng.uniform(1e-3, 1e3, k), rng.uniform(1e-3, 1e3, k)
     pos, neg = rng.normal(0.0, 1.0, k), rng.normal(0.0, 1.0, k)
     if holes:
         pos[rng.integers(0, k)] = -math.inf
         neg[:] = -math.inf
-    up = float(np.min(c * pos - th_up * hi))
-    dn = float(np.min(c * neg + th_dn * lo))
-    want = float(np.logaddexp(up, dn))
-    assert log_two_tails(th_up, pos, th_dn, neg, float(c), lo, hi) == want
+    rounded = float(np.logaddexp(float(np.min(c * pos - th_up * hi)), float(np.min(c * neg + th_dn * lo))))
+    got = log_two_tails(th_up, pos, th_dn, neg, float(c), lo, hi)
+    with mpmath.workdps(40):
+        def side(vals, ths, x, s):
+            # (a bound of -inf: that parameter's MGF, and so the tail, is 0)
+            return min(c * mpmath.mpf(float(v)) + s * mpmath.mpf(float(t)) * mpmath.mpf(x)
+                       if math.isfinite(v) else mpmath.mpf("-inf") for v, t in zip(vals, ths))
+        total = mpmath.exp(side(pos, th_up, hi, -1)) + mpmath.exp(side(neg, th_dn, lo, 1))
+        exact = mpmath.log(total) if total > 0 else mpmath.mpf("-inf")
+        assert mpmath.mpf(got) >= exact
+    if math.isfinite(rounded):
+        assert got - rounded <= 1e-14 * (abs(rounded) + c * 4.0 + 1e3 * 1e3) + 1e-300
+    else:
+        assert got == rounded
 
 
 @settings(max_examples=500, deadline=None)

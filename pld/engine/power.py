@@ -540,7 +540,7 @@ def _assemble(g: GridPLD, c: int, y: np.ndarray, a0: int, window: tuple[float, f
         tau = 0.0
     else:
         # folded in: the mass at lattice points a0 - 1 and below, a1 + 1 and above
-        tau = math.exp(min(700.0, _log_tail(mgf, c, (a0 - 1) * h, (a1 + 1) * h)))
+        tau = math.exp(min(700.0, _log_tail(mgf, c, (a0 - 1) * h, (a1 + 1) * h))) * (1.0 + 4.0 * _U)
     if tau > tau_max:
         return None  # this count's law does not fit the transform length
     err = round_off + tau
