@@ -60,6 +60,22 @@ def chernoff_exponent(log_mgf, theta, t, sign):
     return best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _min_exponent(vals, ths, c, x, sign):
+    """``min_j (c vals_j + sign ths_j x)``, each raised by its rounding (NaN: NaN)."""
+    best = math.inf
+    for j in range(vals.shape[0]):
+        a, b = c * vals[j], sign * (ths[j] * x)
+        v = a + b
+        if v != v:
+            return v
+        if v > -math.inf:
+            v += _ROUND * (abs(a) + abs(b))
+        if v < best:
+            best = v
+    return best
+
+
 @called_with(F64, F64, F64, F64, f64, f64, f64)
 @njit(cache=True, nogil=True)
 def log_two_tails(th_up, pos, th_dn, neg, c, lo, hi):
@@ -67,26 +83,10 @@ def log_two_tails(th_up, pos, th_dn, neg, c, lo, hi):
     and ``dn = min_j (c neg_j + th_dn_j lo)`` (exact arithmetic): the log of a Chernoff bound on the
     ``c``-fold law's mass at losses ``>= hi`` plus ``<= lo``, from bounds
     ``pos``, ``neg`` on one step's log-MGF at ``th_up`` and ``-th_dn``."""
-    up = math.inf
-    for j in range(th_up.shape[0]):
-        a, b = c * pos[j], th_up[j] * hi
-        v = a - b
-        if v != v:
-            return v
-        if v > -math.inf:
-            v += _ROUND * (abs(a) + abs(b))
-        if v < up:
-            up = v
-    dn = math.inf
-    for j in range(th_dn.shape[0]):
-        a, b = c * neg[j], th_dn[j] * lo
-        v = a + b
-        if v != v:
-            return v
-        if v > -math.inf:
-            v += _ROUND * (abs(a) + abs(b))
-        if v < dn:
-            dn = v
+    up = _min_exponent(pos, th_up, c, hi, -1.0)
+    dn = _min_exponent(neg, th_dn, c, lo, 1.0)
+    if up != up or dn != dn:
+        return up + dn
     # (logaddexp's own rounding: a few ulps of its arguments and result)
     r = _logaddexp(up, dn)
     if not abs(r) < math.inf:
